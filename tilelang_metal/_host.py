@@ -1,0 +1,318 @@
+"""The one module that touches tilelang / TVM internals.
+
+Everything the plugin swaps into stock tilelang (backend manifest, target normalizer and detector,
+FFI globals of the GEMM tile op, the kernel-cache key, the JIT adapter dispatch) is installed and
+restored here, so a tilelang upgrade touches this file only. Each hook records exactly what it
+replaced and `uninstall()` puts those objects back.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_TILELANG = ((0, 1, 15), (0, 2, 0))  # [lower, upper)
+SUPPORTED_RANGE_TEXT = "tilelang>=0.1.15,<0.2"
+
+
+class UnsupportedHostError(ImportError):
+    """Raised at import when the installed tilelang is outside the supported range."""
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def check_host_version() -> str:
+    """Return tilelang's version, or raise if the plugin does not support it."""
+    try:
+        import tilelang
+    except ImportError as err:  # pragma: no cover - exercised only without tilelang
+        raise UnsupportedHostError(f"tilelang_metal needs {SUPPORTED_RANGE_TEXT}; tilelang is not importable: {err}") from err
+    version = str(getattr(tilelang, "__version__", "0"))
+    parsed = _parse_version(version)
+    low, high = SUPPORTED_TILELANG
+    if not (low <= parsed < high):
+        raise UnsupportedHostError(
+            f"tilelang_metal supports {SUPPORTED_RANGE_TEXT}, found tilelang {version}. "
+            "Install a supported tilelang (pip install 'tilelang==0.1.15') or a tilelang_metal release for your tilelang."
+        )
+    return version
+
+
+check_host_version()
+
+import tvm_ffi  # noqa: E402  (after the version guard on purpose)
+from tilelang import tvm  # noqa: E402
+
+# --------------------------------------------------------------------------------------------
+# Host types the rest of the plugin may use (re-exported so no other module imports internals).
+# --------------------------------------------------------------------------------------------
+from tilelang.backend.device_codegen import DeviceCodegen  # noqa: E402
+from tilelang.backend.execution_backend import ExecutionBackendSpec  # noqa: E402
+from tilelang.backend.host_codegen import STANDARD_HOST_CODEGENS, HostCodegenHook  # noqa: E402
+from tilelang.backend.module import BackendModule  # noqa: E402
+from tilelang.backend.pass_pipeline import PassPipeline  # noqa: E402
+
+Target = tvm.target.Target
+tir = tvm.tirx
+
+GEMM_LOWER_GLOBAL = "tl.gemm.lower"
+GEMM_INFER_LAYOUT_GLOBAL = "tl.gemm.infer_layout"
+CODEGEN_GLOBAL = "tilelang_metal.codegen.build"
+PLUGIN_BACKEND_NAME = "tilelang_metal"
+
+
+def get_global_func(name: str) -> Callable[..., Any] | None:
+    return tvm_ffi.get_global_func(name, allow_missing=True)
+
+
+def register_global_func(name: str, func: Callable[..., Any]) -> None:
+    tvm_ffi.register_global_func(name, f=func, override=True)
+
+
+def make_source_module(source: str, fmt: str = "metal") -> Any:
+    """A stock TVM source module: `kernel_source`/`inspect_source()` and the torch adapter read it."""
+    return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
+
+
+def in_tree_metal_backend() -> Any:
+    import tilelang.metal.backend as metal_backend
+
+    return metal_backend.BACKEND
+
+
+def in_tree_codegen_callbacks() -> tuple[Callable[..., Any], Any]:
+    """The in-tree host-codegen hook (marks host functions with the Metal context)."""
+    import tilelang.metal.codegen as metal_codegen
+
+    return metal_codegen.mark_host_metal_context
+
+
+def in_tree_execution_backends() -> tuple[Any, ...]:
+    import tilelang.metal.execution_backend as metal_exec
+
+    return tuple(metal_exec.EXECUTION_BACKENDS)
+
+
+def in_tree_target_module() -> Any:
+    import tilelang.metal.target as metal_target
+
+    return metal_target
+
+
+def pass_context_config() -> dict[str, Any]:
+    ctx = tvm.transform.PassContext.current()
+    return dict(ctx.config) if ctx is not None else {}
+
+
+# --------------------------------------------------------------------------------------------
+# Hook bookkeeping
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Installed:
+    restores: list[Callable[[], None]] = field(default_factory=list)
+
+
+_lock = threading.RLock()
+_installed: _Installed | None = None
+
+
+def is_installed() -> bool:
+    return _installed is not None
+
+
+def _swap_attr(owner: Any, name: str, value: Any, record: _Installed) -> Any:
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    record.restores.append(lambda: setattr(owner, name, original))
+    return original
+
+
+def _swap_global(name: str, func: Callable[..., Any], record: _Installed) -> Callable[..., Any]:
+    original = get_global_func(name)
+    if original is None:
+        raise RuntimeError(f"tilelang_metal: expected the FFI global {name!r} in tilelang; this tilelang build is not supported")
+    register_global_func(name, func)
+    record.restores.append(lambda: register_global_func(name, original))
+    return original
+
+
+def _swap_backend(manifest: BackendModule, record: _Installed) -> None:
+    from tilelang.backend import module as backend_module
+
+    backends = backend_module._BACKENDS
+    index = backend_module._TARGET_KIND_INDEX
+    saved_backends = dict(backends)
+    saved_index = {kind: list(names) for kind, names in index.items()}
+    for kind in manifest.target_kinds:
+        for name in index.get(kind, []):
+            backends.pop(name, None)
+        index[kind] = [manifest.name]
+    backends[manifest.name] = manifest
+
+    def restore() -> None:
+        backends.clear()
+        backends.update(saved_backends)
+        index.clear()
+        index.update(saved_index)
+
+    record.restores.append(restore)
+
+
+def _swap_target_hooks(normalizer: Callable[..., Any], detector: Callable[..., Any], record: _Installed) -> None:
+    from tilelang.backend import target as backend_target
+
+    normalizers = backend_target._TARGET_NORMALIZERS
+    detectors = backend_target._TARGET_DETECTORS
+    saved_norm = normalizers.get("metal")
+    saved_det = detectors.get("metal")
+    backend_target.register_target_normalizer("metal", normalizer, override=True)
+    backend_target.register_target_detector("metal", detector, override=True)
+
+    def restore() -> None:
+        for table, saved in ((normalizers, saved_norm), (detectors, saved_det)):
+            if saved is None:
+                table.pop("metal", None)
+            else:
+                table["metal"] = saved
+
+    record.restores.append(restore)
+
+
+def _swap_cache_key(identity: dict[str, str], record: _Installed) -> None:
+    from tilelang.cache.kernel_cache import KernelCache
+
+    original = KernelCache.__dict__["_get_base_key"]
+    original_fn = original.__func__
+
+    def base_key_with_plugin() -> dict:
+        key = original_fn()
+        key.update(identity)
+        return key
+
+    _swap_attr(KernelCache, "_get_base_key", staticmethod(base_key_with_plugin), record)
+
+
+def _swap_adapter_dispatch(backend_name: str, make_adapter: Callable[..., Any], cache: Any, record: _Installed) -> None:
+    """Teach JITKernel and the kernel-cache dispatch one more execution backend name."""
+    kernel_module = importlib.import_module("tilelang.jit.kernel")
+    jit_kernel = kernel_module.JITKernel
+    original = jit_kernel.__dict__["_create_adapter_from_artifact"]
+
+    def create_adapter_from_artifact(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata):
+        if self.execution_backend == backend_name:
+            return make_adapter(
+                params=artifact.params,
+                result_idx=out_idx,
+                func_or_mod=tilelang_func,
+                device_mod=artifact.device_mod,
+                kernel_source=artifact.kernel_source,
+                target=self.target,
+            )
+        return original(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata)
+
+    _swap_attr(jit_kernel, "_create_adapter_from_artifact", create_adapter_from_artifact, record)
+
+    import tilelang.cache as cache_pkg
+
+    dispatch = cache_pkg._dispatch_map
+    had = backend_name in dispatch
+    previous = dispatch.get(backend_name)
+    dispatch[backend_name] = cache
+
+    def restore() -> None:
+        if had:
+            dispatch[backend_name] = previous
+        else:
+            dispatch.pop(backend_name, None)
+
+    record.restores.append(restore)
+
+
+def make_memory_only_kernel_cache() -> Any:
+    """A kernel cache for backends whose artifacts are not serialized by tilelang (memory only)."""
+    from tilelang.cache.kernel_cache import KernelCache
+
+    class MemoryOnlyKernelCache(KernelCache):
+        def _load_kernel_from_disk(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def _save_kernel_to_disk(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def _set_adapter_cache_path(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return MemoryOnlyKernelCache()
+
+
+def base_kernel_adapter() -> type:
+    from tilelang.jit.adapter.base import BaseKernelAdapter
+
+    return BaseKernelAdapter
+
+
+@dataclass(frozen=True)
+class HostHooks:
+    """What the plugin installs; built by `tilelang_metal.plugin`."""
+
+    manifest: BackendModule
+    normalize_target: Callable[..., Any]
+    detect_target: Callable[..., Any]
+    gemm_lower: Callable[[Callable[..., Any]], Callable[..., Any]]
+    gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
+    codegen_build: Callable[..., Any]
+    cache_identity: dict[str, str]
+    emulator_backend_name: str
+    make_emulator_adapter: Callable[..., Any]
+
+
+def install(hooks: HostHooks) -> bool:
+    """Install every hook; returns False when already installed. Thread-safe."""
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return False
+        record = _Installed()
+        try:
+            register_global_func(CODEGEN_GLOBAL, hooks.codegen_build)
+            _swap_backend(hooks.manifest, record)
+            _swap_target_hooks(hooks.normalize_target, hooks.detect_target, record)
+            original_lower = get_global_func(GEMM_LOWER_GLOBAL)
+            original_infer = get_global_func(GEMM_INFER_LAYOUT_GLOBAL)
+            _swap_global(GEMM_LOWER_GLOBAL, hooks.gemm_lower(original_lower), record)
+            _swap_global(GEMM_INFER_LAYOUT_GLOBAL, hooks.gemm_infer_layout(original_infer), record)
+            _swap_cache_key(hooks.cache_identity, record)
+            _swap_adapter_dispatch(
+                hooks.emulator_backend_name, hooks.make_emulator_adapter, make_memory_only_kernel_cache(), record
+            )
+        except BaseException:
+            for restore in reversed(record.restores):
+                restore()
+            raise
+        _installed = record
+        return True
+
+
+def uninstall() -> bool:
+    """Restore everything `install` replaced, in reverse order. Returns False when not installed."""
+    global _installed
+    with _lock:
+        if _installed is None:
+            return False
+        for restore in reversed(_installed.restores):
+            restore()
+        _installed = None
+        return True

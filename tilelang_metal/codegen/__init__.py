@@ -1,0 +1,1 @@
+"""The plugin's MSL code generator (registered as a TVM global, returns a stock source module)."""

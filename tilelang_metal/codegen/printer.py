@@ -1,0 +1,648 @@
+"""MSL printer: one lowered device PrimFunc to one Metal kernel (the subset in docs/msl_contract.md).
+
+Device buffers are accessed only as `A[i]` or `*(device T4*)(A + i)`, never through `&A[i]` or a
+saved pointer: the Linux emulator relies on that to check every device access.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._host import tir, tvm
+from ..errors import CodegenError
+from ..gemm.lane_layout import CT_DEST_ELEMS, CT_LEFT_ELEMS, CT_RIGHT_ELEMS
+from ..gemm.tir_build import CT_MMA, SG_LOAD, SG_MMA, SG_STORE
+from ..transform.block_swizzle import SWIZZLE_ATTR
+from ..transform.simdgroup_indices import LANE_ID_NAME, SIMDGROUP_ID_NAME
+from .matrix_storage import MatrixStorage, analyze, sg_count
+from .msl_types import float_literal, int_literal, msl_type, scalar_type, split_dtype
+
+CT_OP = "__ct_op"
+BINARY_OPS = {
+    tir.Add: "+",
+    tir.Sub: "-",
+    tir.Mul: "*",
+    tir.Div: "/",
+    tir.Mod: "%",
+    tir.EQ: "==",
+    tir.NE: "!=",
+    tir.LT: "<",
+    tir.LE: "<=",
+    tir.GT: ">",
+    tir.GE: ">=",
+    tir.And: "&&",
+    tir.Or: "||",
+}
+BIT_OPS = {
+    "tirx.shift_right": ">>",
+    "tirx.shift_left": "<<",
+    "tirx.bitwise_and": "&",
+    "tirx.bitwise_or": "|",
+    "tirx.bitwise_xor": "^",
+}
+MATH_FUNCS = {
+    "exp": "exp",
+    "exp2": "exp2",
+    "exp10": "exp10",
+    "log": "log",
+    "log2": "log2",
+    "log10": "log10",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "tanh": "tanh",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "fabs": "fabs",
+    "floor": "floor",
+    "ceil": "ceil",
+    "round": "round",
+    "nearbyint": "rint",
+    "trunc": "trunc",
+    "pow": "pow",
+    "fmod": "fmod",
+    "atan2": "atan2",
+    "isnan": "isnan",
+    "isinf": "isinf",
+    "isfinite": "isfinite",
+    "fma": "fma",
+    "copysign": "copysign",
+}
+POSITION_PARAMS = (
+    ("blockIdx", "uint3", "threadgroup_position_in_grid"),
+    ("__gridDim", "uint3", "threadgroups_per_grid"),
+    ("threadIdx", "uint3", "thread_position_in_threadgroup"),
+    (SIMDGROUP_ID_NAME, "uint", "simdgroup_index_in_threadgroup"),
+    (LANE_ID_NAME, "ushort", "thread_index_in_simdgroup"),
+)
+
+
+def _pointee_dtype(var: Any) -> str:
+    annotation = getattr(var, "type_annotation", None)
+    element = getattr(annotation, "element_type", None)
+    if element is None or not hasattr(element, "dtype"):
+        raise CodegenError(f"kernel parameter {var.name} has no element type")
+    return str(element.dtype)
+
+
+class KernelPrinter:
+    def __init__(self, func: Any, name: str):
+        self.func = func
+        self.name = name
+        self.lines: list[str] = []
+        self.prelude: list[str] = []  # kernel-scope declarations (threadgroup arrays, MPP op)
+        self.indent = 1
+        self.names: dict[Any, str] = {}
+        self.used_names: set[str] = set()
+        self.used_positions: set[str] = set()
+        self.device: dict[Any, tuple[str, bool]] = {}  # data var -> (dtype, read-only)
+        self.threadgroup: dict[Any, str] = {}
+        self.thread_arrays: dict[Any, str] = {}
+        self.storage: MatrixStorage = analyze(func.body)
+        self.swizzle: tuple[int, int, int] | None = None
+        self.tmp = 0
+
+    # ---------------------------------------------------------------- naming
+    def name_of(self, var: Any) -> str:
+        if var in self.names:
+            return self.names[var]
+        hint = str(var.name)
+        if hint in (SIMDGROUP_ID_NAME, LANE_ID_NAME):
+            self.used_positions.add(hint)
+            self.names[var] = f"((int){hint})"
+            return self.names[var]
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = "v_" + base
+        candidate, k = base, 1
+        while candidate in self.used_names or candidate in ("blockIdx", "threadIdx", "half", "float", "int", "kernel", "device"):
+            candidate, k = f"{base}_{k}", k + 1
+        self.used_names.add(candidate)
+        self.names[var] = candidate
+        return candidate
+
+    def fresh(self, base: str) -> str:
+        self.tmp += 1
+        return f"__{base}{self.tmp}"
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    # ---------------------------------------------------------------- top level
+    def print_kernel(self, banner: str) -> str:
+        func = self.func
+        attrs = func.attrs
+        readonly = {int(i) for i in attrs.get("tl.readonly_param_indices", [])} if attrs is not None else set()
+        non_restrict = {str(v.name) if hasattr(v, "name_hint") else str(v) for v in (attrs.get("tl.non_restrict_params", []) if attrs else [])}
+        params = []
+        for index, var in enumerate(func.params):
+            name = self.name_of(var)
+            if var.dtype == "handle":
+                dtype = _pointee_dtype(var)
+                ro = index in readonly
+                self.device[var] = (dtype, ro)
+                restrict = "" if name in non_restrict else " __restrict"
+                qual = "const device" if ro else "device"
+                params.append(f"{qual} {msl_type(dtype)}*{restrict} {name} [[ buffer({index}) ]]")
+            else:
+                params.append(f"constant {msl_type(str(var.dtype))}& {name} [[ buffer({index}) ]]")
+        threads = 1
+        extents = attrs.get("thread_extent", {}) if attrs is not None else {}
+        for tag, extent in extents.items():
+            if str(tag).startswith("threadIdx"):
+                threads *= int(extent)
+
+        self.visit(func.body)
+        if self.swizzle is not None:
+            self.used_positions.add("blockIdx")
+            self.used_positions.add("__gridDim")
+        for name, ty, attr in POSITION_PARAMS:
+            if name in self.used_positions:
+                pname = "__physical_blockIdx" if (name == "blockIdx" and self.swizzle is not None) else name
+                params.append(f"{ty} {pname} [[{attr}]]")
+        head = [
+            banner,
+            "#include <metal_stdlib>",
+            "#include <metal_simdgroup>",
+        ]
+        if self.storage.uses_cooperative_tensors:
+            head.append("#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>")
+        head += ["using namespace metal;", ""]
+        sig = f"[[kernel, max_total_threads_per_threadgroup({threads})]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
+        body = self.swizzle_prelude() + ["  " + line for line in self.prelude] + self.lines
+        return "\n".join(head + [sig] + body + ["}", ""])
+
+    def swizzle_prelude(self) -> list[str]:
+        if self.swizzle is None:
+            return []
+        panel, tiles_x, tiles_y = self.swizzle
+        log = panel.bit_length() - 1
+        return [
+            f"  // MLX block swizzle (panel {panel}): physical -> logical tile once; padding threadgroups exit",
+            f"  const uint3 blockIdx = uint3(__physical_blockIdx.x >> {log}, "
+            f"(__physical_blockIdx.y << {log}) + (__physical_blockIdx.x & {panel - 1}u), __physical_blockIdx.z);",
+            f"  if (blockIdx.x >= {tiles_x}u || blockIdx.y >= {tiles_y}u) return;",
+        ]
+
+    # ---------------------------------------------------------------- statements
+    def visit(self, stmt: Any) -> None:
+        method = getattr(self, "visit_" + type(stmt).__name__, None)
+        if method is None:
+            raise CodegenError(f"the Metal printer does not support {type(stmt).__name__} statements")
+        method(stmt)
+
+    def visit_SeqStmt(self, stmt: Any) -> None:
+        for s in stmt.seq:
+            self.visit(s)
+
+    def visit_AttrStmt(self, stmt: Any) -> None:
+        key = str(stmt.attr_key)
+        if key == "thread_extent":
+            iv = stmt.node
+            tag = str(iv.thread_tag)
+            if tag.startswith("blockIdx"):
+                self.names[iv.var] = f"((int)blockIdx.{tag[-1]})"
+                self.pos_users.setdefault(iv.var, "blockIdx")
+            elif tag.startswith("threadIdx"):
+                self.names[iv.var] = f"((int)threadIdx.{tag[-1]})"
+                self.pos_users.setdefault(iv.var, "threadIdx")
+        elif key == SWIZZLE_ATTR:
+            values = [int(v) for v in stmt.value.args] if isinstance(stmt.value, tir.Call) else []
+            self.swizzle = (values[0], values[1], values[2])
+        self.visit(stmt.body)
+
+    @property
+    def pos_users(self) -> dict:
+        if not hasattr(self, "_pos_users"):
+            self._pos_users = {}
+        return self._pos_users
+
+    def visit_AllocBuffer(self, stmt: Any) -> None:
+        buf = stmt.buffer
+        var = buf.data
+        info = self.storage.allocs[var]
+        scope = info.scope
+        name = self.name_of(var)
+        ty = msl_type(info.dtype)
+        if scope.startswith("shared"):
+            self.threadgroup[var] = info.dtype
+            self.prelude.append(f"threadgroup {ty} {name}[{info.count}];")
+        elif var in self.storage.cooperative:
+            self.declare_cooperative_accumulator(var, name)
+        elif var in self.storage.simdgroup:
+            self.thread_arrays[var] = info.dtype
+            base = scalar_type(info.dtype)
+            self.emit(f"simdgroup_{base}8x8 {name}[{sg_count(info)}];")
+        elif scope in ("local", "local.var", "local.fragment", "metal.simdgroup"):
+            self.thread_arrays[var] = info.dtype
+            self.emit(f"{ty} {name}[{info.count}];")
+        else:
+            raise CodegenError(f"buffer {buf.name} has storage scope {scope}, which Metal kernels cannot allocate")
+
+    def visit_DeclBuffer(self, stmt: Any) -> None:
+        return None
+
+    def visit_Bind(self, stmt: Any) -> None:
+        var, value = stmt.var, stmt.value
+        if str(var.dtype) == "handle":
+            self.bind_pointer(var, value)
+            return
+        self.emit(f"const {msl_type(str(var.dtype))} {self.name_of(var)} = {self.expr(value)};")
+
+    def bind_pointer(self, var: Any, value: Any) -> None:
+        """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
+        if not (isinstance(value, tir.Call) and str(value.op.name) == "tirx.handle_add_byte_offset"):
+            raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
+        pool, offset = value.args
+        if pool not in self.threadgroup:
+            raise CodegenError(f"pointer {var.name} must point into threadgroup memory")
+        dtype = _pointee_dtype(var)
+        self.threadgroup[var] = dtype
+        ty = msl_type(dtype)
+        self.prelude.append(f"threadgroup {ty}* {self.name_of(var)} = (threadgroup {ty}*)({self.name_of(pool)} + {self.expr(offset)});")
+
+    def visit_For(self, stmt: Any) -> None:
+        var = self.name_of(stmt.loop_var)
+        lo = self.expr(stmt.min)
+        hi = self.expr(stmt.min + stmt.extent) if not isinstance(stmt.min, tir.IntImm) or int(stmt.min.value) != 0 else self.expr(stmt.extent)
+        ty = msl_type(str(stmt.loop_var.dtype))
+        if stmt.kind == tir.ForKind.UNROLLED:
+            self.emit("#pragma clang loop unroll(full)")
+        self.emit(f"for ({ty} {var} = {lo}; {var} < {hi}; ++{var}) {{")
+        self.indent += 1
+        self.visit(stmt.body)
+        self.indent -= 1
+        self.emit("}")
+
+    def visit_While(self, stmt: Any) -> None:
+        self.emit(f"while ({self.expr(stmt.condition)}) {{")
+        self.indent += 1
+        self.visit(stmt.body)
+        self.indent -= 1
+        self.emit("}")
+
+    def visit_IfThenElse(self, stmt: Any) -> None:
+        self.emit(f"if ({self.expr(stmt.condition)}) {{")
+        self.indent += 1
+        self.visit(stmt.then_case)
+        self.indent -= 1
+        if stmt.else_case is not None:
+            self.emit("} else {")
+            self.indent += 1
+            self.visit(stmt.else_case)
+            self.indent -= 1
+        self.emit("}")
+
+    def visit_AssertStmt(self, stmt: Any) -> None:
+        return None
+
+    def visit_Evaluate(self, stmt: Any) -> None:
+        value = stmt.value
+        if isinstance(value, tir.IntImm):
+            return
+        if isinstance(value, tir.Call):
+            if self.statement_call(value):
+                return
+        self.emit(self.expr(value) + ";")
+
+    def visit_BufferStore(self, stmt: Any) -> None:
+        lanes = split_dtype(str(stmt.value.dtype))[1]
+        if lanes > 4:
+            # Metal vectors stop at 4 lanes: store 8- or 16-lane vectors (128-bit copies) in 4-lane parts.
+            if lanes % 4:
+                raise CodegenError(f"cannot split a {lanes}-lane store to {stmt.buffer.name} into Metal vectors")
+            for start in range(0, lanes, 4):
+                part = tir.BufferStore(stmt.buffer, slice_lanes(stmt.value, start, 4), [slice_lanes(stmt.indices[-1], start, 4)])
+                self.visit_BufferStore(part)
+            return
+        var = stmt.buffer.data
+        index = stmt.indices[-1] if stmt.indices else tir.const(0, "int32")
+        if len(stmt.indices) != 1:
+            raise CodegenError(f"store to {stmt.buffer.name} is not flattened ({len(stmt.indices)} indices)")
+        value = self.expr(stmt.value)
+        lanes = split_dtype(str(stmt.value.dtype))[1]
+        if var in self.storage.cooperative and self.storage.cooperative[var].elided:
+            self.store_ct_elements(var, index, value, lanes, str(stmt.value.dtype))
+            return
+        if var in self.storage.simdgroup:
+            self.store_sg_elements(var, index, value, lanes, str(stmt.value.dtype))
+            return
+        self.emit(f"{self.access(var, index, lanes)} = {value};")
+
+    # ---------------------------------------------------------------- memory access
+    def space_of(self, var: Any) -> str:
+        if var in self.device:
+            return "const device" if self.device[var][1] else "device"
+        if var in self.threadgroup:
+            return "threadgroup"
+        return "thread"
+
+    def elem_dtype(self, var: Any) -> str:
+        if var in self.device:
+            return self.device[var][0]
+        if var in self.threadgroup:
+            return self.threadgroup[var]
+        if var in self.storage.allocs:
+            return self.storage.allocs[var].dtype
+        raise CodegenError(f"buffer variable {var.name} is used before it is allocated")
+
+    def access(self, var: Any, index: Any, lanes: int) -> str:
+        name = self.name_of(var)
+        if lanes == 1:
+            return f"{name}[{self.expr(index)}]"
+        if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
+            raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
+        vec = msl_type(f"{self.elem_dtype(var)}x{lanes}")
+        return f"*({self.space_of(var)} {vec}*)({name} + {self.expr(index.base)})"
+
+    def ct_element(self, var: Any, flat: int) -> str:
+        return f"{self.name_of(var)}_ct{flat // CT_DEST_ELEMS}[{flat % CT_DEST_ELEMS}]"
+
+    def _const_elements(self, index: Any, lanes: int) -> list[int]:
+        base = index.base if isinstance(index, tir.Ramp) else index
+        stride = int(index.stride.value) if isinstance(index, tir.Ramp) else 0
+        return [int(base.value) + stride * t for t in range(lanes)]
+
+    def store_ct_elements(self, var: Any, index: Any, value: str, lanes: int, dtype: str) -> None:
+        elems = self._const_elements(index, lanes)
+        if lanes == 1:
+            self.emit(f"{self.ct_element(var, elems[0])} = {value};")
+            return
+        tmp = self.fresh("v")
+        self.emit(f"{{ const {msl_type(dtype)} {tmp} = {value};")
+        for t, flat in enumerate(elems):
+            self.emit(f"  {self.ct_element(var, flat)} = {tmp}[{t}];")
+        self.emit("}")
+
+    def sg_element(self, var: Any, index: Any) -> str:
+        name = self.name_of(var)
+        if isinstance(index, tir.IntImm):
+            i = int(index.value)
+            return f"{name}[{i // 2}].thread_elements()[{i % 2}]"
+        text = self.expr(index)
+        return f"{name}[({text}) >> 1].thread_elements()[({text}) & 1]"
+
+    def store_sg_elements(self, var: Any, index: Any, value: str, lanes: int, dtype: str) -> None:
+        if lanes == 1:
+            self.emit(f"{self.sg_element(var, index)} = {value};")
+            return
+        tmp = self.fresh("v")
+        self.emit(f"{{ const {msl_type(dtype)} {tmp} = {value};")
+        for t in range(lanes):
+            self.emit(f"  {self.sg_element(var, self._lane_index(index, t))} = {tmp}[{t}];")
+        self.emit("}")
+
+    @staticmethod
+    def _lane_index(index: Any, t: int) -> Any:
+        base, stride = index.base, index.stride
+        value = base + stride * t
+        return tvm.arith.Analyzer().simplify(value)
+
+    # ---------------------------------------------------------------- matrix intrinsics
+    def declare_cooperative_accumulator(self, var: Any, name: str) -> None:
+        acc = self.storage.cooperative[var]
+        self.ensure_ct_op()
+        a, b = scalar_type(acc.a_dtype), scalar_type(acc.b_dtype)
+        dest = (
+            f"{CT_OP}.get_destination_cooperative_tensor<decltype({CT_OP}.get_left_input_cooperative_tensor<{a}, {b}, float>()), "
+            f"decltype({CT_OP}.get_right_input_cooperative_tensor<{a}, {b}, float>()), float>()"
+        )
+        if acc.elided:
+            for chunk in range(acc.chunks):
+                self.emit(f"auto {name}_ct{chunk} = {dest};")
+        else:
+            self.thread_arrays[var] = "float32"
+            self.emit(f"float {name}[{acc.count}];")
+
+    def ensure_ct_op(self) -> None:
+        if any(line.startswith(f"mpp::tensor_ops::matmul2d<") for line in self.prelude):
+            return
+        self.prelude.append(
+            "constexpr auto __ct_desc = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, false, true, "
+            "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"
+        )
+        self.prelude.append(f"mpp::tensor_ops::matmul2d<__ct_desc, metal::execution_simdgroup> {CT_OP};")
+
+    def statement_call(self, call: Any) -> bool:
+        op = str(call.op.name)
+        if op == "tirx.tvm_storage_sync":
+            scope = str(call.args[0].value)
+            if scope in ("shared", "shared.dyn"):
+                self.emit("threadgroup_barrier(mem_flags::mem_threadgroup);")
+            elif scope == "warp":
+                self.emit("simdgroup_barrier(mem_flags::mem_none);")
+            else:
+                self.emit("threadgroup_barrier(mem_flags::mem_device);")
+            return True
+        if op in ("tirx.call_extern", "tirx.call_pure_extern"):
+            name = str(call.args[0].value)
+            args = list(call.args[1:])
+            if name == CT_MMA:
+                self.emit_ct_mma(*args)
+                return True
+            if name == SG_MMA:
+                c, ci, a, ai, b, bi = args
+                cn, an, bn = self.name_of(c), self.name_of(a), self.name_of(b)
+                cx, ax, bx = self.expr(ci), self.expr(ai), self.expr(bi)
+                self.emit(f"simdgroup_multiply_accumulate({cn}[{cx}], {an}[{ax}], {bn}[{bx}], {cn}[{cx}]);")
+                return True
+            if name == SG_LOAD:
+                x, f, addr, stride, transpose = args
+                self.emit(
+                    f"simdgroup_load({self.name_of(x)}[{self.expr(f)}], {self.pointer(addr)}, {self.expr(stride)}, ulong2(0, 0), {self.expr(transpose)});"
+                )
+                return True
+            if name == SG_STORE:
+                x, f, addr, stride = args
+                self.emit(f"simdgroup_store({self.name_of(x)}[{self.expr(f)}], {self.pointer(addr)}, {self.expr(stride)}, ulong2(0, 0), false);")
+                return True
+        return False
+
+    def emit_ct_mma(self, c: Any, chunk: Any, a: Any, a_off: Any, b: Any, b_off: Any) -> None:
+        acc = self.storage.cooperative[c]
+        ta, tb = scalar_type(acc.a_dtype), scalar_type(acc.b_dtype)
+        an, bn, cn = self.name_of(a), self.name_of(b), self.name_of(c)
+        ao, bo = self.expr(a_off), self.expr(b_off)
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"auto __ct_a = {CT_OP}.get_left_input_cooperative_tensor<{ta}, {tb}, float>();")
+        self.emit(f"auto __ct_b = {CT_OP}.get_right_input_cooperative_tensor<{ta}, {tb}, float>();")
+        self.emit(f"#pragma clang loop unroll(full)\n" + "  " * self.indent + f"for (ushort __i = 0; __i < {CT_LEFT_ELEMS}; ++__i) __ct_a[__i] = {an}[{ao} + __i];")
+        self.emit(f"#pragma clang loop unroll(full)\n" + "  " * self.indent + f"for (ushort __i = 0; __i < {CT_RIGHT_ELEMS}; ++__i) __ct_b[__i] = {bn}[{bo} + __i];")
+        if acc.elided:
+            if not isinstance(chunk, tir.IntImm):
+                raise CodegenError("cooperative tensor accumulator chunk index must be constant")
+            self.emit(f"{CT_OP}.run(__ct_a, __ct_b, {cn}_ct{int(chunk.value)});")
+        else:
+            base = f"({self.expr(chunk)}) * {CT_DEST_ELEMS}"
+            self.emit(
+                f"auto __ct_c = {CT_OP}.get_destination_cooperative_tensor<decltype(__ct_a), decltype(__ct_b), float>();"
+            )
+            self.emit(f"for (ushort __i = 0; __i < {CT_DEST_ELEMS}; ++__i) __ct_c[__i] = {cn}[{base} + __i];")
+            self.emit(f"{CT_OP}.run(__ct_a, __ct_b, __ct_c);")
+            self.emit(f"for (ushort __i = 0; __i < {CT_DEST_ELEMS}; ++__i) {cn}[{base} + __i] = __ct_c[__i];")
+        self.indent -= 1
+        self.emit("}")
+
+    def pointer(self, addr: Any) -> str:
+        """`address_of(buf[i])` as `(buf + i)`: the only way device pointers are formed."""
+        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
+            load = addr.args[0]
+            return f"({self.name_of(load.buffer.data)} + {self.expr(load.indices[-1])})"
+        raise CodegenError(f"unsupported pointer expression {addr}")
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: Any) -> str:
+        if isinstance(e, (int, bool)):
+            return str(int(e))
+        method = getattr(self, "expr_" + type(e).__name__, None)
+        if method is not None:
+            return method(e)
+        op = BINARY_OPS.get(type(e))
+        if op is not None:
+            return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+        raise CodegenError(f"the Metal printer does not support {type(e).__name__} expressions: {e}")
+
+    def expr_IntImm(self, e: Any) -> str:
+        return int_literal(int(e.value), str(e.dtype))
+
+    def expr_FloatImm(self, e: Any) -> str:
+        return float_literal(float(e.value), str(e.dtype))
+
+    def expr_StringImm(self, e: Any) -> str:
+        return '"' + str(e.value).replace('"', '\\"') + '"'
+
+    def expr_Var(self, e: Any) -> str:
+        name = self.name_of(e)
+        if e in self.pos_users:
+            self.used_positions.add(self.pos_users[e])
+        return name
+
+    expr_SizeVar = expr_Var
+
+    def expr_Cast(self, e: Any) -> str:
+        ty = msl_type(str(e.dtype))
+        if split_dtype(str(e.dtype))[1] > 1:
+            return f"{ty}({self.expr(e.value)})"  # MSL converts vectors through constructors
+        return f"(({ty})({self.expr(e.value)}))"
+
+    def expr_Not(self, e: Any) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def expr_Min(self, e: Any) -> str:
+        return f"min({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def expr_Max(self, e: Any) -> str:
+        return f"max({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def expr_FloorDiv(self, e: Any) -> str:
+        if "float" in str(e.dtype):
+            return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
+        raise CodegenError(f"integer floordiv reached the printer unlowered: {e}")
+
+    def expr_FloorMod(self, e: Any) -> str:
+        raise CodegenError(f"floormod reached the printer unlowered: {e}")
+
+    def expr_Select(self, e: Any) -> str:
+        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+
+    def expr_Broadcast(self, e: Any) -> str:
+        return f"{msl_type(str(e.dtype))}({self.expr(e.value)})"
+
+    def expr_Ramp(self, e: Any) -> str:
+        lanes = split_dtype(str(e.dtype))[1]
+        parts = [f"{self.expr(e.base)} + {self.expr(e.stride)} * {t}" for t in range(lanes)]
+        return f"{msl_type(str(e.dtype))}({', '.join(parts)})"
+
+    def expr_Shuffle(self, e: Any) -> str:
+        raise CodegenError("vector shuffles are not supported by the Metal printer")
+
+    def expr_Let(self, e: Any) -> str:
+        raise CodegenError("expression-level let bindings are not supported by the Metal printer (run LetInline)")
+
+    def expr_BufferLoad(self, e: Any) -> str:
+        var = e.buffer.data
+        index = e.indices[-1]
+        lanes = split_dtype(str(e.dtype))[1]
+        if var in self.storage.cooperative and self.storage.cooperative[var].elided:
+            elems = self._const_elements(index, lanes)
+            parts = [self.ct_element(var, flat) for flat in elems]
+            return parts[0] if lanes == 1 else f"{msl_type(str(e.dtype))}({', '.join(parts)})"
+        if var in self.storage.simdgroup:
+            if lanes == 1:
+                return self.sg_element(var, index)
+            parts = [self.sg_element(var, self._lane_index(index, t)) for t in range(lanes)]
+            return f"{msl_type(str(e.dtype))}({', '.join(parts)})"
+        return self.access(var, index, lanes)
+
+    def expr_Call(self, e: Any) -> str:
+        op = str(e.op.name)
+        args = e.args
+        if op in BIT_OPS:
+            return f"({self.expr(args[0])} {BIT_OPS[op]} {self.expr(args[1])})"
+        if op == "tirx.bitwise_not":
+            return f"(~{self.expr(args[0])})"
+        if op == "tirx.if_then_else":
+            return f"({self.expr(args[0])} ? {self.expr(args[1])} : {self.expr(args[2])})"
+        if op == "tirx.likely":
+            return self.expr(args[0])
+        if op == "tirx.reinterpret":
+            return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
+        if op in ("tirx.call_extern", "tirx.call_pure_extern"):
+            name = str(args[0].value)
+            return f"{name}({', '.join(self.expr(a) for a in args[1:])})"
+        if op == "tirx.address_of":
+            return self.pointer(e)
+        if op == "tirx.tvm_warp_shuffle":
+            return f"simd_shuffle({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
+        if op == "tirx.tvm_warp_shuffle_down":
+            return f"simd_shuffle_down({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
+        if op == "tirx.tvm_warp_shuffle_up":
+            return f"simd_shuffle_up({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
+        if op == "tirx.tvm_warp_activemask":
+            return "0xffffffffu"
+        if op.startswith("tirx."):
+            short = op[len("tirx.") :]
+            if short in MATH_FUNCS:
+                return f"metal::{MATH_FUNCS[short]}({', '.join(self.expr(a) for a in args)})"
+            if short == "sigmoid":
+                x = self.expr(args[0])
+                return f"(1.0f / (1.0f + metal::exp(-({x}))))"
+        raise CodegenError(f"the Metal printer does not support the call {op}: {e}")
+
+
+def _with_lanes(dtype: str, lanes: int) -> str:
+    base, _ = split_dtype(dtype)
+    return base if lanes == 1 else f"{base}x{lanes}"
+
+
+def slice_lanes(e: Any, start: int, n: int) -> Any:
+    """Lanes [start, start+n) of a vector expression, rebuilt from its parts."""
+    if isinstance(e, tir.Ramp):
+        return tir.Ramp(e.base + e.stride * start, e.stride, n)
+    if isinstance(e, tir.Broadcast):
+        return tir.Broadcast(e.value, n)
+    if isinstance(e, tir.BufferLoad):
+        return tir.BufferLoad(e.buffer, [*e.indices[:-1], slice_lanes(e.indices[-1], start, n)])
+    if isinstance(e, tir.Cast):
+        return tir.Cast(_with_lanes(str(e.dtype), n), slice_lanes(e.value, start, n))
+    if type(e) in BINARY_OPS or isinstance(e, (tir.Min, tir.Max)):
+        return type(e)(slice_lanes(e.a, start, n), slice_lanes(e.b, start, n))
+    if isinstance(e, tir.Select):
+        return tir.Select(slice_lanes(e.condition, start, n), slice_lanes(e.true_value, start, n), slice_lanes(e.false_value, start, n))
+    if isinstance(e, tir.Call) and str(e.op.name) == "tirx.if_then_else":
+        args = [slice_lanes(a, start, n) if split_dtype(str(a.dtype))[1] > 1 else a for a in e.args]
+        return tir.if_then_else(*args)
+    if split_dtype(str(e.dtype))[1] == 1:
+        return e
+    raise CodegenError(f"cannot split the {e.dtype} expression {type(e).__name__} into Metal vectors")
+
+
+def print_kernel(func: Any, name: str, banner: str) -> str:
+    return KernelPrinter(func, name).print_kernel(banner)

@@ -1,0 +1,135 @@
+"""Reference TileLang GEMM kernels for Metal: the CLI's default kernel and the idioms in docs/guide.md.
+
+Each builder returns a `T.prim_func`; tests, benchmarks and the CLI share them.
+"""
+
+# No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
+from typing import Any
+
+import tilelang.language as T
+
+EPILOGUES = ("none", "relu", "bias", "scale", "gelu_tanh", "silu")
+
+
+def metal4_target() -> Any:
+    """An explicit Metal 4 target: cooperative-tensor MSL on any host (source-only on Linux)."""
+    from tilelang import tvm
+
+    return tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]})
+
+
+def plain_metal_target() -> Any:
+    from tilelang import tvm
+
+    return tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu"]})
+
+
+def gemm_direct_global(
+    M: int,
+    N: int,
+    K: int,
+    block_M: int = 64,
+    block_N: int = 128,
+    *,
+    dtype: str = "float16",
+    out_dtype: str = "float16",
+    threads: int = 128,
+    trans_A: bool = False,
+    trans_B: bool = False,
+    swizzle_panel: int = 0,
+) -> Any:
+    """The spec's fast path: T.gemm on global tile views, no staging, the backend owns the K loop."""
+    a_shape = (K, M) if trans_A else (M, K)
+    b_shape = (N, K) if trans_B else (K, N)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            if swizzle_panel:
+                T.use_swizzle(swizzle_panel, order="mlx")
+            if trans_A and trans_B:
+                T.gemm(A[0:K, by * block_M : (by + 1) * block_M], B[bx * block_N : (bx + 1) * block_N, 0:K], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
+                       transpose_A=True, transpose_B=True, clear_accum=True)
+            elif trans_A:
+                T.gemm(A[0:K, by * block_M : (by + 1) * block_M], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
+                       transpose_A=True, clear_accum=True)
+            elif trans_B:
+                T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[bx * block_N : (bx + 1) * block_N, 0:K], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
+                       transpose_B=True, clear_accum=True)
+            else:
+                T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N], clear_accum=True)
+
+    return main
+
+
+def gemm_shared(
+    M: int,
+    N: int,
+    K: int,
+    block_M: int = 64,
+    block_N: int = 64,
+    block_K: int = 32,
+    *,
+    dtype: str = "float16",
+    out_dtype: str = "float32",
+    accum_dtype: str = "float32",
+    threads: int = 128,
+    c_in_shared: bool = False,
+    epilogue: str = "none",
+    trans_A: bool = False,
+    trans_B: bool = False,
+    num_stages: int = 0,
+    shared_scope: str = "shared.dyn",
+) -> Any:
+    """The standard TileLang idiom: shared A/B, fragment (or shared) accumulator, pipelined K loop,
+    optional T.Parallel epilogue on the accumulator, T.copy to global."""
+    a_shape = (K, M) if trans_A else (M, K)
+    b_shape = (N, K) if trans_B else (K, N)
+    a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {EPILOGUES}")
+
+    @T.prim_func
+    def main(
+        A: T.Tensor(a_shape, dtype),
+        B: T.Tensor(b_shape, dtype),
+        Bias: T.Tensor((N,), accum_dtype),
+        C: T.Tensor((M, N), out_dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(a_tile, dtype, scope=shared_scope)
+            B_s = T.alloc_shared(b_tile, dtype, scope=shared_scope)
+            if c_in_shared:
+                C_acc = T.alloc_shared((block_M, block_N), accum_dtype, scope=shared_scope)
+            else:
+                C_acc = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[ko * block_K, by * block_M], A_s)
+                else:
+                    T.copy(A[by * block_M, ko * block_K], A_s)
+                if trans_B:
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                else:
+                    T.copy(B[ko * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_acc, transpose_A=trans_A, transpose_B=trans_B)
+            if epilogue == "relu":
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = T.max(C_acc[i, j], 0)
+            elif epilogue == "bias":
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = C_acc[i, j] + Bias[bx * block_N + j]
+            elif epilogue == "scale":
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = C_acc[i, j] * 0.5 + 1.0
+            elif epilogue == "gelu_tanh":
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = 0.5 * C_acc[i, j] * (1.0 + T.tanh(0.7978845608028654 * (C_acc[i, j] + 0.044715 * C_acc[i, j] * C_acc[i, j] * C_acc[i, j])))
+            elif epilogue == "silu":
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = C_acc[i, j] / (1.0 + T.exp(-C_acc[i, j]))
+            T.copy(C_acc, C[by * block_M, bx * block_N])
+
+    return main

@@ -1,0 +1,1 @@
+"""Execution backends the plugin declares for Metal targets (torch on a Mac, the emulator on Linux)."""

@@ -1,0 +1,207 @@
+"""One `T.gemm` call as the Metal lowering sees it: operands, tile shape, addressing and edges.
+
+`GemmProblem.from_node` reads tilelang's Gemm tile-op node once and validates it; every bad input
+raises `GemmLoweringError` naming the problem and the fix, at lower time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._host import tir, tvm
+from ..errors import GemmLoweringError
+
+GLOBAL_SCOPES = ("global",)
+SHARED_SCOPES = ("shared", "shared.dyn")
+FRAGMENT_SCOPES = ("local.fragment",)
+SIMDGROUP_SCOPES = ("metal.simdgroup",)
+INPUT_DTYPES = ("float16", "bfloat16", "float32")
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A 2-D tile view `buffer[lead..., row0:row0+rows, col0:col0+cols]` (storage order)."""
+
+    name: str
+    buffer: Any
+    lead: tuple  # indices of the leading (batch / pipeline-stage) dims
+    row0: Any
+    col0: Any
+    rows: int
+    cols: int
+
+    @property
+    def scope(self) -> str:
+        return str(self.buffer.scope())
+
+    @property
+    def dtype(self) -> str:
+        return str(self.buffer.dtype)
+
+    @property
+    def row_extent(self) -> Any:
+        return self.buffer.shape[-2]
+
+    @property
+    def col_extent(self) -> Any:
+        return self.buffer.shape[-1]
+
+    @property
+    def row_stride(self) -> Any:
+        if self.buffer.strides:
+            return self.buffer.strides[-2]
+        return self.buffer.shape[-1]
+
+    def indices(self, row: Any, col: Any) -> list:
+        return [*self.lead, self.row0 + row, self.col0 + col]
+
+    def load(self, row: Any, col: Any, lanes: int = 1) -> Any:
+        col_index = self.col0 + col
+        if lanes > 1:
+            col_index = tir.Ramp(col_index, 1, lanes)
+        return tir.BufferLoad(self.buffer, [*self.lead, self.row0 + row, col_index])
+
+    def store(self, value: Any, row: Any, col: Any, lanes: int = 1) -> Any:
+        col_index = self.col0 + col
+        if lanes > 1:
+            col_index = tir.Ramp(col_index, 1, lanes)
+        return tir.BufferStore(self.buffer, value, [*self.lead, self.row0 + row, col_index])
+
+    def address(self, row: Any, col: Any) -> Any:
+        return tir.address_of(tir.BufferLoad(self.buffer, self.indices(row, col)))
+
+    def in_bounds(self, row: Any, col: Any, analyzer: Any) -> Any | None:
+        """Condition that (row, col) of the tile lies inside the buffer; None when provably always."""
+        conds = []
+        # inside the tile (K-edge steps overshoot it) ...
+        if not analyzer.can_prove(row < self.rows):
+            conds.append(row < self.rows)
+        if not analyzer.can_prove(col < self.cols):
+            conds.append(col < self.cols)
+        # ... and inside the buffer (edge tiles overshoot it)
+        r = self.row0 + row
+        c = self.col0 + col
+        if not analyzer.can_prove(r < self.row_extent):
+            conds.append(r < self.row_extent)
+        if not analyzer.can_prove(c < self.col_extent):
+            conds.append(c < self.col_extent)
+        if not conds:
+            return None
+        out = conds[0]
+        for cond in conds[1:]:
+            out = tir.And(out, cond)
+        return out
+
+
+def _int(x: Any, what: str) -> int:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, tir.IntImm):
+        return int(x.value)
+    raise GemmLoweringError(f"{what} must be a compile-time constant on Metal, got {x}. Use static tile sizes.")
+
+
+def _operand(name: str, region: Any) -> Operand:
+    buf = region.buffer
+    if len(region.region) < 2:
+        raise GemmLoweringError(f"T.gemm operand {name} ({buf.name}) must be at least 2-D, got shape {list(buf.shape)}")
+    if buf.strides:
+        inner = buf.strides[-1]
+        if not tvm.arith.Analyzer().can_prove_equal(inner, 1):
+            raise GemmLoweringError(
+                f"T.gemm operand {name} ({buf.name}) has innermost stride {inner}; Metal GEMM needs a contiguous "
+                "innermost dimension (stride 1). Pass a contiguous tensor or copy it to shared memory first."
+            )
+    lead = tuple(r.min for r in region.region[:-2])
+    for r in region.region[:-2]:
+        if not (isinstance(r.extent, tir.IntImm) and int(r.extent.value) == 1):
+            raise GemmLoweringError(f"T.gemm operand {name} ({buf.name}) must be a 2-D tile; leading dims must have extent 1")
+    rows = _int(region.region[-2].extent, f"{name} tile rows")
+    cols = _int(region.region[-1].extent, f"{name} tile cols")
+    return Operand(name, buf, lead, region.region[-2].min, region.region[-1].min, rows, cols)
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    A: Operand
+    B: Operand
+    C: Operand
+    M: int
+    N: int
+    K: int
+    trans_A: bool
+    trans_B: bool
+    clear_accum: Any  # bool or PrimExpr
+    policy: int
+
+    @property
+    def dataflow(self) -> str:
+        return "direct_global" if self.A.scope in GLOBAL_SCOPES else "shared"
+
+    @property
+    def c_scope(self) -> str:
+        return self.C.scope
+
+    # logical accessors: element (m, k) of A and (k, n) of B regardless of transposes
+    def a_rc(self, m: Any, k: Any) -> tuple:
+        return (k, m) if self.trans_A else (m, k)
+
+    def b_rc(self, k: Any, n: Any) -> tuple:
+        return (n, k) if self.trans_B else (k, n)
+
+    @staticmethod
+    def from_node(node: Any) -> GemmProblem:
+        A = _operand("A", node.aRegion)
+        B = _operand("B", node.bRegion)
+        C = _operand("C", node.cRegion)
+        M, N, K = int(node.m), int(node.n), int(node.k)
+        trans_A, trans_B = bool(node.transA), bool(node.transB)
+        policy = int(getattr(node.policy, "policy_type", getattr(node.policy, "policyType", 0)))
+        problem = GemmProblem(A, B, C, M, N, K, trans_A, trans_B, node.clearAccum, policy)
+        problem.validate()
+        return problem
+
+    def validate(self) -> None:
+        A, B, C = self.A, self.B, self.C
+        for op in (A, B):
+            if op.dtype not in INPUT_DTYPES:
+                raise GemmLoweringError(
+                    f"T.gemm operand {op.name} ({op.buffer.name}) has dtype {op.dtype}; Metal GEMM supports "
+                    f"{', '.join(INPUT_DTYPES)} inputs. Cast the operand first."
+                )
+        if A.dtype != B.dtype:
+            raise GemmLoweringError(f"T.gemm needs A and B of the same dtype on Metal, got A={A.dtype}, B={B.dtype}")
+        if C.dtype not in OUTPUT_DTYPES:
+            raise GemmLoweringError(
+                f"T.gemm output C ({C.buffer.name}) has dtype {C.dtype}; Metal GEMM accumulates in float32 and "
+                f"stores {', '.join(OUTPUT_DTYPES)}."
+            )
+        if A.scope in GLOBAL_SCOPES and B.scope in GLOBAL_SCOPES:
+            pass
+        elif A.scope in SHARED_SCOPES and B.scope in SHARED_SCOPES:
+            pass
+        else:
+            raise GemmLoweringError(
+                f"unsupported T.gemm operand scopes: A is {A.scope}, B is {B.scope}. Metal GEMM takes both A and B "
+                "from global memory (direct-global) or both from shared memory (T.alloc_shared + T.copy)."
+            )
+        if C.scope not in GLOBAL_SCOPES + SHARED_SCOPES + FRAGMENT_SCOPES + SIMDGROUP_SCOPES:
+            raise GemmLoweringError(
+                f"T.gemm output C ({C.buffer.name}) is in scope {C.scope}; use global, shared, local.fragment "
+                "(T.alloc_fragment) or metal.simdgroup."
+            )
+        a_m, a_k = (A.cols, A.rows) if self.trans_A else (A.rows, A.cols)
+        b_k, b_n = (B.cols, B.rows) if self.trans_B else (B.rows, B.cols)
+        if (a_m, a_k, b_k, b_n, C.rows, C.cols) != (self.M, self.K, self.K, self.N, self.M, self.N):
+            raise GemmLoweringError(
+                f"T.gemm tile shapes disagree: A is {a_m}x{a_k}, B is {b_k}x{b_n}, C is {C.rows}x{C.cols} "
+                f"(M={self.M}, N={self.N}, K={self.K})"
+            )
+        if C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES:
+            if C.rows != int(C.buffer.shape[-2]) or C.cols != int(C.buffer.shape[-1]):
+                raise GemmLoweringError(
+                    f"T.gemm accumulator {C.buffer.name} must be used as a whole ({list(C.buffer.shape)}), "
+                    f"got a {C.rows}x{C.cols} region"
+                )

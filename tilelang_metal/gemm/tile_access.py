@@ -1,0 +1,95 @@
+"""Element-group access to a tile: one lane reads or writes `width` consecutive logical elements.
+
+A group becomes one vector access when the elements are contiguous in storage (no transpose) and
+the tile is provably inside its buffer; otherwise it becomes per-element accesses, each guarded by
+its own bounds condition when the tile can cross the buffer's edge. Aligned tiles therefore stay
+branch-free and vectorized; edge tiles read zeros and skip stores outside the buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir
+from .problem import Operand
+from .tir_build import cast, guarded, seq
+
+
+def tile_in_bounds(op: Operand, analyzer: Any) -> bool:
+    """True when every element of the tile lies inside the buffer, for every launched block.
+
+    Either the tile's end is provably inside the buffer, or the tile is aligned to its own size in a
+    buffer whose extent is a multiple of it (then a tile is wholly in or wholly outside; blocks
+    outside the logical grid are the launch's business, see the swizzle's early return).
+    """
+
+    def dim_ok(start: Any, size: int, extent: Any) -> bool:
+        if analyzer.can_prove(start + size <= extent):
+            return True
+        if isinstance(extent, tir.IntImm) and int(extent.value) % size == 0:
+            return analyzer.can_prove_equal(tir.floormod(start, size), 0)
+        return False
+
+    return dim_ok(op.row0, op.rows, op.row_extent) and dim_ok(op.col0, op.cols, op.col_extent)
+
+
+def _elem_cond(op: Operand, r: Any, c: Any, analyzer: Any) -> Any | None:
+    return op.in_bounds(r, c, analyzer)
+
+
+def load_group(
+    op: Operand,
+    transposed: bool,
+    row: Any,
+    col: Any,
+    width: int,
+    dst: Any,
+    dst_offset: Any,
+    in_bounds: bool,
+    analyzer: Any,
+) -> Any:
+    """dst[dst_offset : +width] = logical elements (row, col .. col+width-1) of the operand.
+
+    A transposed operand stores logical (row, col) at storage (col, row), so its groups are strided.
+    """
+
+    def logical_rc(r: Any, c: Any) -> tuple:
+        return (c, r) if transposed else (r, c)
+
+    if width > 1 and not transposed and in_bounds:
+        value = cast(op.load(row, col, lanes=width), _vec(str(dst.dtype), width))
+        return tir.BufferStore(dst, value, [tir.Ramp(dst_offset, 1, width)])
+    stmts = []
+    for t in range(width):
+        r, c = logical_rc(row, col + t)
+        cond = None if in_bounds else _elem_cond(op, r, c, analyzer)
+        value = guarded(cond, cast(op.load(r, c), str(dst.dtype)), str(dst.dtype))
+        stmts.append(tir.BufferStore(dst, value, [dst_offset + t]))
+    return seq(stmts)
+
+
+def store_group(
+    op: Operand,
+    row: Any,
+    col: Any,
+    width: int,
+    src: Any,
+    src_offset: Any,
+    in_bounds: bool,
+    analyzer: Any,
+) -> Any:
+    """Storage elements (row, col .. col+width-1) of the operand = src[src_offset : +width] (cast)."""
+    out_dtype = op.dtype
+    if width > 1 and in_bounds:
+        value = tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)])
+        return op.store(cast(value, _vec(out_dtype, width)), row, col, lanes=width)
+    stmts = []
+    for t in range(width):
+        store = op.store(cast(tir.BufferLoad(src, [src_offset + t]), out_dtype), row, col + t)
+        cond = None if in_bounds else _elem_cond(op, row, col + t, analyzer)
+        stmts.append(store if cond is None else tir.IfThenElse(cond, store, None))
+    return seq(stmts)
+
+
+def _vec(dtype: str, lanes: int) -> str:
+    return f"{dtype}x{lanes}"

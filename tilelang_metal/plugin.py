@@ -1,0 +1,66 @@
+"""Assemble what the plugin installs into tilelang: manifest, target hooks, GEMM hooks, codegen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _host
+from . import gemm as gemm_metal
+from .codegen.build import build_metal
+from .execution.backends import EMULATOR, execution_backends
+from .pipeline import lower_metal
+from .target import detect_metal_target, is_metal, normalize_metal_target
+from .version import __version__
+
+
+def _gemm_lower_hook(original: Any) -> Any:
+    def lower(gemm: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_index: Any, mbar_phase: Any) -> Any:
+        if is_metal(target):
+            return gemm_metal.lower(gemm, layout_map, target, thread_bounds, thread_index)
+        return original(gemm, layout_map, target, thread_bounds, thread_index, mbar_phase)
+
+    return lower
+
+
+def _gemm_infer_layout_hook(original: Any) -> Any:
+    def infer_layout(gemm: Any, target: Any, thread_bounds: Any) -> Any:
+        if is_metal(target):
+            return gemm_metal.infer_layout(gemm, target, thread_bounds)
+        return original(gemm, target, thread_bounds)
+
+    return infer_layout
+
+
+def _codegen_via_global(mod: Any, target: Any) -> Any:
+    # Go through the registered TVM global so the plugin codegen is reachable by name as well.
+    return _host.get_global_func(_host.CODEGEN_GLOBAL)(mod, target)
+
+
+def _make_emulator_adapter(**kwargs: Any) -> Any:
+    from .execution.emulator_adapter import EmulatorKernelAdapter
+
+    return EmulatorKernelAdapter(**kwargs)
+
+
+def build_hooks() -> _host.HostHooks:
+    mark_host_context = _host.in_tree_codegen_callbacks()
+    manifest = _host.BackendModule(
+        name=_host.PLUGIN_BACKEND_NAME,
+        target_kinds=("metal",),
+        pipelines={"metal": _host.PassPipeline("metal", lower_metal)},
+        device_codegens={"metal": _host.DeviceCodegen("metal", build=_codegen_via_global, build_without_compile=_codegen_via_global)},
+        host_codegen_hooks={"metal": (_host.HostCodegenHook("metal_context", mark_host_context),)},
+        execution_backends=execution_backends(),
+        host_codegens=_host.STANDARD_HOST_CODEGENS,
+    )
+    return _host.HostHooks(
+        manifest=manifest,
+        normalize_target=normalize_metal_target,
+        detect_target=detect_metal_target,
+        gemm_lower=_gemm_lower_hook,
+        gemm_infer_layout=_gemm_infer_layout_hook,
+        codegen_build=build_metal,
+        cache_identity={"tilelang_metal": __version__},
+        emulator_backend_name=EMULATOR,
+        make_emulator_adapter=_make_emulator_adapter,
+    )

@@ -1,0 +1,141 @@
+"""Instruction selection for `T.gemm` on Metal: pure functions of shape, scope, policy and target keys.
+
+Stage 1 of the spec (section 2.1) chooses between two instruction kinds:
+
+| condition                                                          | kind                      |
+|--------------------------------------------------------------------|---------------------------|
+| C is in `metal.simdgroup`                                          | `metal.simdgroup`         |
+| C is in `local.fragment` and fragments are not routed to MPP       | `metal.simdgroup`         |
+| target has `metal4` and `can_use_cooperative_tensor(...)`          | `metal.cooperative_tensor`|
+| otherwise                                                          | `metal.simdgroup`         |
+
+`route_fragments_to_cooperative_tensor` is the one deliberate extension of the spec's table (see
+docs/selection.md): the spec sends every `local.fragment` accumulator to simdgroup MMA; with it on,
+a fragment that passes `can_use_cooperative_tensor` on a `metal4` target lowers to destination
+cooperative tensors. Nothing here touches TVM, so the table is unit-testable without lowering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+SIMDGROUP = "metal.simdgroup"
+COOPERATIVE_TENSOR = "metal.cooperative_tensor"
+
+SIMD_WIDTH = 32
+CT_FRAG_M, CT_FRAG_N, CT_FRAG_K = 16, 32, 16  # matmul2d(16, 32, 16)
+SG_FRAG = 8  # simdgroup_matrix 8x8
+
+FRAGMENT_SCOPES = ("local.fragment",)
+SIMDGROUP_SCOPES = ("metal.simdgroup",)
+
+
+class WarpPolicy(IntEnum):
+    """Same numbering as tilelang's GemmWarpPolicy."""
+
+    SQUARE = 0
+    FULL_ROW = 1
+    FULL_COL = 2
+
+
+class Dataflow(str, Enum):
+    DIRECT_GLOBAL = "direct_global"  # A/B in device memory, no threadgroup staging
+    SHARED = "shared"  # A/B in threadgroup memory
+
+
+@dataclass(frozen=True)
+class Partition:
+    m_warp: int
+    n_warp: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    kind: str
+    reason: str
+    partition: Partition | None = None
+
+
+def legal_partitions(M: int, N: int, num_warps: int, frag_m: int, frag_n: int) -> list[Partition]:
+    """Every m_warp x n_warp split of `num_warps` whose simdgroup tiles are whole fragments."""
+    parts = []
+    for m_warp in range(1, num_warps + 1):
+        if num_warps % m_warp:
+            continue
+        n_warp = num_warps // m_warp
+        if M % (m_warp * frag_m) == 0 and N % (n_warp * frag_n) == 0:
+            parts.append(Partition(m_warp, n_warp))
+    return parts
+
+
+def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, frag_n: int) -> Partition | None:
+    """The policy's preferred legal partition, or None when the policy cannot split the tile.
+
+    FullRow puts as many simdgroups as possible along M, FullCol along N. Square prefers each
+    simdgroup owning a balanced grid of fragments (as many fragment rows as fragment columns),
+    breaking ties towards more simdgroups along N (wider contiguous C stores).
+    """
+    if num_warps <= 0:
+        return None
+    parts = legal_partitions(M, N, num_warps, frag_m, frag_n)
+    if not parts:
+        return None
+    policy = WarpPolicy(int(policy))
+    if policy is WarpPolicy.FULL_ROW:
+        return max(parts, key=lambda p: p.m_warp)
+    if policy is WarpPolicy.FULL_COL:
+        return max(parts, key=lambda p: p.n_warp)
+    return min(parts, key=lambda p: (abs(M // (p.m_warp * frag_m) - N // (p.n_warp * frag_n)), -p.n_warp))
+
+
+def cooperative_tensor_blockers(policy: int, M: int, N: int, K: int, num_warps: int) -> list[str]:
+    """Why CanUseCooperativeTensor is false (empty list when it is true)."""
+    reasons = []
+    if M % CT_FRAG_M:
+        reasons.append(f"M={M} is not a multiple of {CT_FRAG_M}")
+    if N % CT_FRAG_N:
+        reasons.append(f"N={N} is not a multiple of {CT_FRAG_N}")
+    if K % CT_FRAG_K:
+        reasons.append(f"K={K} is not a multiple of {CT_FRAG_K}")
+    if num_warps <= 0:
+        reasons.append("fewer than 32 threads: no whole simdgroup")
+    elif not reasons and choose_partition(policy, M, N, num_warps, CT_FRAG_M, CT_FRAG_N) is None:
+        reasons.append(
+            f"{WarpPolicy(int(policy)).name} policy cannot split {num_warps} simdgroups over a {M}x{N} tile "
+            f"in whole {CT_FRAG_M}x{CT_FRAG_N} fragments"
+        )
+    return reasons
+
+
+def can_use_cooperative_tensor(policy: int, M: int, N: int, K: int, num_warps: int) -> bool:
+    """The spec's CanUseCooperativeTensor: a pure shape and warp-policy check."""
+    return not cooperative_tensor_blockers(policy, M, N, K, num_warps)
+
+
+def select_inst(
+    *,
+    c_scope: str,
+    M: int,
+    N: int,
+    K: int,
+    threads: int,
+    policy: int,
+    has_metal4: bool,
+    route_fragments_to_cooperative_tensor: bool = False,
+) -> Selection:
+    """Stage 1 of path selection (spec 2.1), with the reason for the decision."""
+    if c_scope in SIMDGROUP_SCOPES:
+        return Selection(SIMDGROUP, f"C is in {c_scope}")
+    if c_scope in FRAGMENT_SCOPES and not route_fragments_to_cooperative_tensor:
+        return Selection(SIMDGROUP, f"C is in {c_scope}")
+    if not has_metal4:
+        return Selection(SIMDGROUP, "target has no metal4 key (cooperative tensors need Metal 4); simdgroup fallback")
+    if threads % SIMD_WIDTH:
+        return Selection(SIMDGROUP, f"threads={threads} is not a multiple of {SIMD_WIDTH}; simdgroup fallback")
+    num_warps = threads // SIMD_WIDTH
+    blockers = cooperative_tensor_blockers(policy, M, N, K, num_warps)
+    if blockers:
+        return Selection(SIMDGROUP, "CanUseCooperativeTensor is false: " + "; ".join(blockers) + "; simdgroup fallback")
+    part = choose_partition(policy, M, N, num_warps, CT_FRAG_M, CT_FRAG_N)
+    return Selection(COOPERATIVE_TENSOR, f"metal4 target and CanUseCooperativeTensor({M}, {N}, {K}, warps={num_warps})", part)

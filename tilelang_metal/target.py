@@ -1,0 +1,111 @@
+"""Metal target normalization: `target="metal"` gains the `metal4` key only where Metal 4 runs.
+
+Metal 4 (MPP cooperative tensors) needs macOS >= 26 on arm64, an SDK >= 26 and an Apple M5 or newer
+GPU. On any other host (Linux included) `"metal"` stays a plain Metal target. Targets passed with
+explicit keys (dicts or `Target` objects) are honoured untouched, which is how source-only builds
+on Linux ask for cooperative-tensor MSL.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+
+from ._host import Target
+
+METAL4_KEY = "metal4"
+MIN_MACOS_MAJOR = 26
+MIN_SDK_MAJOR = 26
+MIN_APPLE_M_GENERATION = 5
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What decides Metal 4 support; injectable for tests."""
+
+    macos_release: str  # "" off macOS
+    machine: str
+    sdk_version: str | None
+    cpu_brand: str | None
+
+
+def _major(version: str | None) -> int:
+    match = re.match(r"\s*(\d+)", version or "")
+    return int(match.group(1)) if match else 0
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def read_host_facts() -> HostFacts:
+    release, _, machine = platform.mac_ver()
+    if not release:
+        return HostFacts("", platform.machine(), None, None)
+    return HostFacts(
+        release,
+        machine,
+        _run(["xcrun", "-sdk", "macosx", "--show-sdk-version"]),
+        _run(["sysctl", "-n", "machdep.cpu.brand_string"]),
+    )
+
+
+def metal_available(facts: HostFacts) -> bool:
+    return bool(facts.macos_release) and facts.machine == "arm64"
+
+
+def metal4_supported(facts: HostFacts) -> bool:
+    """True only when OS, SDK and GPU generation all support Metal 4."""
+    if not metal_available(facts) or _major(facts.macos_release) < MIN_MACOS_MAJOR:
+        return False
+    if _major(facts.sdk_version) < MIN_SDK_MAJOR:
+        return False
+    match = re.search(r"\bApple M(\d+)\b", facts.cpu_brand or "")
+    return match is not None and int(match.group(1)) >= MIN_APPLE_M_GENERATION
+
+
+@functools.lru_cache(maxsize=1)
+def _local_facts() -> HostFacts:
+    return read_host_facts()
+
+
+def metal_target_keys(facts: HostFacts | None = None) -> list[str]:
+    facts = facts if facts is not None else _local_facts()
+    keys = ["metal", "gpu"]
+    if metal4_supported(facts):
+        keys.append(METAL4_KEY)
+    return keys
+
+
+def normalize_metal_target(target: object, facts: HostFacts | None = None) -> Target | None:
+    """tilelang target-normalizer hook: handles `"metal"` and Metal targets, ignores the rest."""
+    if isinstance(target, Target):
+        return target if target.kind.name == "metal" else None
+    if isinstance(target, dict):
+        return Target(target) if target.get("kind") == "metal" else None
+    if isinstance(target, str) and target.strip() == "metal":
+        return Target({"kind": "metal", "keys": metal_target_keys(facts)})
+    return None
+
+
+def detect_metal_target() -> Target | None:
+    """tilelang target-detector hook for `target="auto"`."""
+    facts = _local_facts()
+    if not metal_available(facts):
+        return None
+    return Target({"kind": "metal", "keys": metal_target_keys(facts)})
+
+
+def is_metal(target: Target) -> bool:
+    return target.kind.name == "metal"
+
+
+def has_metal4(target: Target) -> bool:
+    return is_metal(target) and METAL4_KEY in [str(k) for k in target.keys]

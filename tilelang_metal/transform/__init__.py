@@ -1,0 +1,1 @@
+"""Plugin-owned TIR passes of the Metal pipeline."""

@@ -1,0 +1,64 @@
+"""Express the 1-D thread index through the Metal execution attributes (simdgroup id, lane id).
+
+GemmMetal and layout inference write lane and simdgroup as `tx % 32` and `tx // 32`, which lets
+the stock passes bound them. This last plugin pass substitutes `tx = simdgroup * 32 + lane` and
+simplifies with the attributes' ranges, so the MSL reads `__simd_group_id & 1`, `__lane >> 4`
+instead of re-deriving both from `threadIdx.x` in every address. Only 1-D threadgroups qualify:
+there the linear thread index equals `threadIdx.x` and simdgroups are consecutive runs of 32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir, tvm
+
+SIMDGROUP_ID_NAME = "__simd_group_id"
+LANE_ID_NAME = "__lane"
+SIMD_WIDTH = 32
+
+
+def _thread_extents(body: Any) -> dict[str, tuple[Any, int]]:
+    found: dict[str, tuple[Any, int]] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.AttrStmt) and node.attr_key == "thread_extent":
+            iv = node.node
+            extent = node.value
+            if isinstance(extent, tir.IntImm):
+                found[str(iv.thread_tag)] = (iv.var, int(extent.value))
+
+    tvm.tirx.stmt_functor.post_order_visit(body, visit)
+    return found
+
+
+def canonicalize_function(func: Any) -> Any:
+    extents = _thread_extents(func.body)
+    if "threadIdx.x" not in extents:
+        return func
+    if any(extents.get(tag, (None, 1))[1] != 1 for tag in ("threadIdx.y", "threadIdx.z")):
+        return func
+    tx, threads = extents["threadIdx.x"]
+    sg = tir.Var(SIMDGROUP_ID_NAME, "int32")
+    lane = tir.Var(LANE_ID_NAME, "int32")
+    analyzer = tvm.arith.Analyzer()
+    analyzer.bind(sg, tvm.ir.Range(0, max(1, -(-threads // SIMD_WIDTH))))
+    analyzer.bind(lane, tvm.ir.Range(0, SIMD_WIDTH))
+    body = tvm.tirx.stmt_functor.substitute(func.body, {tx: sg * SIMD_WIDTH + lane})
+
+    def simplify(node: Any) -> Any:
+        return analyzer.simplify(node)
+
+    body = tvm.tirx.stmt_functor.ir_transform(body, None, simplify, ["tirx.FloorDiv", "tirx.FloorMod"])
+    return func.with_body(body)
+
+
+@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.UseSimdgroupIndices")
+def UseSimdgroupIndices(mod: Any, _ctx: Any) -> Any:
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tir.PrimFunc) and func.attrs is not None and "thread_extent" in func.attrs:
+            updates[gvar] = canonicalize_function(func)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod

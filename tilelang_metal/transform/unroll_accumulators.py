@@ -1,0 +1,87 @@
+"""Unroll the loops that index cooperative-tensor accumulators, so every index becomes a constant.
+
+A destination cooperative tensor is an object, not an array: the printer can keep an accumulator
+in destination tensors for the whole K loop (storage elision) only when each access names a fixed
+tensor and element. Clears, epilogues and stores of a register accumulator come out of tilelang as
+short loops over its elements; unrolling them here (bounded, so code size stays sane) turns their
+indices into constants. Loops that stay too large leave the accumulator as a thread array, which
+the printer handles with copies around each MPP run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir, tvm
+from ..gemm.tir_build import CT_MMA
+
+MAX_UNROLLED_ITERATIONS = 256
+
+
+def _ct_accumulators(body: Any) -> set:
+    found = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.Call) and getattr(node.op, "name", "") == "tirx.call_extern":
+            if str(node.args[0].value) == CT_MMA:
+                found.add(node.args[1])
+
+    tvm.tirx.stmt_functor.post_order_visit(body, visit)
+    return found
+
+
+def _touches(stmt: Any, targets: set) -> bool:
+    hit = [False]
+
+    def visit(node: Any) -> None:
+        if isinstance(node, (tir.BufferLoad, tir.BufferStore)) and node.buffer.data in targets:
+            hit[0] = True
+
+    tvm.tirx.stmt_functor.post_order_visit(stmt, visit)
+    return hit[0]
+
+
+def _unroll(loop: Any, analyzer: Any) -> Any:
+    body = []
+    for i in range(int(loop.extent.value)):
+        value = tir.const(int(loop.min.value) + i, loop.loop_var.dtype)
+        copy = tvm.tirx.stmt_functor.substitute(loop.body, {loop.loop_var: value})
+        body.append(tvm.tirx.stmt_functor.ir_transform(copy, None, analyzer.simplify, ["tirx.Ramp", "tirx.Add", "tirx.Mul", "tirx.FloorDiv", "tirx.FloorMod", "tirx.Call"]))
+    return tir.SeqStmt(body) if len(body) > 1 else body[0]
+
+
+def unroll_function(func: Any) -> Any:
+    targets = _ct_accumulators(func.body)
+    if not targets:
+        return func
+    analyzer = tvm.arith.Analyzer()
+
+    def postorder(node: Any) -> Any:
+        if not isinstance(node, tir.For):
+            return None
+        if not (isinstance(node.min, tir.IntImm) and isinstance(node.extent, tir.IntImm)):
+            return None
+        if int(node.extent.value) > MAX_UNROLLED_ITERATIONS or node.kind == tir.ForKind.THREAD_BINDING:
+            return None
+        if not _touches(node.body, targets):
+            return None
+        if _contains_mma(node.body):  # the K loop itself stays a loop
+            return None
+        return _unroll(node, analyzer)
+
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
+
+
+def _contains_mma(stmt: Any) -> bool:
+    return bool(_ct_accumulators(stmt))
+
+
+@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.UnrollAccumulatorLoops")
+def UnrollAccumulatorLoops(mod: Any, _ctx: Any) -> Any:
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tir.PrimFunc):
+            updates[gvar] = unroll_function(func)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
