@@ -106,6 +106,7 @@ class KernelPrinter:
         self.thread_arrays: dict[Any, str] = {}
         self.storage: MatrixStorage = analyze(func.body)
         self.swizzle: tuple[int, int, int] | None = None
+        self.declared: set = set()
         self.tmp = 0
 
     # ---------------------------------------------------------------- naming
@@ -226,6 +227,9 @@ class KernelPrinter:
     def visit_AllocBuffer(self, stmt: Any) -> None:
         buf = stmt.buffer
         var = buf.data
+        if var in self.declared:
+            return  # unrolled copies of a loop body re-allocate the same scratch array
+        self.declared.add(var)
         info = self.storage.allocs[var]
         scope = info.scope
         name = self.name_of(var)
@@ -491,10 +495,12 @@ class KernelPrinter:
         self.emit("}")
 
     def pointer(self, addr: Any) -> str:
-        """`address_of(buf[i])` as `(buf + i)`: the only way device pointers are formed."""
+        """A matrix load/store address as `(buf + i)`: the only way device pointers are formed."""
         if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
             load = addr.args[0]
             return f"({self.name_of(load.buffer.data)} + {self.expr(load.indices[-1])})"
+        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.tvm_access_ptr":
+            return f"({self.name_of(addr.args[1])} + {self.expr(addr.args[2])})"
         raise CodegenError(f"unsupported pointer expression {addr}")
 
     # ---------------------------------------------------------------- expressions
@@ -549,8 +555,14 @@ class KernelPrinter:
     def expr_FloorMod(self, e: Any) -> str:
         raise CodegenError(f"floormod reached the printer unlowered: {e}")
 
+    def choose(self, cond: Any, true_value: Any, false_value: Any) -> str:
+        c, t, f = self.expr(cond), self.expr(true_value), self.expr(false_value)
+        if split_dtype(str(cond.dtype))[1] > 1:
+            return f"select({f}, {t}, {c})"  # lane-wise: MSL's ternary takes a scalar condition only
+        return f"({c} ? {t} : {f})"
+
     def expr_Select(self, e: Any) -> str:
-        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        return self.choose(e.condition, e.true_value, e.false_value)
 
     def expr_Broadcast(self, e: Any) -> str:
         return f"{msl_type(str(e.dtype))}({self.expr(e.value)})"
@@ -589,7 +601,7 @@ class KernelPrinter:
         if op == "tirx.bitwise_not":
             return f"(~{self.expr(args[0])})"
         if op == "tirx.if_then_else":
-            return f"({self.expr(args[0])} ? {self.expr(args[1])} : {self.expr(args[2])})"
+            return self.choose(args[0], args[1], args[2])
         if op == "tirx.likely":
             return self.expr(args[0])
         if op == "tirx.reinterpret":
@@ -597,7 +609,7 @@ class KernelPrinter:
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
             return f"{name}({', '.join(self.expr(a) for a in args[1:])})"
-        if op == "tirx.address_of":
+        if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
         if op == "tirx.tvm_warp_shuffle":
             return f"simd_shuffle({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"

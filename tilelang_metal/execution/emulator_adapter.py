@@ -38,6 +38,10 @@ class EmulatorKernelAdapter(BaseKernelAdapter):
     def __init__(self, params: list, result_idx: Any, func_or_mod: Any, device_mod: Any, kernel_source: str, target: Any = None):
         self.kernel_global_source = kernel_source
         self.launch = launch_shape(device_mod)
+        # The kernel may drop buffers it never touches: pick its buffers from the host list by name.
+        host_names = [func_or_mod.buffer_map[v].name if v in func_or_mod.buffer_map else v.name for v in func_or_mod.params]
+        device_func = next(iter(device_mod.functions.values()))
+        self.device_positions = [host_names.index(v.name) for v in device_func.params]
         self._kernel = None
         super().__init__(func_or_mod, params=params, result_idx=result_idx)
 
@@ -69,7 +73,7 @@ class EmulatorKernelAdapter(BaseKernelAdapter):
                     tensors.append(torch.empty(shape, dtype=_torch_dtype(param.dtype)))
                 else:
                     tensors.append(next(inputs))
-            self.compiled().launch(tensors, self.launch.grid, self.launch.block)
+            self.compiled().launch([tensors[i] for i in self.device_positions], self.launch.grid, self.launch.block)
             results = [tensors[i] for i in self.result_idx]
             if not results:
                 return None

@@ -69,8 +69,16 @@ class Operand:
             col_index = tir.Ramp(col_index, 1, lanes)
         return tir.BufferStore(self.buffer, value, [*self.lead, self.row0 + row, col_index])
 
-    def address(self, row: Any, col: Any) -> Any:
-        return tir.address_of(tir.BufferLoad(self.buffer, self.indices(row, col)))
+    def address(self, row: Any, col: Any, access: str = "r") -> Any:
+        """Pointer to element (row, col) as a `tvm_access_ptr`, so passes see read vs. write intent
+        (a read-only device buffer keeps its `const`)."""
+        buf = self.buffer
+        flat = buf.offset_of(self.indices(row, col))[-1]
+        extent = buf.shape[-1] if len(buf.shape) == 1 else self.rows * self.row_stride
+        mask = {"r": 1, "w": 2, "rw": 3}[access]
+        return tir.call_intrin(
+            "handle", "tirx.tvm_access_ptr", tir.type_annotation(buf.dtype), buf.data, flat, extent, tir.const(mask, "int32")
+        )
 
     def in_bounds(self, row: Any, col: Any, analyzer: Any) -> Any | None:
         """Condition that (row, col) of the tile lies inside the buffer; None when provably always."""

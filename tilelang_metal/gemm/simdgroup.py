@@ -96,7 +96,7 @@ class SimdgroupPlan:
                 r, c = self._c_origin(i, j)
                 f = i * self.cols + j
                 if direct:
-                    stmts.append(call(SG_STORE, acc.buffer.data, f, self.p.C.address(r, c), self.p.C.row_stride))
+                    stmts.append(call(SG_STORE, acc.buffer.data, f, self.p.C.address(r, c, "w"), self.p.C.row_stride))
                 else:
                     stmts.append(store_group(self.p.C, r + self.lrow, c + self.lcol, E, acc.buffer, f * E, self.c_ok, self.analyzer))
         return seq(stmts)

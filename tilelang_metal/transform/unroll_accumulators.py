@@ -1,11 +1,12 @@
-"""Unroll the loops that index cooperative-tensor accumulators, so every index becomes a constant.
+"""Unroll the loops that index matrix accumulators, so every index becomes a constant.
 
 A destination cooperative tensor is an object, not an array: the printer can keep an accumulator
 in destination tensors for the whole K loop (storage elision) only when each access names a fixed
 tensor and element. Clears, epilogues and stores of a register accumulator come out of tilelang as
 short loops over its elements; unrolling them here (bounded, so code size stays sane) turns their
 indices into constants. Loops that stay too large leave the accumulator as a thread array, which
-the printer handles with copies around each MPP run.
+the printer handles with copies around each MPP run. Simdgroup-matrix accumulators get the same
+treatment: constant indices into a `simdgroup_matrix` array keep it in registers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir, tvm
-from ..gemm.tir_build import CT_MMA
+from ..gemm.tir_build import CT_MMA, SG_MMA
 
 MAX_UNROLLED_ITERATIONS = 256
 
@@ -23,7 +24,7 @@ def _ct_accumulators(body: Any) -> set:
 
     def visit(node: Any) -> None:
         if isinstance(node, tir.Call) and getattr(node.op, "name", "") == "tirx.call_extern":
-            if str(node.args[0].value) == CT_MMA:
+            if str(node.args[0].value) in (CT_MMA, SG_MMA):
                 found.add(node.args[1])
 
     tvm.tirx.stmt_functor.post_order_visit(body, visit)

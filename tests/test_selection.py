@@ -1,0 +1,114 @@
+"""The selection table of spec section 2.1 (plus the documented fragment extension), as pure functions."""
+
+import pytest
+
+from tilelang_metal.selection import (
+    COOPERATIVE_TENSOR,
+    SIMDGROUP,
+    Partition,
+    WarpPolicy,
+    can_use_cooperative_tensor,
+    choose_partition,
+    cooperative_tensor_blockers,
+    legal_partitions,
+    select_inst,
+)
+
+SQ, ROW, COL = WarpPolicy.SQUARE, WarpPolicy.FULL_ROW, WarpPolicy.FULL_COL
+
+
+@pytest.mark.parametrize("c_scope", ["metal.simdgroup", "local.fragment"])
+@pytest.mark.parametrize("metal4", [True, False])
+def test_register_accumulators_take_simdgroup_in_the_spec_table(c_scope, metal4):
+    sel = select_inst(c_scope=c_scope, M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=metal4)
+    assert sel.kind == SIMDGROUP
+    assert c_scope in sel.reason
+
+
+def test_fragment_extension_routes_fragments_to_cooperative_tensors_on_metal4():
+    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=True,
+                      route_fragments_to_cooperative_tensor=True)
+    assert sel.kind == COOPERATIVE_TENSOR
+    # an explicit simdgroup accumulator is never rerouted
+    sel = select_inst(c_scope="metal.simdgroup", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=True,
+                      route_fragments_to_cooperative_tensor=True)
+    assert sel.kind == SIMDGROUP
+    # and the extension still needs metal4
+    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=False,
+                      route_fragments_to_cooperative_tensor=True)
+    assert sel.kind == SIMDGROUP
+
+
+@pytest.mark.parametrize("c_scope", ["global", "shared", "shared.dyn"])
+@pytest.mark.parametrize(
+    "M,N,K,threads,expected",
+    [
+        (64, 128, 64, 128, COOPERATIVE_TENSOR),
+        (16, 32, 16, 32, COOPERATIVE_TENSOR),
+        (128, 128, 32, 256, COOPERATIVE_TENSOR),
+        (64, 128, 72, 128, SIMDGROUP),  # K % 16
+        (48, 128, 64, 128, COOPERATIVE_TENSOR),  # 1x4 split: each simdgroup 48x32
+        (48, 96, 64, 128, SIMDGROUP),  # 3x3 fragments cannot be split over 4 simdgroups
+        (16, 64, 64, 128, SIMDGROUP),  # 1x2 fragments, 4 simdgroups
+        (8, 128, 64, 128, SIMDGROUP),  # M % 16
+        (64, 40, 64, 128, SIMDGROUP),  # N % 32
+        (64, 128, 64, 96, SIMDGROUP),  # 3 warps: 4x4 fragments cannot split 3 ways
+    ],
+)
+def test_memory_accumulators_on_metal4(c_scope, M, N, K, threads, expected):
+    sel = select_inst(c_scope=c_scope, M=M, N=N, K=K, threads=threads, policy=SQ, has_metal4=True)
+    assert sel.kind == expected, sel.reason
+    if expected == COOPERATIVE_TENSOR:
+        p = sel.partition
+        assert p.m_warp * p.n_warp == threads // 32
+        assert M % (p.m_warp * 16) == 0 and N % (p.n_warp * 32) == 0
+    else:
+        assert "simdgroup fallback" in sel.reason
+
+
+def test_no_metal4_key_means_simdgroup_with_reason():
+    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=False)
+    assert sel.kind == SIMDGROUP and "metal4" in sel.reason
+
+
+def test_threads_not_multiple_of_32_fall_back_with_reason():
+    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=100, policy=SQ, has_metal4=True)
+    assert sel.kind == SIMDGROUP and "multiple of 32" in sel.reason
+
+
+def test_blockers_name_each_failed_condition():
+    assert cooperative_tensor_blockers(SQ, 64, 128, 64, 4) == []
+    reasons = cooperative_tensor_blockers(SQ, 40, 100, 24, 4)
+    assert any("M=40" in r for r in reasons)
+    assert any("N=100" in r for r in reasons)
+    assert any("K=24" in r for r in reasons)
+    assert "cannot split" in cooperative_tensor_blockers(ROW, 16, 64, 16, 4)[0] or can_use_cooperative_tensor(ROW, 16, 64, 16, 4)
+
+
+@pytest.mark.parametrize("policy", [SQ, ROW, COL])
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+@pytest.mark.parametrize("M,N", [(64, 128), (128, 128), (32, 256), (256, 64), (16, 32)])
+def test_chosen_partitions_are_legal(policy, warps, M, N):
+    part = choose_partition(policy, M, N, warps, 16, 32)
+    legal = legal_partitions(M, N, warps, 16, 32)
+    if part is None:
+        assert legal == []
+        assert not can_use_cooperative_tensor(policy, M, N, 16, warps)
+    else:
+        assert part in legal
+        assert can_use_cooperative_tensor(policy, M, N, 16, warps)
+
+
+def test_policies_prefer_their_axis():
+    assert choose_partition(ROW, 128, 128, 4, 16, 32) == Partition(4, 1)
+    assert choose_partition(COL, 128, 128, 4, 16, 32) == Partition(1, 4)
+    # full-row falls back to the most rows that still fit
+    assert choose_partition(ROW, 32, 128, 4, 16, 32) == Partition(2, 2)
+
+
+def test_square_prefers_balanced_fragment_grid():
+    # 64x128 tile, 4 simdgroups: 2x2 gives each simdgroup 2x2 fragments of 16x32 (the spec's example)
+    assert choose_partition(SQ, 64, 128, 4, 16, 32) == Partition(2, 2)
+    # 8 simdgroups on 64x128 (MLX-style): each simdgroup 32x32 -> 2x1 fragments
+    part = choose_partition(SQ, 64, 128, 8, 16, 32)
+    assert part.m_warp * part.n_warp == 8 and part in legal_partitions(64, 128, 8, 16, 32)

@@ -1,0 +1,53 @@
+"""metal4 key normalization: only macOS >= 26 + SDK >= 26 + Apple M5 or newer gets metal4."""
+
+import pytest
+from tilelang import tvm
+
+import tilelang_metal  # noqa: F401
+from tilelang_metal.target import HostFacts, has_metal4, metal4_supported, metal_target_keys, normalize_metal_target
+
+M5_HOST = HostFacts("26.5.1", "arm64", "26.4", "Apple M5")
+
+
+@pytest.mark.parametrize(
+    "facts,expected",
+    [
+        (M5_HOST, True),
+        (HostFacts("26.0", "arm64", "26.0", "Apple M6 Pro"), True),
+        (HostFacts("25.6", "arm64", "26.4", "Apple M5"), False),  # OS too old
+        (HostFacts("26.1", "arm64", "15.5", "Apple M5"), False),  # SDK too old
+        (HostFacts("26.1", "arm64", None, "Apple M5"), False),  # no xcrun
+        (HostFacts("26.1", "arm64", "26.1", "Apple M4 Max"), False),  # GPU too old
+        (HostFacts("26.1", "x86_64", "26.1", "Apple M5"), False),  # not arm64
+        (HostFacts("", "x86_64", None, None), False),  # Linux
+    ],
+)
+def test_metal4_support_needs_all_three(facts, expected):
+    assert metal4_supported(facts) is expected
+    assert ("metal4" in metal_target_keys(facts)) is expected
+
+
+def test_plain_metal_string_on_linux_has_no_metal4():
+    linux = HostFacts("", "x86_64", None, None)
+    target = normalize_metal_target("metal", linux)
+    assert target.kind.name == "metal" and not has_metal4(target)
+    assert has_metal4(normalize_metal_target("metal", M5_HOST))
+
+
+def test_explicit_keys_are_honoured_untouched():
+    explicit = {"kind": "metal", "keys": ["metal", "gpu", "metal4"]}
+    target = normalize_metal_target(explicit, HostFacts("", "x86_64", None, None))
+    assert has_metal4(target)
+    obj = tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu"]})
+    assert normalize_metal_target(obj, M5_HOST) is obj
+    assert normalize_metal_target("cuda") is None
+
+
+def test_tilelang_resolves_metal_through_the_plugin():
+    from tilelang.backend.target import determine_target
+
+    target = determine_target("metal", return_object=True)
+    assert target.kind.name == "metal"
+    assert not has_metal4(target)  # this CI host is Linux
+    explicit = determine_target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]}, return_object=True)
+    assert has_metal4(explicit)
