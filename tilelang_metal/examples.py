@@ -37,8 +37,12 @@ def gemm_direct_global(
     trans_A: bool = False,
     trans_B: bool = False,
     swizzle_panel: int = 0,
+    swizzle_order: str = "mlx",
+    accumulate: bool = False,
 ) -> Any:
-    """The spec's fast path: T.gemm on global tile views, no staging, the backend owns the K loop."""
+    """The spec's fast path: T.gemm on global tile views, no staging, the backend owns the K loop.
+
+    accumulate=True computes C += A @ B (clear_accum=False)."""
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
 
@@ -46,18 +50,18 @@ def gemm_direct_global(
     def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             if swizzle_panel:
-                T.use_swizzle(swizzle_panel, order="mlx")
+                T.use_swizzle(swizzle_panel, order=swizzle_order)
             if trans_A and trans_B:
                 T.gemm(A[0:K, by * block_M : (by + 1) * block_M], B[bx * block_N : (bx + 1) * block_N, 0:K], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
-                       transpose_A=True, transpose_B=True, clear_accum=True)
+                       transpose_A=True, transpose_B=True, clear_accum=not accumulate)
             elif trans_A:
                 T.gemm(A[0:K, by * block_M : (by + 1) * block_M], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
-                       transpose_A=True, clear_accum=True)
+                       transpose_A=True, clear_accum=not accumulate)
             elif trans_B:
                 T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[bx * block_N : (bx + 1) * block_N, 0:K], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N],
-                       transpose_B=True, clear_accum=True)
+                       transpose_B=True, clear_accum=not accumulate)
             else:
-                T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N], clear_accum=True)
+                T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N], clear_accum=not accumulate)
 
     return main
 

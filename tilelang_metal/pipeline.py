@@ -5,13 +5,16 @@ the in-tree Metal pipeline, and why:
 - no fragment-to-simdgroup scope rewrite before layout inference: GemmMetal gives register
   accumulators a real fragment layout (the lane layout of the chosen instruction), so `T.Parallel`
   epilogues and `T.copy` on accumulators lower through ordinary layout inference;
-- the MLX block swizzle pads the launch grid before the host/device split (plugin pass), so the
-  kernel can map physical to logical tiles once and return early for padding threadgroups.
+- block swizzles are resolved on the device function after the split (plugin pass): the MLX order
+  pads the launch grid, and the kernel maps physical to logical tiles once, returning early for
+  padding threadgroups;
+- the last passes put lane / simdgroup ids on Metal's execution attributes and unroll the short
+  loops over matrix accumulators, so the printer can keep them in cooperative tensors.
 """
 
 from __future__ import annotations
 
-from .transform.block_swizzle import PadGridForMLXSwizzle
+from .transform.block_swizzle import BlockSwizzle
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
@@ -28,7 +31,6 @@ def lower_metal(mod: object, target: object) -> object:
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
-    mod = PadGridForMLXSwizzle()(mod)  # plugin
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
     mod = tl.AddWrapperForSingleBufStore()(mod)
@@ -96,6 +98,7 @@ def lower_metal(mod: object, target: object) -> object:
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)
     mod = tl.LowerDeviceKernelLaunch()(mod)
+    mod = BlockSwizzle(mod)  # plugin: physical -> logical tiles once, padded MLX grid
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
     return mod

@@ -13,7 +13,7 @@ from .._host import tir, tvm
 from ..errors import CodegenError
 from ..gemm.lane_layout import CT_DEST_ELEMS, CT_LEFT_ELEMS, CT_RIGHT_ELEMS
 from ..gemm.tir_build import CT_MMA, SG_LOAD, SG_MMA, SG_STORE
-from ..transform.block_swizzle import SWIZZLE_ATTR
+from ..transform.block_swizzle import ORDER_NAMES, SWIZZLE_ATTR
 from ..transform.simdgroup_indices import LANE_ID_NAME, SIMDGROUP_ID_NAME
 from .matrix_storage import MatrixStorage, analyze, sg_count
 from .msl_types import float_literal, int_literal, msl_type, scalar_type, split_dtype
@@ -105,7 +105,7 @@ class KernelPrinter:
         self.threadgroup: dict[Any, str] = {}
         self.thread_arrays: dict[Any, str] = {}
         self.storage: MatrixStorage = analyze(func.body)
-        self.swizzle: tuple[int, int, int] | None = None
+        self.swizzle: tuple[int, int, int, int] | None = None
         self.declared: set = set()
         self.tmp = 0
 
@@ -162,7 +162,6 @@ class KernelPrinter:
         self.visit(func.body)
         if self.swizzle is not None:
             self.used_positions.add("blockIdx")
-            self.used_positions.add("__gridDim")
         for name, ty, attr in POSITION_PARAMS:
             if name in self.used_positions:
                 pname = "__physical_blockIdx" if (name == "blockIdx" and self.swizzle is not None) else name
@@ -182,14 +181,28 @@ class KernelPrinter:
     def swizzle_prelude(self) -> list[str]:
         if self.swizzle is None:
             return []
-        panel, tiles_x, tiles_y = self.swizzle
-        log = panel.bit_length() - 1
-        return [
-            f"  // MLX block swizzle (panel {panel}): physical -> logical tile once; padding threadgroups exit",
-            f"  const uint3 blockIdx = uint3(__physical_blockIdx.x >> {log}, "
-            f"(__physical_blockIdx.y << {log}) + (__physical_blockIdx.x & {panel - 1}u), __physical_blockIdx.z);",
-            f"  if (blockIdx.x >= {tiles_x}u || blockIdx.y >= {tiles_y}u) return;",
+        order, panel, tiles_x, tiles_y = self.swizzle
+        p = "__physical_blockIdx"
+        lines = [f"  // block swizzle ({ORDER_NAMES[order]}, panel {panel}): physical -> logical tile, once"]
+        if order == 0:
+            log = panel.bit_length() - 1
+            lines.append(f"  const uint3 blockIdx = uint3({p}.x >> {log}, ({p}.y << {log}) + ({p}.x & {panel - 1}u), {p}.z);")
+            lines.append(f"  if (blockIdx.y >= {tiles_y}u) return;  // padding threadgroup of the swizzled grid")
+            return lines
+        # serpentine panels of `panel` tile rows (row order) or tile columns (column order)
+        major, minor = (tiles_x, tiles_y) if order == 1 else (tiles_y, tiles_x)
+        lines += [
+            f"  const uint __t = {p}.y * {tiles_x}u + {p}.x;",
+            f"  const uint __panel = __t / {panel * major}u, __o = __t % {panel * major}u;",
+            f"  const uint __h = min({panel}u, {minor}u - __panel * {panel}u);",
+            f"  const uint __along = (__panel & 1u) ? {major - 1}u - __o / __h : __o / __h;",
+            f"  const uint __across = __panel * {panel}u + __o % __h;",
         ]
+        if order == 1:
+            lines.append(f"  const uint3 blockIdx = uint3(__along, __across, {p}.z);")
+        else:
+            lines.append(f"  const uint3 blockIdx = uint3(__across, __along, {p}.z);")
+        return lines
 
     # ---------------------------------------------------------------- statements
     def visit(self, stmt: Any) -> None:
@@ -214,8 +227,8 @@ class KernelPrinter:
                 self.names[iv.var] = f"((int)threadIdx.{tag[-1]})"
                 self.pos_users.setdefault(iv.var, "threadIdx")
         elif key == SWIZZLE_ATTR:
-            values = [int(v) for v in stmt.value.args] if isinstance(stmt.value, tir.Call) else []
-            self.swizzle = (values[0], values[1], values[2])
+            order, panel, tiles_x, tiles_y = (int(v) for v in stmt.value.args)
+            self.swizzle = (order, panel, tiles_x, tiles_y)
         self.visit(stmt.body)
 
     @property

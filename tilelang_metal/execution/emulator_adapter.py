@@ -70,7 +70,10 @@ class EmulatorKernelAdapter(BaseKernelAdapter):
             for i, param in enumerate(self.params):
                 if i in outputs:
                     shape = [int(d) for d in param.shape]
-                    tensors.append(torch.empty(shape, dtype=_torch_dtype(param.dtype)))
+                    dtype = _torch_dtype(param.dtype)
+                    # Outputs start poisoned (NaN / -1), so elements the kernel never writes show up.
+                    fill = float("nan") if dtype.is_floating_point else -1
+                    tensors.append(torch.full(shape, fill, dtype=dtype))
                 else:
                     tensors.append(next(inputs))
             self.compiled().launch([tensors[i] for i in self.device_positions], self.launch.grid, self.launch.block)

@@ -1,0 +1,70 @@
+"""Suite-wide fixtures.
+
+Every MSL source any test makes goes through the emulator's `check_source` (C++ syntax and types
+against the MSL shim) when that test ends, so no test can produce MSL that would not compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
+
+import tilelang_metal  # noqa: E402,F401  (activates the plugin for the whole suite)
+from tilelang_metal.codegen import build as codegen_build  # noqa: E402
+
+_produced: list[str] = []
+_checked: set[str] = set()
+_original_generate = codegen_build.generate_msl
+
+
+def _recording_generate(mod):
+    source = _original_generate(mod)
+    _produced.append(source)
+    return source
+
+
+codegen_build.generate_msl = _recording_generate
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_source_check: the test makes MSL that is meant not to compile")
+    config.addinivalue_line("markers", "slow: long-running numeric sweeps")
+
+
+@pytest.fixture(autouse=True)
+def _every_msl_source_compiles(request):
+    start = len(_produced)
+    yield
+    if request.node.get_closest_marker("no_source_check"):
+        return
+    from tilelang_metal.emulator import check_source
+
+    for source in _produced[start:]:
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        if digest in _checked:
+            continue
+        check_source(source)
+        _checked.add(digest)
+
+
+@pytest.fixture
+def metal4():
+    from tilelang_metal.examples import metal4_target
+
+    return metal4_target()
+
+
+@pytest.fixture
+def plain_metal():
+    from tilelang_metal.examples import plain_metal_target
+
+    return plain_metal_target()

@@ -1,0 +1,45 @@
+"""Helpers shared by the GEMM tests: lowering, emulator execution and the torch reference."""
+
+from __future__ import annotations
+
+import tilelang
+import torch
+from tilelang import tvm
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def lower_source(func, target) -> str:
+    with tvm.transform.PassContext(), target:
+        return tilelang.lower(func, target=target).kernel_source
+
+
+def compile_emulated(func, target):
+    return tilelang.compile(func, out_idx=[-1], target=target, execution_backend="emulator")
+
+
+def operands(M, N, K, dtype, trans_A=False, trans_B=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    dt = TORCH_DTYPES[dtype]
+    a = torch.randn((K, M) if trans_A else (M, K), generator=g).to(dt)
+    b = torch.randn((N, K) if trans_B else (K, N), generator=g).to(dt)
+    ref = (a.float().T if trans_A else a.float()) @ (b.float().T if trans_B else b.float())
+    return a, b, ref
+
+
+def tolerance(in_dtype: str, out_dtype: str, K: int) -> float:
+    """Absolute tolerance for |C - ref| with unit-normal inputs (ref entries ~ sqrt(K))."""
+    scale = max(1.0, K**0.5)
+    if out_dtype == "bfloat16" or in_dtype == "bfloat16":
+        return 0.03 * scale
+    if out_dtype == "float16" or in_dtype == "float16":
+        return 0.01 * scale
+    return 1e-4 * scale
+
+
+def assert_close(out, ref, in_dtype, out_dtype, K, what=""):
+    assert out.shape == ref.shape
+    err = (out.float() - ref).abs()
+    assert not torch.isnan(out.float()).any(), f"{what}: NaN in output (unwritten elements?)"
+    limit = tolerance(in_dtype, out_dtype, K)
+    assert err.max().item() <= limit, f"{what}: max error {err.max().item():.4g} > {limit:.4g} at {divmod(int(err.argmax()), ref.shape[1])}"

@@ -1,0 +1,147 @@
+"""Every GEMM path of the plugin, executed in the emulator and compared with torch (CPU, fp32)."""
+
+from __future__ import annotations
+
+import pytest
+import tilelang
+import torch
+from gemm_support import TORCH_DTYPES, assert_close, compile_emulated, lower_source, operands
+
+from tilelang_metal import examples as E
+
+
+def run_direct(M, N, K, target, **kw):
+    dtype = kw.get("dtype", "float16")
+    out_dtype = kw.get("out_dtype", "float16")
+    func = E.gemm_direct_global(M, N, K, **kw)
+    a, b, ref = operands(M, N, K, dtype, kw.get("trans_A", False), kw.get("trans_B", False))
+    out = compile_emulated(func, target)(a, b)
+    assert_close(out, ref, dtype, out_dtype, K, f"direct {M}x{N}x{K} {kw}")
+    return func
+
+
+def run_shared(M, N, K, target, epilogue="none", **kw):
+    dtype = kw.get("dtype", "float16")
+    out_dtype = kw.get("out_dtype", "float32")
+    func = E.gemm_shared(M, N, K, epilogue=epilogue, **kw)
+    a, b, ref = operands(M, N, K, dtype, kw.get("trans_A", False), kw.get("trans_B", False))
+    bias = torch.randn(N)
+    ref = {
+        "none": lambda x: x,
+        "relu": torch.relu,
+        "bias": lambda x: x + bias,
+        "scale": lambda x: x * 0.5 + 1.0,
+        "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+        "silu": torch.nn.functional.silu,
+    }[epilogue](ref)
+    out = compile_emulated(func, target)(a, b, bias)
+    assert_close(out, ref, dtype, out_dtype, K, f"shared {M}x{N}x{K} {epilogue} {kw}")
+    return func
+
+
+# ---------------------------------------------------------------- direct-global cooperative tensor
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("M,N,K", [(128, 256, 128), (64, 128, 32), (256, 128, 256)])
+def test_direct_global_cooperative_tensor(metal4, M, N, K, out_dtype):
+    run_direct(M, N, K, metal4, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("threads,block", [(128, (64, 128)), (256, (64, 128)), (256, (128, 128)), (64, (32, 64))])
+def test_direct_global_simdgroup_counts(metal4, threads, block):
+    run_direct(256, 256, 64, metal4, block_M=block[0], block_N=block[1], threads=threads)
+
+
+def test_direct_global_accumulates_into_c(metal4):
+    M, N, K = 128, 128, 64
+    func = E.gemm_direct_global(M, N, K, out_dtype="float32", accumulate=True)
+    a, b, ref = operands(M, N, K, "float16")
+    c = torch.randn(M, N)
+    kernel = tilelang.compile(func, target=metal4, execution_backend="emulator")  # C is an in/out argument
+    c_out = c.clone()
+    kernel(a, b, c_out)
+    assert_close(c_out, ref + c, "float16", "float32", K, "C += A B")
+
+
+# ---------------------------------------------------------------- simdgroup fallback
+@pytest.mark.parametrize("dtype,out_dtype", [("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32")])
+def test_direct_global_simdgroup_without_metal4(plain_metal, dtype, out_dtype):
+    run_direct(128, 256, 64, plain_metal, dtype=dtype, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_shared_simdgroup(plain_metal, dtype):
+    run_shared(128, 128, 96, plain_metal, dtype=dtype)
+
+
+# ---------------------------------------------------------------- shared cooperative tensor
+@pytest.mark.parametrize("c_in_shared", [False, True])
+@pytest.mark.parametrize("scope", ["shared.dyn", "shared"])
+def test_shared_cooperative_tensor(metal4, c_in_shared, scope):
+    run_shared(128, 128, 128, metal4, c_in_shared=c_in_shared, shared_scope=scope)
+
+
+def test_shared_pipelined(metal4):
+    run_shared(128, 128, 256, metal4, num_stages=2)
+
+
+# ---------------------------------------------------------------- swizzle
+@pytest.mark.parametrize("M,panel", [(256, 2), (200, 2), (448, 4), (1000, 8)])
+def test_mlx_swizzle_with_padded_grid(metal4, M, panel):
+    func = run_direct(M, 256, 32, metal4, swizzle_panel=panel)
+    source = lower_source(func, metal4)
+    assert "__physical_blockIdx" in source and "return;" in source
+
+
+@pytest.mark.parametrize("order", ["row", "column"])
+def test_row_and_column_swizzle(metal4, order):
+    run_direct(320, 384, 32, metal4, swizzle_panel=2, swizzle_order=order)
+
+
+# ---------------------------------------------------------------- transposes and dtypes
+@pytest.mark.parametrize("trans_A,trans_B", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_transposes(metal4, plain_metal, trans_A, trans_B, which):
+    target = metal4 if which == "metal4" else plain_metal
+    run_direct(128, 128, 64, target, trans_A=trans_A, trans_B=trans_B)
+    run_shared(128, 128, 64, target, trans_A=trans_A, trans_B=trans_B)
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_bfloat16(metal4, plain_metal, out_dtype, which):
+    target = metal4 if which == "metal4" else plain_metal
+    run_direct(128, 128, 64, target, dtype="bfloat16", out_dtype=out_dtype)
+    run_shared(64, 128, 64, target, dtype="bfloat16", out_dtype=out_dtype)
+
+
+# ---------------------------------------------------------------- partial tiles
+@pytest.mark.parametrize("M,N,K", [(100, 200, 72), (65, 129, 48), (1, 256, 16), (100, 200, 64)])
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_partial_tiles_direct(metal4, plain_metal, M, N, K, which):
+    run_direct(M, N, K, metal4 if which == "metal4" else plain_metal)
+
+
+@pytest.mark.parametrize("M,N,K", [(100, 200, 72), (65, 129, 48), (1, 256, 16)])
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_partial_tiles_shared(metal4, plain_metal, M, N, K, which):
+    run_shared(M, N, K, metal4 if which == "metal4" else plain_metal)
+
+
+@pytest.mark.slow
+def test_thousand_cubed_with_128_tiles(metal4):
+    run_direct(1000, 1000, 1000, metal4, block_M=128, block_N=128, threads=256)
+
+
+# ---------------------------------------------------------------- epilogues (standard idiom)
+@pytest.mark.parametrize("epilogue", ["relu", "bias", "scale", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_epilogues_on_register_accumulators(metal4, plain_metal, epilogue, which):
+    target = metal4 if which == "metal4" else plain_metal
+    func = run_shared(128, 128, 64, target, epilogue=epilogue, out_dtype="float16")
+    source = lower_source(func, target)
+    if which == "metal4":
+        # the accumulator stays in destination cooperative tensors through the epilogue
+        assert "get_destination_cooperative_tensor" in source and "C_acc_ct0" in source
+        assert "float C_acc[" not in source
+    else:
+        assert "simdgroup_float8x8 C_acc[" in source
