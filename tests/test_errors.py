@@ -1,0 +1,76 @@
+"""Bad input gets a clear error at lower time: what is wrong and how to fix it."""
+
+# no `from __future__ import annotations`: TileLang evaluates the T.Tensor annotations
+
+import pytest
+import tilelang.language as T
+from gemm_support import lower_source
+
+from tilelang_metal import examples as E
+
+
+def _gemm_kernel(M, N, K, bM, bN, *, threads=128, dtype="float16", a_scope="global", b_scope="global", out_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            if b_scope == "shared":
+                B_s = T.alloc_shared((K, bN), dtype)
+                T.copy(B[0, bx * bN], B_s)
+                T.gemm(A[by * bM : (by + 1) * bM, 0:K], B_s, C[by * bM : (by + 1) * bM, bx * bN : (bx + 1) * bN], clear_accum=True)
+            else:
+                T.gemm(A[by * bM : (by + 1) * bM, 0:K], B[0:K, bx * bN : (bx + 1) * bN], C[by * bM : (by + 1) * bM, bx * bN : (bx + 1) * bN], clear_accum=True)
+
+    return main
+
+
+def _lower_fails(func, target, *needles):
+    with pytest.raises(Exception) as info:
+        lower_source(func, target)
+    text = str(info.value)
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in error: {text[-600:]}"
+    # the message is ours, not a TVM internal check
+    assert "Check failed" not in text and "InternalError" not in type(info.value).__name__
+
+
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+def test_threads_not_multiple_of_32(metal4, plain_metal, which):
+    target = metal4 if which == "metal4" else plain_metal
+    _lower_fails(_gemm_kernel(128, 128, 64, 64, 128, threads=100), target, "threads=100 is not a multiple of 32", "threads=96")
+
+
+def test_unsupported_dtype(metal4):
+    _lower_fails(_gemm_kernel(128, 128, 64, 64, 128, dtype="int8", out_dtype="int32"), metal4, "int8", "float16, bfloat16, float32")
+
+
+def test_mixed_scopes_are_refused(metal4):
+    _lower_fails(_gemm_kernel(128, 128, 64, 64, 128, b_scope="shared"), metal4, "A is global", "B is shared", "both")
+
+
+def test_no_legal_warp_partition(plain_metal):
+    _lower_fails(_gemm_kernel(96, 80, 64, 48, 40, threads=128), plain_metal, "no legal warp partition", "48x40", "4 simdgroups")
+
+
+def test_non_contiguous_innermost_stride(metal4):
+    M, N, K = 64, 128, 64
+
+    @T.prim_func
+    def main(A: T.StridedTensor((M, K), (1, M), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            T.gemm(A[0:M, 0:K], B[0:K, 0:N], C[0:M, 0:N], clear_accum=True)
+
+    _lower_fails(main, metal4, "innermost stride", "contiguous")
+
+
+def test_float64_has_no_metal_type(metal4):
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float64"), B: T.Tensor((128,), "float64")):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(128):
+                B[i] = A[i] * 2.0
+
+    _lower_fails(main, metal4, "float64", "no Metal equivalent")
+
+
+def test_bad_swizzle_panel(metal4):
+    _lower_fails(E.gemm_direct_global(256, 256, 64, swizzle_panel=3), metal4, "power-of-two panel", "3")

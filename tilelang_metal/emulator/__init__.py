@@ -1,0 +1,83 @@
+"""Execute the plugin's MSL on Linux: compile it as C++ against shim headers and run it on the CPU.
+
+Typical use::
+
+    from tilelang_metal.emulator import compile_kernel
+    k = compile_kernel(msl)                      # cached on disk by content hash
+    k.launch([a, b, c], grid=(16, 8, 1), block=(128, 1, 1))
+
+See docs/emulator.md for how it works and docs/lane_layouts.md for the matrix lane layouts.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import toolchain
+from .driver import generate as _generate_driver
+from .errors import (
+    EmulatorCompileError,
+    EmulatorError,
+    EmulatorLaunchError,
+    EmulatorRuntimeError,
+)
+from .kernel import EmulatedKernel
+from .signature import KernelSignature, rewrite
+from .version import SHIM_VERSION
+
+__all__ = [
+    "SHIM_VERSION",
+    "EmulatedKernel",
+    "EmulatorCompileError",
+    "EmulatorError",
+    "EmulatorLaunchError",
+    "EmulatorRuntimeError",
+    "KernelSignature",
+    "build_stats",
+    "check_source",
+    "clear_memory_cache",
+    "compile_kernel",
+]
+
+_memo: dict[tuple[str, bool, str, str, str], EmulatedKernel] = {}
+_memo_lock = threading.Lock()
+
+
+def _unit(msl: str, checked: bool) -> tuple[KernelSignature, toolchain.SourceUnit]:
+    rw = rewrite(msl, checked=checked)
+    driver = _generate_driver(rw.signature, checked=checked)
+    return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
+
+
+def check_source(msl: str) -> None:
+    """Compile `msl` for syntax only (after the emulator's rewrites); raise EmulatorCompileError if it fails."""
+    _, unit = _unit(msl, checked=True)
+    toolchain.syntax_check(unit)
+
+
+def compile_kernel(msl: str, *, checked: bool = True) -> EmulatedKernel:
+    """Compile `msl` (or fetch it from the cache) into a launchable CPU kernel."""
+    memo_key = (msl, checked, str(toolchain.cache_dir()), toolchain.fiber_flavour(), toolchain.compiler())
+    with _memo_lock:
+        hit = _memo.get(memo_key)
+    if hit is not None and hit.library_path.exists():
+        toolchain.bump("memory_hits")
+        return hit
+    sig, unit = _unit(msl, checked)
+    lib = toolchain.kernel_library(unit, checked)
+    kernel = EmulatedKernel(sig, lib, unit.text, checked)
+    with _memo_lock:
+        _memo[memo_key] = kernel
+    return kernel
+
+
+def build_stats() -> dict[str, int]:
+    """Counters of this process: kernel/runtime compiler runs and cache hits (for tests and benchmarks)."""
+    with toolchain._stats_lock:
+        return dict(toolchain.STATS)
+
+
+def clear_memory_cache() -> None:
+    """Forget kernels compiled in this process (the disk cache stays); used by tests."""
+    with _memo_lock:
+        _memo.clear()

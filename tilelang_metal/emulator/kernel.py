@@ -1,0 +1,139 @@
+"""A compiled kernel library and its launch entry."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import EmulatorLaunchError, EmulatorRuntimeError
+from .signature import KernelSignature
+
+if TYPE_CHECKING:
+    import torch
+
+# Metal: at most 1024 threads per threadgroup and 32 KiB of threadgroup memory on Apple GPUs.
+MAX_THREADS_PER_THREADGROUP = 1024
+THREADGROUP_MEMORY_LIMIT = 32 * 1024
+DEFAULT_STACK_BYTES = 256 * 1024
+_ERROR_BYTES = 4096
+
+_libs: dict[str, ctypes.CDLL] = {}
+_libs_lock = threading.Lock()
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    key = str(path)
+    with _libs_lock:
+        lib = _libs.get(key)
+        if lib is None:
+            lib = ctypes.CDLL(key)
+            fn = lib.tlm_launch
+            fn.restype = ctypes.c_int
+            fn.argtypes = [
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(ctypes.c_int64),
+                ctypes.POINTER(ctypes.c_uint32),
+                ctypes.POINTER(ctypes.c_uint32),
+                ctypes.c_int32,
+                ctypes.c_uint64,
+                ctypes.c_uint64,
+                ctypes.c_char_p,
+                ctypes.c_uint64,
+            ]
+            _libs[key] = lib
+        return lib
+
+
+def default_workers() -> int:
+    env = os.environ.get("TILELANG_METAL_EMULATOR_WORKERS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _dims(value: Sequence[int], what: str) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3:
+        raise EmulatorLaunchError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+    dims = dims + (1,) * (3 - len(dims))
+    if any(d < 1 or d >= 2**32 for d in dims):
+        raise EmulatorLaunchError(f"{what} dimensions must be >= 1, got {value!r}")
+    return dims  # type: ignore[return-value]
+
+
+class EmulatedKernel:
+    """An MSL kernel compiled for the CPU; `launch` runs it on torch CPU tensors in place."""
+
+    def __init__(self, signature: KernelSignature, library: Path, source: str, checked: bool) -> None:
+        self.signature = signature
+        self.name = signature.name
+        self.library_path = library
+        self.source = source  # the C++ that was compiled (rewritten kernel + driver)
+        self.checked = checked
+        self._lib = _load(library)
+
+    def __repr__(self) -> str:
+        return f"EmulatedKernel({self.name!r}, checked={self.checked}, library={str(self.library_path)!r})"
+
+    def _check_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
+        import torch
+
+        buffers = self.signature.buffers
+        if len(tensors) != len(buffers):
+            names = ", ".join(b.name for b in buffers)
+            raise EmulatorLaunchError(
+                f"kernel {self.name} takes {len(buffers)} buffer(s) ({names}), got {len(tensors)} tensor(s)"
+            )
+        for b, t in zip(buffers, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise EmulatorLaunchError(f"{b.describe()}: expected a torch.Tensor, got {type(t).__name__}")
+            expected = getattr(torch, b.torch_dtype_name, None)
+            if expected is None:  # pragma: no cover - very old torch
+                raise EmulatorLaunchError(f"{b.describe()}: torch has no dtype {b.torch_dtype_name}")
+            if t.dtype != expected:
+                raise EmulatorLaunchError(f"{b.describe()}: expected dtype {expected}, got {t.dtype}")
+            if t.device.type != "cpu":
+                raise EmulatorLaunchError(f"{b.describe()}: tensor must be on the CPU, got device {t.device}")
+            if not t.is_contiguous():
+                raise EmulatorLaunchError(f"{b.describe()}: tensor must be contiguous")
+
+    def launch(
+        self,
+        tensors: Sequence[torch.Tensor],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        *,
+        workers: int | None = None,
+    ) -> None:
+        """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors."""
+        self._check_tensors(tensors)
+        g = _dims(grid, "grid")
+        b = _dims(block, "block")
+        nthreads = b[0] * b[1] * b[2]
+        limit = min(MAX_THREADS_PER_THREADGROUP, self.signature.max_total_threads or MAX_THREADS_PER_THREADGROUP)
+        if nthreads > limit:
+            why = "max_total_threads_per_threadgroup" if self.signature.max_total_threads else "Metal's maximum"
+            raise EmulatorLaunchError(f"kernel {self.name}: block {b} has {nthreads} threads, {why} is {limit}")
+        nworkers = default_workers() if workers is None else int(workers)
+        if nworkers < 1:
+            raise EmulatorLaunchError(f"workers must be >= 1, got {workers}")
+        n = len(tensors)
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[t.data_ptr() for t in tensors])
+        counts = (ctypes.c_int64 * max(n, 1))(*[t.numel() for t in tensors])
+        grid_arr = (ctypes.c_uint32 * 3)(*g)
+        block_arr = (ctypes.c_uint32 * 3)(*b)
+        err = ctypes.create_string_buffer(_ERROR_BYTES)
+        stack = int(os.environ.get("TILELANG_METAL_EMULATOR_STACK_KB", "0")) * 1024 or DEFAULT_STACK_BYTES
+        # ctypes releases the GIL for the duration of the call.
+        rc = self._lib.tlm_launch(
+            ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
+        )
+        if rc != 0:
+            raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))

@@ -1,0 +1,512 @@
+// CPU runtime of the tilelang_metal emulator.
+//
+// A launch runs threadgroups on a few OS worker threads (claimed in increasing linear order). Within
+// a worker, the threads of one threadgroup are fibers on that OS thread, scheduled cooperatively: a
+// fiber runs until it blocks at a barrier or simd rendezvous (or returns), then the next runnable
+// fiber continues. Barriers are counted; when nothing is runnable but the threadgroup is not done,
+// the threads disagree about which barrier/collective comes next, which is reported as an error.
+//
+// Only C headers and <atomic> on purpose: this file is compiled on first use of the emulator.
+#undef _FORTIFY_SOURCE
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "fiber.h"
+#include "tlm/runtime_api.h"
+
+namespace tlm::rt {
+namespace {
+
+constexpr uint32_t kSimdWidth = 32;
+constexpr uint32_t kMaxThreads = 1024;
+constexpr uint32_t kMaxSimdGroups = kMaxThreads / kSimdWidth;
+constexpr uint32_t kMaxSlots = 256;
+constexpr size_t kArenaCapacity = 1u << 20;  // hard cap; the Metal limit is enforced separately
+constexpr size_t kInitialPoison = 64 * 1024;
+constexpr size_t kMessage = 1024;
+
+enum class fstate : uint8_t { runnable, at_barrier, at_simd, done };
+
+struct worker;
+
+struct fiber_t {
+  fiber::context ctx;
+  lane_info info;
+  fstate state;
+  uint32_t index;
+  worker* w;
+};
+
+struct simd_state {
+  uint32_t size;     // lanes in this simdgroup
+  uint32_t arrived;  // lanes waiting in the current round
+  uint32_t round;
+  uint32_t nwait;
+  const char* op;
+  uint32_t waiters[kSimdWidth];
+  alignas(64) unsigned char buf[2][simd_scratch_bytes];
+};
+
+struct launch_state {
+  const launch_params* p;
+  uint32_t nthreads;
+  uint32_t nsimd;
+  uint64_t ngroups;
+  size_t stack_bytes;
+  std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> error_group{UINT64_MAX};  // lowest threadgroup with an error so far
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  bool has_error = false;
+  char error[kMessage] = {0};
+};
+
+struct worker {
+  launch_state* L;
+  fiber::context sched;
+  fiber_t* fibers;
+  char* stacks;
+  size_t stacks_bytes;
+  fiber_t* cur;
+  uint32_t* rq;  // run queue: ring buffer of fiber indices
+  uint32_t rq_head, rq_count;
+  uint32_t done;
+  uint32_t bar_arrived;
+  uint32_t* bar_waiters;
+  simd_state* simd;
+  unsigned char* arena;  // threadgroup memory of the running threadgroup
+  size_t arena_used;
+  int64_t slot_off[kMaxSlots];
+  uint64_t slot_bytes[kMaxSlots];
+  uint64_t group;
+  uint32_t tg[3];
+  bool aborted;
+  alignas(64) unsigned char oob_scratch[256];
+};
+
+thread_local worker* tl_w = nullptr;
+
+// ---------------------------------------------------------------- errors
+
+// Keeps the error of the lowest threadgroup (the first one found within it), so the reported error
+// does not depend on the number of workers.
+void record_error(launch_state* L, uint64_t group, const char* msg) {
+  pthread_mutex_lock(&L->mu);
+  if (!L->has_error || group < L->error_group.load(std::memory_order_relaxed)) {
+    L->has_error = true;
+    std::snprintf(L->error, sizeof L->error, "%s", msg);
+    L->error_group.store(group, std::memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&L->mu);
+}
+
+void where(const worker& w, const lane_info& li, char* out, size_t n) {
+  std::snprintf(out, n, "threadgroup (%u,%u,%u), thread (%u,%u,%u) [thread %u, simdgroup %u, lane %u]", w.tg[0],
+                w.tg[1], w.tg[2], li.tid[0], li.tid[1], li.tid[2], li.linear, li.simd_group, li.lane);
+}
+
+// ---------------------------------------------------------------- scheduling
+
+inline void rq_push(worker& w, uint32_t i) {
+  w.rq[(w.rq_head + w.rq_count) % w.L->nthreads] = i;
+  ++w.rq_count;
+  w.fibers[i].state = fstate::runnable;
+}
+
+inline fiber_t* rq_pop(worker& w) {
+  if (w.rq_count == 0) return nullptr;
+  uint32_t i = w.rq[w.rq_head];
+  w.rq_head = (w.rq_head + 1) % w.L->nthreads;
+  --w.rq_count;
+  return &w.fibers[i];
+}
+
+// Leaves the current fiber for good and returns to the worker loop, which stops.
+[[noreturn]] void abandon(worker& w) {
+  w.aborted = true;
+  fiber_t* self = w.cur;
+  w.cur = nullptr;
+  fiber::switch_to(self->ctx, w.sched);
+  __builtin_unreachable();
+}
+
+void describe(const worker& w, const fiber_t& f, char* out, size_t n) {
+  switch (f.state) {
+    case fstate::done:
+      std::snprintf(out, n, "thread %u returned", f.index);
+      break;
+    case fstate::at_barrier:
+      std::snprintf(out, n, "thread %u is waiting at threadgroup_barrier", f.index);
+      break;
+    case fstate::at_simd: {
+      const char* op = w.simd[f.info.simd_group].op;
+      std::snprintf(out, n, "thread %u is waiting at %s", f.index, op ? op : "a simd collective");
+      break;
+    }
+    default:
+      std::snprintf(out, n, "thread %u is runnable", f.index);
+  }
+}
+
+// Nothing is runnable but the threadgroup has not finished: name the rendezvous that some threads
+// reached and one thread that did not, then abandon the threadgroup.
+[[noreturn]] void deadlock(worker& w) {
+  launch_state* L = w.L;
+  char msg[kMessage], other[200];
+  std::snprintf(msg, sizeof msg, "deadlock in threadgroup (%u,%u,%u): no runnable thread", w.tg[0], w.tg[1], w.tg[2]);
+  if (w.bar_arrived > 0) {
+    std::snprintf(other, sizeof other, "(no other thread found)");
+    for (uint32_t i = 0; i < L->nthreads; ++i)
+      if (w.fibers[i].state != fstate::at_barrier) {
+        describe(w, w.fibers[i], other, sizeof other);
+        break;
+      }
+    std::snprintf(msg, sizeof msg,
+                  "divergent barrier: %u of %u threads of threadgroup (%u,%u,%u) reached threadgroup_barrier; %s",
+                  w.bar_arrived, L->nthreads, w.tg[0], w.tg[1], w.tg[2], other);
+  } else {
+    for (uint32_t s = 0; s < L->nsimd; ++s) {
+      const simd_state& st = w.simd[s];
+      if (st.arrived == 0) continue;
+      std::snprintf(other, sizeof other, "(no other lane found)");
+      for (uint32_t l = 0; l < st.size; ++l) {
+        const fiber_t& f = w.fibers[s * kSimdWidth + l];
+        if (f.state != fstate::at_simd) {
+          describe(w, f, other, sizeof other);
+          break;
+        }
+      }
+      std::snprintf(msg, sizeof msg,
+                    "divergent simd collective: %u of %u lanes of simdgroup %u of threadgroup (%u,%u,%u) reached %s; %s",
+                    st.arrived, st.size, s, w.tg[0], w.tg[1], w.tg[2], st.op ? st.op : "?", other);
+      break;
+    }
+  }
+  record_error(L, w.group, msg);
+  abandon(w);
+}
+
+// The current fiber has registered itself as a waiter: run someone else.
+void block(worker& w) {
+  fiber_t* self = w.cur;
+  fiber_t* next = rq_pop(w);
+  if (!next) deadlock(w);
+  w.cur = next;
+  fiber::switch_to(self->ctx, next->ctx);
+  // resumed: whoever switched to us has set w.cur = self
+}
+
+// Body of every fiber: play one GPU thread per threadgroup, for as long as the worker resumes it.
+void fiber_main(void* arg) {
+  fiber_t* f = static_cast<fiber_t*>(arg);
+  worker& w = *f->w;
+  for (;;) {
+    w.L->p->entry(f->info, w.L->p->buffers, w.L->p->counts);
+    f->state = fstate::done;
+    if (++w.done == w.L->nthreads) {
+      w.cur = nullptr;
+      fiber::switch_to(f->ctx, w.sched);  // threadgroup finished; resumed for the next one
+      continue;
+    }
+    fiber_t* next = rq_pop(w);
+    if (!next) deadlock(w);
+    w.cur = next;
+    fiber::switch_to(f->ctx, next->ctx);
+  }
+}
+
+// ---------------------------------------------------------------- workers
+
+template <class T> T* alloc_array(size_t n) {
+  void* p = std::calloc(n, sizeof(T));
+  return static_cast<T*>(p);
+}
+
+void* map_anon(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+bool setup_worker(worker& w, launch_state* L) {
+  std::memset(static_cast<void*>(&w), 0, sizeof w);
+  w.L = L;
+  const uint32_t n = L->nthreads;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t stack = (L->stack_bytes + page - 1) / page * page;
+  const size_t span = stack + page;  // guard page below every stack
+  w.stacks_bytes = span * n;
+  w.stacks = static_cast<char*>(map_anon(w.stacks_bytes));
+  w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
+  w.fibers = alloc_array<fiber_t>(n);
+  w.rq = alloc_array<uint32_t>(n);
+  w.bar_waiters = alloc_array<uint32_t>(n);
+  w.simd = static_cast<simd_state*>(std::aligned_alloc(64, sizeof(simd_state) * L->nsimd));
+  if (!w.stacks || !w.arena || !w.fibers || !w.rq || !w.bar_waiters || !w.simd) {
+    char msg[200];
+    std::snprintf(msg, sizeof msg, "emulator: out of memory setting up a worker (%u threads, %zu bytes of stacks)", n,
+                  w.stacks_bytes);
+    record_error(L, 0, msg);
+    return false;
+  }
+  for (uint32_t s = 0; s < kMaxSlots; ++s) w.slot_off[s] = -1;
+  const uint32_t* b = L->p->block;
+  for (uint32_t i = 0; i < n; ++i) {
+    fiber_t& f = w.fibers[i];
+    f.index = i;
+    f.w = &w;
+    f.state = fstate::done;
+    lane_info& li = f.info;
+    li.tid[0] = i % b[0];
+    li.tid[1] = (i / b[0]) % b[1];
+    li.tid[2] = i / (b[0] * b[1]);
+    for (int d = 0; d < 3; ++d) {
+      li.grid[d] = L->p->grid[d];
+      li.block[d] = b[d];
+    }
+    li.linear = i;
+    li.simd_group = i / kSimdWidth;
+    li.lane = i % kSimdWidth;
+    li.simd_size = n - li.simd_group * kSimdWidth < kSimdWidth ? n - li.simd_group * kSimdWidth : kSimdWidth;
+    li.simd_groups = L->nsimd;
+    char* lo = w.stacks + i * span;
+    mprotect(lo, page, PROT_NONE);  // a stack overflow faults here instead of corrupting a neighbour
+    fiber::prepare(f.ctx, lo + page, stack, fiber_main, &f);
+  }
+  for (uint32_t s = 0; s < L->nsimd; ++s) {
+    std::memset(static_cast<void*>(&w.simd[s]), 0, offsetof(simd_state, buf));
+    w.simd[s].size = n - s * kSimdWidth < kSimdWidth ? n - s * kSimdWidth : kSimdWidth;
+  }
+  // The first threadgroup sees poison everywhere; later ones get the used part re-poisoned.
+  std::memset(w.arena, 0xff, kInitialPoison);
+  return true;
+}
+
+void teardown_worker(worker& w) {
+  std::free(w.fibers);
+  std::free(w.rq);
+  std::free(w.bar_waiters);
+  std::free(w.simd);
+  if (w.stacks) munmap(w.stacks, w.stacks_bytes);
+  if (w.arena) munmap(w.arena, kArenaCapacity);
+}
+
+void run_group(worker& w, uint64_t g) {
+  launch_state* L = w.L;
+  const uint32_t* grid = L->p->grid;
+  w.group = g;
+  w.tg[0] = static_cast<uint32_t>(g % grid[0]);
+  w.tg[1] = static_cast<uint32_t>((g / grid[0]) % grid[1]);
+  w.tg[2] = static_cast<uint32_t>(g / (static_cast<uint64_t>(grid[0]) * grid[1]));
+  // Threadgroup memory is uninitialised on the GPU: poison it (0xff bytes are NaN for half/float).
+  if (w.arena_used) std::memset(w.arena, 0xff, w.arena_used);
+  w.rq_head = 0;
+  w.rq_count = 0;
+  w.done = 0;
+  w.bar_arrived = 0;
+  for (uint32_t s = 0; s < L->nsimd; ++s) {
+    w.simd[s].arrived = 0;
+    w.simd[s].nwait = 0;
+    w.simd[s].op = nullptr;
+  }
+  for (uint32_t i = 0; i < L->nthreads; ++i) {
+    lane_info& li = w.fibers[i].info;
+    li.tg[0] = w.tg[0];
+    li.tg[1] = w.tg[1];
+    li.tg[2] = w.tg[2];
+    rq_push(w, i);
+  }
+  fiber_t* first = rq_pop(w);
+  w.cur = first;
+  fiber::switch_to(w.sched, first->ctx);
+  // back here when the threadgroup finished or was abandoned
+}
+
+struct worker_arg {
+  launch_state* L;
+  worker* w;
+};
+
+void* worker_main(void* p) {
+  worker_arg* a = static_cast<worker_arg*>(p);
+  launch_state* L = a->L;
+  worker* w = a->w;
+  worker* saved = tl_w;
+  tl_w = w;
+  if (setup_worker(*w, L)) {
+    for (;;) {
+      uint64_t g = L->next.fetch_add(1, std::memory_order_relaxed);
+      if (g >= L->ngroups) break;
+      // After an error only lower threadgroups still matter (they may hold an earlier error).
+      if (g > L->error_group.load(std::memory_order_relaxed)) break;
+      run_group(*w, g);
+      if (w->aborted) break;
+    }
+  }
+  teardown_worker(*w);
+  tl_w = saved;
+  return nullptr;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- API used by kernels
+
+const lane_info& self() noexcept { return tl_w->cur->info; }
+
+void threadgroup_barrier() noexcept {
+  worker& w = *tl_w;
+  fiber_t* f = w.cur;
+  if (++w.bar_arrived == w.L->nthreads) {
+    // Last arrival: everyone else becomes runnable, in arrival order; the caller goes on.
+    w.bar_arrived = 0;
+    for (uint32_t i = 0, n = w.L->nthreads - 1; i < n; ++i) rq_push(w, w.bar_waiters[i]);
+    return;
+  }
+  w.bar_waiters[w.bar_arrived - 1] = f->index;
+  f->state = fstate::at_barrier;
+  block(w);
+}
+
+void* simd_deposit(const char* op) noexcept {
+  worker& w = *tl_w;
+  fiber_t* f = w.cur;
+  simd_state& s = w.simd[f->info.simd_group];
+  if (s.arrived == 0) {
+    s.op = op;
+  } else if (s.op != op && std::strcmp(s.op, op) != 0) {
+    char b[kMessage];
+    std::snprintf(b, sizeof b,
+                  "divergent simd collective: %u of %u lanes of simdgroup %u of threadgroup (%u,%u,%u) reached %s; "
+                  "lane %u (thread %u) reached %s",
+                  s.arrived, s.size, f->info.simd_group, w.tg[0], w.tg[1], w.tg[2], s.op, f->info.lane, f->index, op);
+    record_error(w.L, w.group, b);
+    abandon(w);
+  }
+  return s.buf[s.round & 1];
+}
+
+const void* simd_arrive() noexcept {
+  worker& w = *tl_w;
+  fiber_t* f = w.cur;
+  simd_state& s = w.simd[f->info.simd_group];
+  const uint32_t round = s.round;
+  if (++s.arrived == s.size) {
+    s.arrived = 0;
+    ++s.round;
+    for (uint32_t i = 0; i < s.nwait; ++i) rq_push(w, s.waiters[i]);
+    s.nwait = 0;
+  } else {
+    s.waiters[s.nwait++] = f->index;
+    f->state = fstate::at_simd;
+    block(w);
+  }
+  return s.buf[round & 1];
+}
+
+void fatal(const char* message) noexcept {
+  worker& w = *tl_w;
+  char pos[200], b[kMessage];
+  where(w, w.cur->info, pos, sizeof pos);
+  std::snprintf(b, sizeof b, "%s (%s)", message, pos);
+  record_error(w.L, w.group, b);
+  abandon(w);
+}
+
+void* out_of_bounds(const char* space, const char* name, int64_t index, int64_t lanes, int64_t extent) noexcept {
+  worker& w = *tl_w;
+  char pos[200], b[kMessage], what[64];
+  where(w, w.cur->info, pos, sizeof pos);
+  if (lanes > 1) std::snprintf(what, sizeof what, "%lld-element vector at ", static_cast<long long>(lanes));
+  else what[0] = 0;
+  std::snprintf(b, sizeof b, "out-of-bounds access to %s '%s': %selement index %lld, buffer extent %lld elements; %s",
+                space, name, what, static_cast<long long>(index), static_cast<long long>(extent), pos);
+  record_error(w.L, w.group, b);
+  return w.oob_scratch;
+}
+
+void misaligned(const char* space, const char* name, int64_t index, int64_t lanes) noexcept {
+  worker& w = *tl_w;
+  char pos[200], b[kMessage];
+  where(w, w.cur->info, pos, sizeof pos);
+  std::snprintf(b, sizeof b,
+                "misaligned vector access to %s '%s': %lld-element vector at element index %lld (MSL needs a multiple "
+                "of %lld); %s",
+                space, name, static_cast<long long>(lanes), static_cast<long long>(index),
+                static_cast<long long>(lanes), pos);
+  record_error(w.L, w.group, b);
+}
+
+void* threadgroup_slot(uint32_t slot, uint64_t bytes) noexcept {
+  worker& w = *tl_w;
+  if (slot >= kMaxSlots) fatal("too many threadgroup arrays");
+  if (w.slot_off[slot] < 0) {
+    // First execution of this declaration on this worker: bump-allocate, 16-byte aligned like Metal.
+    // (Declaration order is the same for every threadgroup, so the layout is too.)
+    size_t off = (w.arena_used + 15) & ~static_cast<size_t>(15);
+    if (off + bytes > w.L->p->threadgroup_limit || off + bytes > kArenaCapacity) {
+      char b[200];
+      std::snprintf(b, sizeof b, "threadgroup memory of %llu bytes exceeds the limit of %llu bytes",
+                    static_cast<unsigned long long>(off + bytes),
+                    static_cast<unsigned long long>(w.L->p->threadgroup_limit));
+      fatal(b);
+    }
+    if (off + bytes > kInitialPoison) std::memset(w.arena + w.arena_used, 0xff, off + bytes - w.arena_used);
+    w.slot_off[slot] = static_cast<int64_t>(off);
+    w.slot_bytes[slot] = bytes;
+    w.arena_used = off + bytes;
+  } else if (w.slot_bytes[slot] != bytes) {
+    fatal("threadgroup array declared with different sizes");
+  }
+  return w.arena + w.slot_off[slot];
+}
+
+int launch(const launch_params& p) noexcept {
+  auto fail = [&](const char* m) {
+    if (p.error && p.error_len) std::snprintf(p.error, p.error_len, "%s", m);
+    return 1;
+  };
+  const uint64_t nthreads = static_cast<uint64_t>(p.block[0]) * p.block[1] * p.block[2];
+  if (nthreads == 0 || nthreads > kMaxThreads) return fail("threadgroup size must be 1..1024 threads");
+  launch_state* L = new (std::nothrow) launch_state;
+  if (!L) return fail("emulator: out of memory");
+  L->p = &p;
+  L->nthreads = static_cast<uint32_t>(nthreads);
+  L->nsimd = (L->nthreads + kSimdWidth - 1) / kSimdWidth;
+  L->ngroups = static_cast<uint64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
+  L->stack_bytes = p.stack_bytes ? p.stack_bytes : 256 * 1024;
+  uint64_t nworkers = p.workers > 0 ? static_cast<uint64_t>(p.workers) : 1;
+  if (nworkers > L->ngroups) nworkers = L->ngroups ? L->ngroups : 1;
+  worker* workers = static_cast<worker*>(std::aligned_alloc(64, sizeof(worker) * nworkers));
+  worker_arg* args = alloc_array<worker_arg>(nworkers);
+  pthread_t* threads = alloc_array<pthread_t>(nworkers);
+  bool* started = alloc_array<bool>(nworkers);
+  if (!workers || !args || !threads || !started) {
+    std::free(workers), std::free(args), std::free(threads), std::free(started);
+    delete L;
+    return fail("emulator: out of memory");
+  }
+  for (uint64_t i = 0; i < nworkers; ++i) args[i] = worker_arg{L, &workers[i]};
+  if (L->ngroups > 0) {
+    for (uint64_t i = 1; i < nworkers; ++i)  // fewer workers than asked is still correct
+      started[i] = pthread_create(&threads[i], nullptr, worker_main, &args[i]) == 0;
+    worker_main(&args[0]);  // the calling thread is worker 0
+    for (uint64_t i = 1; i < nworkers; ++i)
+      if (started[i]) pthread_join(threads[i], nullptr);
+  }
+  int rc = L->has_error ? fail(L->error) : 0;
+  std::free(workers), std::free(args), std::free(threads), std::free(started);
+  pthread_mutex_destroy(&L->mu);
+  delete L;
+  return rc;
+}
+
+}  // namespace tlm::rt
+
+extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers() { return tlm::fiber::flavour(); }

@@ -1,0 +1,3 @@
+// tilelang_metal emulator: MetalPerformancePrimitives subset (see tlm/mpp.h).
+#pragma once
+#include "../tlm/mpp.h"

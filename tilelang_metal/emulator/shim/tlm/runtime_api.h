@@ -1,0 +1,69 @@
+// Interface between the shim (compiled into each kernel) and the CPU runtime
+// (tilelang_metal/emulator/runtime). Both sides include this header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tlm::rt {
+
+// Everything a fiber knows about the GPU thread it currently plays.
+struct lane_info {
+  uint32_t tid[3];       // thread_position_in_threadgroup
+  uint32_t tg[3];        // threadgroup_position_in_grid
+  uint32_t grid[3];      // threadgroups_per_grid
+  uint32_t block[3];     // threads_per_threadgroup
+  uint32_t linear;       // thread_index_in_threadgroup
+  uint32_t simd_group;   // simdgroup_index_in_threadgroup
+  uint32_t lane;         // thread_index_in_simdgroup
+  uint32_t simd_size;    // lanes in this simdgroup (32, or fewer for a trailing partial one)
+  uint32_t simd_groups;  // simdgroups_per_threadgroup
+};
+
+// Runs one GPU thread: generated per kernel by the Python driver generator.
+using entry_fn = void (*)(const lane_info& self, void* const* buffers, const int64_t* counts);
+
+struct launch_params {
+  entry_fn entry;
+  void* const* buffers;
+  const int64_t* counts;
+  uint32_t grid[3];
+  uint32_t block[3];
+  int32_t workers;           // OS threads running threadgroups in parallel (>= 1)
+  uint64_t stack_bytes;      // per-fiber stack, excluding the guard page
+  uint64_t threadgroup_limit;  // bytes of threadgroup memory a threadgroup may declare
+  char* error;               // receives the first error message (NUL terminated)
+  uint64_t error_len;
+};
+
+// Returns 0 on success, 1 when an error was recorded into params.error.
+int launch(const launch_params& params) noexcept;
+
+// The calling GPU thread.
+const lane_info& self() noexcept;
+
+// Counted, generation-based barrier over all threads of the threadgroup.
+void threadgroup_barrier() noexcept;
+
+// Simdgroup rendezvous in two steps. simd_deposit returns the scratch buffer of the current round
+// (simd_scratch_bytes large, shared by the lanes of the calling simdgroup); the lane writes its
+// contribution there, then simd_arrive blocks until every lane of the simdgroup arrived and returns
+// the same buffer, now holding everyone's contributions. Rounds alternate between two buffers, so a
+// buffer is reused only after every lane has passed the following rendezvous.
+constexpr size_t simd_scratch_bytes = 4096;
+void* simd_deposit(const char* op) noexcept;
+const void* simd_arrive() noexcept;
+
+// Records an error for the current threadgroup and abandons it (never returns).
+[[noreturn]] void fatal(const char* message) noexcept;
+
+// Records an out-of-bounds access (first error wins) and returns scratch memory to redirect it to.
+// `lanes` > 1 for a vector access starting at `index`.
+void* out_of_bounds(const char* space, const char* name, int64_t index, int64_t lanes,
+                    int64_t extent) noexcept;
+void misaligned(const char* space, const char* name, int64_t index, int64_t lanes) noexcept;
+
+// Storage of the `slot`-th threadgroup array of the kernel for the current threadgroup.
+void* threadgroup_slot(uint32_t slot, uint64_t bytes) noexcept;
+
+}  // namespace tlm::rt

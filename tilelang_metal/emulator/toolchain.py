@@ -1,0 +1,267 @@
+"""Compiler invocation and the on-disk build cache.
+
+Kernels are compiled with the machine's g++ against the shim headers; the CPU runtime is compiled
+once per (runtime sources, compiler, flags) into a relocatable object that every kernel library
+links statically. Everything is cached under `cache_dir()` by content hash and published with
+`os.replace`, so concurrent processes building the same thing are safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EmulatorCompileError
+from .version import SHIM_VERSION
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+SHIM_DIR = PACKAGE_DIR / "shim"
+RUNTIME_DIR = PACKAGE_DIR / "runtime"
+RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp")
+
+# Flags shared by the runtime and the kernels. -fno-strict-aliasing: MSL code reinterprets scalar
+# arrays as vectors; -fsigned-char: MSL `char` is signed on every target.
+COMMON_FLAGS = (
+    "-std=c++20",
+    "-fPIC",
+    "-fno-strict-aliasing",
+    "-fsigned-char",
+    "-fvisibility=hidden",
+    "-pthread",
+)
+KERNEL_FLAGS = ("-O2", "-fno-exceptions", "-fno-rtti", "-Wno-attributes", "-Wno-unused", "-Wno-unused-parameter")
+RUNTIME_FLAGS = ("-O2",)
+
+# Counters for tests and benchmarks: how many compiler invocations this process made.
+_stats_lock = threading.Lock()
+STATS = {"kernel_builds": 0, "runtime_builds": 0, "disk_hits": 0, "memory_hits": 0}
+
+
+def bump(counter: str) -> None:
+    with _stats_lock:
+        STATS[counter] += 1
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TILELANG_METAL_EMULATOR_CACHE")
+    path = Path(env) if env else Path.home() / ".cache" / "tilelang_metal" / "emulator"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compiler() -> str:
+    return os.environ.get("TILELANG_METAL_EMULATOR_CXX", "g++")
+
+
+def fiber_flavour() -> str:
+    """`native` (hand-written switch where available) or `portable` (makecontext + _setjmp/_longjmp)."""
+    v = os.environ.get("TILELANG_METAL_EMULATOR_FIBERS", "native")
+    if v not in ("native", "portable"):
+        raise ValueError("TILELANG_METAL_EMULATOR_FIBERS must be 'native' or 'portable'")
+    return v
+
+
+@functools.cache
+def compiler_identity(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
+        machine = subprocess.run([cxx, "-dumpmachine"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise EmulatorCompileError(f"cannot run the C++ compiler '{cxx}': {e}") from e
+    return out.splitlines()[0].strip() + " / " + machine.strip()
+
+
+@functools.cache
+def _tree_hash(version_salt: str) -> str:
+    h = hashlib.sha256(version_salt.encode())
+    for root in (SHIM_DIR, RUNTIME_DIR):
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(PACKAGE_DIR)).encode())
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def sources_hash() -> str:
+    """Hash of the shim headers and runtime sources (part of every cache key)."""
+    return _tree_hash(SHIM_VERSION)
+
+
+@functools.cache
+def _host_flags() -> tuple[str, ...]:
+    """Target flags that are safe on this very machine. F16C turns every half<->float conversion
+    from a libgcc call into one instruction; the flag is part of the cache key, so a cache shared
+    with a machine without F16C never hands it such a library."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return ()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags") and " f16c" in line:
+                    return ("-mf16c",)
+    except OSError:
+        pass
+    return ()
+
+
+def _defines() -> list[str]:
+    flags = list(_host_flags())
+    if fiber_flavour() == "portable":
+        flags.append("-DTLM_PORTABLE_FIBERS")
+    return flags
+
+
+def _key(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _publish(tmp_file: Path, final: Path) -> None:
+    os.replace(tmp_file, final)  # atomic; a concurrent identical build simply wins or loses the race
+
+
+_build_lock = threading.Lock()
+
+
+def runtime_object() -> Path:
+    """The compiled runtime (one relocatable object), built on first use."""
+    cxx = compiler()
+    flags = [*COMMON_FLAGS, *RUNTIME_FLAGS, *_defines()]
+    key = _key("runtime", sources_hash(), compiler_identity(cxx), " ".join(flags))
+    final = cache_dir() / "runtime" / f"{key[:32]}.o"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        objs = []
+        for src in RUNTIME_SOURCES:
+            obj = tmp / (Path(src).stem + ".o")
+            cmd = [cxx, *flags, "-I", str(SHIM_DIR), "-c", str(RUNTIME_DIR / src), "-o", str(obj)]
+            r = _run(cmd, tmp)
+            if r.returncode != 0:
+                raise EmulatorCompileError(f"building the emulator runtime failed:\n{' '.join(cmd)}\n{r.stderr}")
+            objs.append(str(obj))
+        combined = tmp / "tlm_runtime_combined.o"
+        r = _run([cxx, "-r", "-nostdlib", "-o", str(combined), *objs], tmp)
+        if r.returncode != 0:
+            raise EmulatorCompileError(f"linking the emulator runtime failed:\n{r.stderr}")
+        bump("runtime_builds")
+        _publish(combined, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+@dataclass(frozen=True)
+class SourceUnit:
+    """What gets compiled: the rewritten kernel (same line numbers as the MSL) plus the driver."""
+
+    kernel_name: str
+    original: str
+    rewritten: str
+    driver: str
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.kernel_name}.metal"
+
+    @property
+    def text(self) -> str:
+        return self.rewritten + ("" if self.rewritten.endswith("\n") else "\n") + self.driver
+
+
+_DIAG_RE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?:\d+:)?\s")
+
+
+def format_diagnostics(unit: SourceUnit, stderr: str, build_dir: Path) -> str:
+    """Compiler output with temporary paths removed, followed by the source lines it points at."""
+    text = stderr.replace(str(build_dir) + os.sep, "")
+    orig = unit.original.splitlines()
+    driver = unit.driver.split("\n")
+    # driver text starts with "\n#line 1 ..." so its line k is driver[k + 1]
+    shown: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for ln in text.splitlines():
+        m = _DIAG_RE.match(ln)
+        if not m:
+            continue
+        f, n = m.group("file"), int(m.group("line"))
+        if (f, n) in seen:
+            continue
+        if f == unit.file_name and 1 <= n <= len(orig):
+            seen.add((f, n))
+            shown.append(f"  {n:5d} | {orig[n - 1]}")
+        elif f == "tlm_driver" and 0 <= n + 1 < len(driver):
+            seen.add((f, n))
+            shown.append(f"  driver {n:3d} | {driver[n + 1]}")
+    if shown:
+        text += "\noffending source lines:\n" + "\n".join(shown)
+    return text
+
+
+def _kernel_cmd(cxx: str, src: Path, extra: list[str]) -> list[str]:
+    return [cxx, *COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), "-I", str(SHIM_DIR), "-x", "c++", str(src), *extra]
+
+
+def syntax_check(unit: SourceUnit) -> None:
+    cxx = compiler()
+    compiler_identity(cxx)
+    with tempfile.TemporaryDirectory(prefix="tlm-check-") as d:
+        build = Path(d)
+        src = build / unit.file_name
+        src.write_text(unit.text)
+        r = _run(_kernel_cmd(cxx, src, ["-fsyntax-only"]), build)
+        if r.returncode != 0:
+            raise EmulatorCompileError(
+                f"MSL kernel '{unit.kernel_name}' does not compile:\n" + format_diagnostics(unit, r.stderr, build)
+            )
+
+
+def kernel_library(unit: SourceUnit, checked: bool) -> Path:
+    """Path of the shared library for `unit`, compiled unless already cached."""
+    cxx = compiler()
+    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines()])
+    key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.text)
+    kdir = cache_dir() / "kernels"
+    final = kdir / f"{unit.kernel_name[:48]}-{key[:32]}.so"
+    if final.exists():
+        bump("disk_hits")
+        return final
+    rt = runtime_object()
+    kdir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=kdir))
+    try:
+        src = tmp / unit.file_name
+        src.write_text(unit.text)
+        lib = tmp / "kernel.so"
+        cmd = _kernel_cmd(cxx, src, ["-shared", "-o", str(lib), "-x", "none", str(rt)])
+        r = _run(cmd, tmp)
+        if r.returncode != 0:
+            raise EmulatorCompileError(
+                f"MSL kernel '{unit.kernel_name}' does not compile:\n" + format_diagnostics(unit, r.stderr, tmp)
+            )
+        bump("kernel_builds")
+        # Keep the compiled C++ next to the library: handy when debugging a kernel.
+        os.replace(src, final.with_suffix(".cpp"))
+        _publish(lib, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
