@@ -145,3 +145,35 @@ def test_epilogues_on_register_accumulators(metal4, plain_metal, epilogue, which
         assert "float C_acc[" not in source
     else:
         assert "simdgroup_float8x8 C_acc[" in source
+
+
+# ---------------------------------------------------------------- explicit simdgroup accumulator
+def _simdgroup_accumulator_kernel(M, N, K, bM=64, bN=64, bK=32, threads=128):
+    import tilelang.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(N // bN, M // bM, threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), "float16")
+            B_s = T.alloc_shared((bK, bN), "float16")
+            C_sg = T.alloc_buffer((bM, bN), "float32", scope="metal.simdgroup")
+            for ko in T.Pipelined(K // bK, num_stages=0):
+                T.copy(A[by * bM, ko * bK], A_s)
+                T.copy(B[ko * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_sg, clear_accum=(ko == 0))
+            T.copy(C_sg, C[by * bM, bx * bN])
+
+    return main
+
+
+@pytest.mark.parametrize("which", ["metal4", "plain"])
+@pytest.mark.parametrize("shape", [(128, 128, 64, 64, 64, 128), (128, 256, 64, 64, 128, 256), (64, 64, 32, 32, 64, 64)])
+def test_explicit_simdgroup_accumulator_stays_simdgroup(metal4, plain_metal, which, shape):
+    M, N, K, bM, bN, threads = shape
+    target = metal4 if which == "metal4" else plain_metal
+    func = _simdgroup_accumulator_kernel(M, N, K, bM, bN, threads=threads)
+    source = lower_source(func, target)
+    assert "simdgroup_multiply_accumulate" in source and "mpp::" not in source
+    a, b, ref = operands(M, N, K, "float16")
+    out = compile_emulated(func, target)(a, b)
+    assert_close(out, ref, "float16", "float32", K, f"metal.simdgroup accumulator {shape}")

@@ -89,6 +89,27 @@ def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, f
     return min(parts, key=lambda p: (abs(M // (p.m_warp * frag_m) - N // (p.n_warp * frag_n)), -p.n_warp))
 
 
+def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int = SG_FRAG) -> Partition | None:
+    """The square split tilelang's own T.copy lowering assumes for `metal.simdgroup` buffers.
+
+    A `metal.simdgroup` accumulator is written back by tilelang's copy op, which partitions the
+    tile itself (fragments ordered row-major per simdgroup, simdgroup id = m + n * m_warp, the split
+    whose per-simdgroup fragment grid best matches the tile's aspect ratio). GemmMetal must use
+    the same split for such accumulators or the copy would read fragments of another simdgroup.
+    """
+    best, best_balance = None, float("inf")
+    for m in range(1, min(num_warps, M // frag) + 1):
+        if num_warps % m:
+            continue
+        n = num_warps // m
+        if n > N // frag or M % (m * frag) or N % (n * frag):
+            continue
+        balance = abs((M / (m * frag)) / (N / (n * frag)) - M / N)
+        if balance < best_balance:
+            best, best_balance = Partition(m, n), balance
+    return best
+
+
 def cooperative_tensor_blockers(policy: int, M: int, N: int, K: int, num_warps: int) -> list[str]:
     """Why CanUseCooperativeTensor is false (empty list when it is true)."""
     reasons = []

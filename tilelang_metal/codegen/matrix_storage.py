@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import tir
+from ..transform.ir_query import find_nodes
 from ..gemm.lane_layout import CT_DEST_ELEMS, SG_ELEMS_PER_LANE
 from ..gemm.tir_build import CT_MMA, SG_LOAD, SG_MMA, SG_STORE
 
@@ -64,36 +65,49 @@ def _constant_index(index: Any) -> bool:
 def analyze(body: Any) -> MatrixStorage:
     storage = MatrixStorage()
     mma_operands: list[tuple[Any, Any, Any]] = []
-
-    def collect(node: Any) -> None:
+    accesses = []
+    for node in find_nodes(body, ["tirx.AllocBuffer", "tirx.Call", "tirx.BufferLoad", "tirx.BufferStore"]):
         if isinstance(node, tir.AllocBuffer):
             buf = node.buffer
             count = 1
             for dim in buf.shape:
                 count *= int(dim)
             storage.allocs[buf.data] = AllocInfo(str(buf.dtype), count, str(buf.scope()))
-        name = _extern_name(node)
-        if name == CT_MMA:
-            mma_operands.append((node.args[1], node.args[3], node.args[5]))
-        elif name in (SG_MMA,):
-            storage.simdgroup.update([node.args[1], node.args[3], node.args[5]])
-        elif name in (SG_LOAD, SG_STORE):
-            storage.simdgroup.add(node.args[1])
-
-    tvm.tirx.stmt_functor.post_order_visit(body, collect)
+        elif isinstance(node, (tir.BufferLoad, tir.BufferStore)):
+            accesses.append(node)
+        else:
+            name = _extern_name(node)
+            if name == CT_MMA:
+                mma_operands.append((node.args[1], node.args[3], node.args[5]))
+            elif name == SG_MMA:
+                storage.simdgroup.update([node.args[1], node.args[3], node.args[5]])
+            elif name in (SG_LOAD, SG_STORE):
+                storage.simdgroup.add(node.args[1])
+            elif getattr(node.op, "name", "") in TVM_SIMDGROUP_BUILTINS:
+                # tilelang's own lowering of copies/fills of `metal.simdgroup` buffers
+                storage.simdgroup.update(a for a in node.args if isinstance(a, tir.Var) and a.dtype == "handle")
     for c, a, b in mma_operands:
         if c not in storage.cooperative:
             storage.cooperative[c] = CooperativeAccumulator(storage.allocs[c].count, storage.allocs[a].dtype, storage.allocs[b].dtype)
-
-    def check_access(node: Any) -> None:
-        if isinstance(node, (tir.BufferLoad, tir.BufferStore)) and node.buffer.data in storage.cooperative:
-            if not all(_constant_index(i) for i in node.indices):
-                storage.cooperative[node.buffer.data].elided = False
-
     if storage.cooperative:
-        tvm.tirx.stmt_functor.post_order_visit(body, check_access)
+        for node in accesses:
+            acc = storage.cooperative.get(node.buffer.data)
+            if acc is not None and not all(_constant_index(i) for i in node.indices):
+                acc.elided = False
     return storage
 
 
+TVM_SIMDGROUP_BUILTINS = (
+    "tirx.simdgroup_load",
+    "tirx.simdgroup_store",
+    "tirx.make_filled_simdgroup_matrix",
+    "tirx.simdgroup_multiply_accumulate",
+)
+
+
 def sg_count(info: AllocInfo) -> int:
+    """Matrices in a simdgroup array: a `metal.simdgroup` buffer stores whole 8x8 tiles (64 elements
+    each, tilelang's convention); a thread array in lane layout holds 2 elements per matrix."""
+    if info.scope == "metal.simdgroup":
+        return max(1, info.count // 64)
     return info.count // SG_ELEMS_PER_LANE

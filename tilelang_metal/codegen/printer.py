@@ -19,6 +19,7 @@ from .matrix_storage import MatrixStorage, analyze, sg_count
 from .msl_types import float_literal, int_literal, msl_type, scalar_type, split_dtype
 
 CT_OP = "__ct_op"
+THREADGROUP_MEMORY_BYTES = 32 * 1024  # Apple GPUs: 32 KiB of threadgroup memory per threadgroup
 BINARY_OPS = {
     tir.Add: "+",
     tir.Sub: "-",
@@ -160,6 +161,7 @@ class KernelPrinter:
                 threads *= int(extent)
 
         self.visit(func.body)
+        self.check_threadgroup_budget()
         if self.swizzle is not None:
             self.used_positions.add("blockIdx")
         for name, ty, attr in POSITION_PARAMS:
@@ -177,6 +179,18 @@ class KernelPrinter:
         sig = f"[[kernel, max_total_threads_per_threadgroup({threads})]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
         body = self.swizzle_prelude() + ["  " + line for line in self.prelude] + self.lines
         return "\n".join(head + [sig] + body + ["}", ""])
+
+    def check_threadgroup_budget(self) -> None:
+        used = sum(
+            info.count * (int(tvm.DataType(info.dtype).bits) // 8)
+            for info in self.storage.allocs.values()
+            if info.scope.startswith("shared")
+        )
+        if used > THREADGROUP_MEMORY_BYTES:
+            raise CodegenError(
+                f"kernel {self.name} needs {used} bytes of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES} "
+                "(32 KiB). Use smaller shared tiles, fewer pipeline stages, or the direct-global GEMM (no staging)."
+            )
 
     def swizzle_prelude(self) -> list[str]:
         if self.swizzle is None:
@@ -456,6 +470,23 @@ class KernelPrinter:
                 self.emit("simdgroup_barrier(mem_flags::mem_none);")
             else:
                 self.emit("threadgroup_barrier(mem_flags::mem_device);")
+            return True
+        if op == "tirx.simdgroup_store" or op == "tirx.simdgroup_load":
+            x, index, addr, stride, _rows, _cols, transpose = call.args
+            verb = op.split(".")[1]
+            self.emit(f"{verb}({self.name_of(x)}[{self.expr(index)}], {self.pointer(addr)}, {self.expr(stride)}, ulong2(0, 0), {self.expr(transpose)});")
+            return True
+        if op == "tirx.make_filled_simdgroup_matrix":
+            x, index, value = call.args[:3]
+            ty = scalar_type(self.elem_dtype(x))
+            self.emit(f"{self.name_of(x)}[{self.expr(index)}] = make_filled_simdgroup_matrix<{ty}, 8, 8>({self.expr(value)});")
+            return True
+        if op == "tirx.simdgroup_multiply_accumulate":
+            d, di, a, ai, b, bi, c, ci = call.args
+            self.emit(
+                f"simdgroup_multiply_accumulate({self.name_of(d)}[{self.expr(di)}], {self.name_of(a)}[{self.expr(ai)}], "
+                f"{self.name_of(b)}[{self.expr(bi)}], {self.name_of(c)}[{self.expr(ci)}]);"
+            )
             return True
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(call.args[0].value)

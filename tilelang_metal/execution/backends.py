@@ -10,7 +10,7 @@ from .._host import ExecutionBackendSpec
 EMULATOR = "emulator"
 
 
-def _mps_available() -> bool:
+def mps_available() -> bool:
     try:
         import torch
 
@@ -19,13 +19,13 @@ def _mps_available() -> bool:
         return False
 
 
-def _cxx_available() -> bool:
+def cxx_available() -> bool:
     return shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
 def execution_backends() -> tuple[Any, ...]:
     # Order matters for execution_backend="auto": torch (Metal GPU) where MPS runs, else the emulator.
     return (
-        ExecutionBackendSpec("torch", is_available=_mps_available),
-        ExecutionBackendSpec(EMULATOR, is_available=_cxx_available),
+        ExecutionBackendSpec("torch", is_available=lambda: mps_available()),
+        ExecutionBackendSpec(EMULATOR, is_available=lambda: cxx_available()),
     )

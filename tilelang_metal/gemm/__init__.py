@@ -14,11 +14,22 @@ from typing import Any
 
 from .._host import tvm
 from ..errors import GemmLoweringError
-from ..selection import COOPERATIVE_TENSOR, CT_FRAG_M, CT_FRAG_N, SG_FRAG, SIMD_WIDTH, Partition, Selection, choose_partition, select_inst
+from ..selection import (
+    COOPERATIVE_TENSOR,
+    CT_FRAG_M,
+    CT_FRAG_N,
+    SG_FRAG,
+    SIMD_WIDTH,
+    Partition,
+    Selection,
+    choose_partition,
+    copy_compatible_square_partition,
+    select_inst,
+)
 from ..target import has_metal4
 from . import lane_layout as L
 from .direct_global import lower_direct_global
-from .problem import FRAGMENT_SCOPES, GLOBAL_SCOPES, GemmProblem
+from .problem import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES, GemmProblem
 from .shared import lower_shared
 from .simdgroup import lower_simdgroup
 
@@ -74,6 +85,8 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     num_warps = threads // SIMD_WIDTH
     if selection.kind == COOPERATIVE_TENSOR:
         part = selection.partition
+    elif problem.c_scope in SIMDGROUP_SCOPES:
+        part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
     else:
         part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SG_FRAG, SG_FRAG)
         if part is None:

@@ -84,16 +84,16 @@ class Operand:
         """Condition that (row, col) of the tile lies inside the buffer; None when provably always."""
         conds = []
         # inside the tile (K-edge steps overshoot it) ...
-        if not analyzer.can_prove(row < self.rows):
+        if not provably_below(analyzer, row, self.rows):
             conds.append(row < self.rows)
-        if not analyzer.can_prove(col < self.cols):
+        if not provably_below(analyzer, col, self.cols):
             conds.append(col < self.cols)
         # ... and inside the buffer (edge tiles overshoot it)
         r = self.row0 + row
         c = self.col0 + col
-        if not analyzer.can_prove(r < self.row_extent):
+        if not provably_below(analyzer, r, self.row_extent):
             conds.append(r < self.row_extent)
-        if not analyzer.can_prove(c < self.col_extent):
+        if not provably_below(analyzer, c, self.col_extent):
             conds.append(c < self.col_extent)
         if not conds:
             return None
@@ -101,6 +101,25 @@ class Operand:
         for cond in conds[1:]:
             out = tir.And(out, cond)
         return out
+
+
+def const_int(x: Any) -> int | None:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, tir.IntImm):
+        return int(x.value)
+    return None
+
+
+def provably_below(analyzer: Any, expr: Any, bound: Any) -> bool:
+    """expr < bound for every value of expr's variables, by interval bounds only (cheap, no search)."""
+    limit = const_int(bound)
+    if limit is None:
+        return False
+    value = const_int(expr)
+    if value is not None:
+        return value < limit
+    return analyzer.const_int_bound(expr).max_value < limit
 
 
 def _int(x: Any, what: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir
-from .problem import Operand
+from .problem import Operand, const_int
 from .tir_build import cast, guarded, seq
 
 
@@ -24,11 +24,16 @@ def tile_in_bounds(op: Operand, analyzer: Any) -> bool:
     """
 
     def dim_ok(start: Any, size: int, extent: Any) -> bool:
-        if analyzer.can_prove(start + size <= extent):
-            return True
-        if isinstance(extent, tir.IntImm) and int(extent.value) % size == 0:
-            return analyzer.can_prove_equal(tir.floormod(start, size), 0)
-        return False
+        ext = const_int(extent)
+        if ext is None:
+            return False  # symbolic extent: guard every access
+        begin = const_int(start)
+        if begin is not None:
+            return begin + size <= ext
+        if ext % size:
+            return False
+        residue = analyzer.modular_set(start)  # start is a multiple of the tile size
+        return residue.coeff % size == 0 and residue.base % size == 0
 
     return dim_ok(op.row0, op.rows, op.row_extent) and dim_ok(op.col0, op.cols, op.col_extent)
 

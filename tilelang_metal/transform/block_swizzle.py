@@ -23,6 +23,7 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..errors import MetalLoweringError
+from .ir_query import find_nodes
 
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
 SWIZZLE_ATTR = "tilelang_metal.block_swizzle"
@@ -31,15 +32,11 @@ ORDER_NAMES = {0: "mlx", 1: "row", 2: "column"}
 
 
 def _find_swizzle(body: Any) -> tuple[str, int] | None:
-    found: list[tuple[str, int]] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, tir.AttrStmt) and str(node.attr_key) == TILELANG_SWIZZLE_ATTR:
+    for node in find_nodes(body, ["tirx.AttrStmt"]):
+        if str(node.attr_key) == TILELANG_SWIZZLE_ATTR:
             func_name, panel = node.value.args
-            found.append((str(func_name.value), int(panel.value)))
-
-    tvm.tirx.stmt_functor.post_order_visit(body, visit)
-    return found[0] if found else None
+            return str(func_name.value), int(panel.value)
+    return None
 
 
 def swizzle_function(func: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir, tvm
+from .ir_query import find_nodes
 
 SIMDGROUP_ID_NAME = "__simd_group_id"
 LANE_ID_NAME = "__lane"
@@ -20,15 +21,9 @@ SIMD_WIDTH = 32
 
 def _thread_extents(body: Any) -> dict[str, tuple[Any, int]]:
     found: dict[str, tuple[Any, int]] = {}
-
-    def visit(node: Any) -> None:
-        if isinstance(node, tir.AttrStmt) and node.attr_key == "thread_extent":
-            iv = node.node
-            extent = node.value
-            if isinstance(extent, tir.IntImm):
-                found[str(iv.thread_tag)] = (iv.var, int(extent.value))
-
-    tvm.tirx.stmt_functor.post_order_visit(body, visit)
+    for node in find_nodes(body, ["tirx.AttrStmt"]):
+        if node.attr_key == "thread_extent" and isinstance(node.value, tir.IntImm):
+            found[str(node.node.thread_tag)] = (node.node.var, int(node.value.value))
     return found
 
 

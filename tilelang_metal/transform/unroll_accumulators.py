@@ -15,31 +15,21 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..gemm.tir_build import CT_MMA, SG_MMA
+from .ir_query import find_nodes
 
 MAX_UNROLLED_ITERATIONS = 256
 
 
 def _ct_accumulators(body: Any) -> set:
-    found = set()
-
-    def visit(node: Any) -> None:
-        if isinstance(node, tir.Call) and getattr(node.op, "name", "") == "tirx.call_extern":
-            if str(node.args[0].value) in (CT_MMA, SG_MMA):
-                found.add(node.args[1])
-
-    tvm.tirx.stmt_functor.post_order_visit(body, visit)
-    return found
+    return {
+        node.args[1]
+        for node in find_nodes(body, ["tirx.Call"])
+        if getattr(node.op, "name", "") == "tirx.call_extern" and str(node.args[0].value) in (CT_MMA, SG_MMA)
+    }
 
 
 def _touches(stmt: Any, targets: set) -> bool:
-    hit = [False]
-
-    def visit(node: Any) -> None:
-        if isinstance(node, (tir.BufferLoad, tir.BufferStore)) and node.buffer.data in targets:
-            hit[0] = True
-
-    tvm.tirx.stmt_functor.post_order_visit(stmt, visit)
-    return hit[0]
+    return any(node.buffer.data in targets for node in find_nodes(stmt, ["tirx.BufferLoad", "tirx.BufferStore"]))
 
 
 def _unroll(loop: Any, analyzer: Any) -> Any:

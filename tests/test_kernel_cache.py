@@ -1,0 +1,58 @@
+"""The kernel cache key carries the plugin's identity: an in-tree artifact is never served to the
+plugin (or the other way round), with tilelang's cache enabled."""
+
+import types
+
+import tilelang
+import torch
+from tilelang import env
+
+import tilelang_metal
+from tilelang_metal import examples as E
+from tilelang_metal.execution import backends
+
+
+def _compile_torch_backend(func, target):
+    # tilelang's cache turns itself off after a torch-backend compile: switch it back on each time
+    env.enable_cache()
+    return tilelang.compile(func, out_idx=[-1], target=target, execution_backend="torch")
+
+
+def test_base_key_names_the_plugin_only_while_active():
+    from tilelang.cache.kernel_cache import KernelCache
+
+    assert KernelCache._get_base_key()["tilelang_metal"] == tilelang_metal.__version__
+    tilelang_metal.deactivate()
+    try:
+        assert "tilelang_metal" not in KernelCache._get_base_key()
+    finally:
+        tilelang_metal.activate()
+
+
+def test_cache_never_crosses_backends(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TILELANG_DISABLE_CACHE", "0")  # the suite runs with it off; this test needs it on
+    monkeypatch.setattr(backends, "mps_available", lambda: True)  # let the plugin declare torch here
+    # the torch adapter compiles the shader when it is built; on Linux hand it an inert library
+    monkeypatch.setattr(torch.mps, "compile_shader", lambda source: types.SimpleNamespace(main_kernel=lambda *a, **k: None))
+    func = E.gemm_direct_global(128, 128, 64)
+    target = E.metal4_target()  # the in-tree backend lowers this kernel only on metal4
+    was_enabled = env.is_cache_enabled()
+    try:
+        tilelang_metal.deactivate()
+        in_tree = _compile_torch_backend(func, target)
+        assert "tilelang_metal" not in in_tree.get_kernel_source()
+        assert _compile_torch_backend(func, target) is in_tree  # the cache is really on
+
+        tilelang_metal.activate()
+        plugin = _compile_torch_backend(func, target)
+        assert plugin is not in_tree
+        assert plugin.get_kernel_source().startswith("// tilelang_metal")
+        assert _compile_torch_backend(func, target) is plugin  # the plugin's own entry is reused
+
+        tilelang_metal.deactivate()
+        again = _compile_torch_backend(func, target)
+        assert "tilelang_metal" not in again.get_kernel_source()
+    finally:
+        tilelang_metal.activate()
+        (env.enable_cache if was_enabled else env.disable_cache)()

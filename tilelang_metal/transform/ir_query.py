@@ -1,0 +1,20 @@
+"""Find TIR nodes of given types without a Python callback per node (lowering-time budget)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tvm
+
+
+def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
+    """All nodes whose type key is in `type_keys`, in post order. The traversal runs in C++ and
+    calls back into Python only for matching nodes."""
+    found: list[Any] = []
+
+    def collect(node: Any) -> None:
+        found.append(node)
+        return None  # keep the node unchanged
+
+    tvm.tirx.stmt_functor.ir_transform(stmt, None, collect, type_keys)
+    return found
