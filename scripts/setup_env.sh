@@ -15,7 +15,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ "$(uname -s)" = "Linux" ]; then
     constraints=(-c "$root/constraints/linux-cpu.txt")
   fi
-  "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install --quiet "${constraints[@]}" -e "$root[test]"
+  log="$venv/install.log"
+  echo "setting up $venv (log: $log) ..." >&2
+  # ${arr[@]+...}: an empty array under `set -u` is an error in macOS's bash 3.2
+  if ! "$venv/bin/python" -m pip install ${constraints[@]+"${constraints[@]}"} -e "$root[test]" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "installation failed; see $log" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

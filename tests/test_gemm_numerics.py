@@ -33,8 +33,15 @@ def run_shared(M, N, K, target, epilogue="none", **kw):
         "scale": lambda x: x * 0.5 + 1.0,
         "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
         "silu": torch.nn.functional.silu,
+        "alpha_beta": lambda x: x,  # applied below, it needs C
     }[epilogue](ref)
-    out = compile_emulated(func, target)(a, b, bias)
+    if epilogue == "alpha_beta":  # C is read and written: pass it in (no out_idx)
+        c = torch.randn(M, N).to(TORCH_DTYPES[out_dtype])
+        ref = E.ALPHA * ref + E.BETA * c.float()
+        out = c.clone()
+        tilelang.compile(func, target=target, execution_backend="emulator")(a, b, bias, out)
+    else:
+        out = compile_emulated(func, target)(a, b, bias)
     assert_close(out, ref, dtype, out_dtype, K, f"shared {M}x{N}x{K} {epilogue} {kw}")
     return func
 
@@ -125,6 +132,7 @@ def test_partial_tiles_direct(metal4, plain_metal, M, N, K, which):
 @pytest.mark.parametrize("which", ["metal4", "plain"])
 def test_partial_tiles_shared(metal4, plain_metal, M, N, K, which):
     run_shared(M, N, K, metal4 if which == "metal4" else plain_metal)
+    run_shared(M, N, K, metal4 if which == "metal4" else plain_metal, epilogue="alpha_beta")
 
 
 @pytest.mark.slow
@@ -133,7 +141,7 @@ def test_thousand_cubed_with_128_tiles(metal4):
 
 
 # ---------------------------------------------------------------- epilogues (standard idiom)
-@pytest.mark.parametrize("epilogue", ["relu", "bias", "scale", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("epilogue", ["relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("which", ["metal4", "plain"])
 def test_epilogues_on_register_accumulators(metal4, plain_metal, epilogue, which):
     target = metal4 if which == "metal4" else plain_metal

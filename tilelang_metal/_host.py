@@ -85,34 +85,49 @@ def make_source_module(source: str, fmt: str = "metal") -> Any:
     return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
 
 
-def in_tree_metal_backend() -> Any:
-    import tilelang.metal.backend as metal_backend
-
-    return metal_backend.BACKEND
-
-
-def in_tree_codegen_callbacks() -> tuple[Callable[..., Any], Any]:
-    """The in-tree host-codegen hook (marks host functions with the Metal context)."""
+def in_tree_codegen_callbacks() -> Any:
+    """The in-tree host-codegen hook (marks host functions with the Metal context); reused as is."""
     import tilelang.metal.codegen as metal_codegen
 
     return metal_codegen.mark_host_metal_context
 
 
-def in_tree_execution_backends() -> tuple[Any, ...]:
-    import tilelang.metal.execution_backend as metal_exec
+def pipeline_options() -> Any:
+    """tilelang's pass-config readers (vectorize, let-inline, shared-memory merge policy, ...)."""
+    from tilelang.backend.pass_pipeline import pipeline_utils
 
-    return tuple(metal_exec.EXECUTION_BACKENDS)
-
-
-def in_tree_target_module() -> Any:
-    import tilelang.metal.target as metal_target
-
-    return metal_target
+    return pipeline_utils
 
 
-def pass_context_config() -> dict[str, Any]:
-    ctx = tvm.transform.PassContext.current()
-    return dict(ctx.config) if ctx is not None else {}
+@dataclass(frozen=True)
+class GemmNodeView:
+    """The fields of tilelang's `tl.Gemm` tile-op node that GemmMetal reads."""
+
+    a_region: Any
+    b_region: Any
+    c_region: Any
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    clear_accum: Any
+    policy: int
+
+
+def gemm_node_view(node: Any) -> GemmNodeView:
+    return GemmNodeView(
+        node.aRegion,
+        node.bRegion,
+        node.cRegion,
+        int(node.m),
+        int(node.n),
+        int(node.k),
+        bool(node.transA),
+        bool(node.transB),
+        node.clearAccum,
+        int(node.policy.policy_type),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,14 +220,16 @@ def _swap_cache_key(identity: dict[str, str], record: _Installed) -> None:
     _swap_attr(KernelCache, "_get_base_key", staticmethod(base_key_with_plugin), record)
 
 
-def _swap_adapter_dispatch(backend_name: str, make_adapter: Callable[..., Any], cache: Any, record: _Installed) -> None:
-    """Teach JITKernel and the kernel-cache dispatch one more execution backend name."""
+def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Installed) -> None:
+    """Route the named execution backends to the plugin's adapters, in JITKernel and in the
+    kernel-cache dispatch (names tilelang does not know get a memory-only cache)."""
     kernel_module = importlib.import_module("tilelang.jit.kernel")
     jit_kernel = kernel_module.JITKernel
     original = jit_kernel.__dict__["_create_adapter_from_artifact"]
 
     def create_adapter_from_artifact(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata):
-        if self.execution_backend == backend_name:
+        make_adapter = adapters.get(self.execution_backend)
+        if make_adapter is not None and self.backend.name == PLUGIN_BACKEND_NAME:
             return make_adapter(
                 params=artifact.params,
                 result_idx=out_idx,
@@ -228,15 +245,13 @@ def _swap_adapter_dispatch(backend_name: str, make_adapter: Callable[..., Any], 
     import tilelang.cache as cache_pkg
 
     dispatch = cache_pkg._dispatch_map
-    had = backend_name in dispatch
-    previous = dispatch.get(backend_name)
-    dispatch[backend_name] = cache
+    added = [name for name in adapters if name not in dispatch]
+    for name in added:
+        dispatch[name] = make_memory_only_kernel_cache()
 
     def restore() -> None:
-        if had:
-            dispatch[backend_name] = previous
-        else:
-            dispatch.pop(backend_name, None)
+        for name in added:
+            dispatch.pop(name, None)
 
     record.restores.append(restore)
 
@@ -275,8 +290,7 @@ class HostHooks:
     gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
     codegen_build: Callable[..., Any]
     cache_identity: dict[str, str]
-    emulator_backend_name: str
-    make_emulator_adapter: Callable[..., Any]
+    adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
 
 
 def install(hooks: HostHooks) -> bool:
@@ -295,9 +309,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_global(GEMM_LOWER_GLOBAL, hooks.gemm_lower(original_lower), record)
             _swap_global(GEMM_INFER_LAYOUT_GLOBAL, hooks.gemm_infer_layout(original_infer), record)
             _swap_cache_key(hooks.cache_identity, record)
-            _swap_adapter_dispatch(
-                hooks.emulator_backend_name, hooks.make_emulator_adapter, make_memory_only_kernel_cache(), record
-            )
+            _swap_adapter_dispatch(hooks.adapters, record)
         except BaseException:
             for restore in reversed(record.restores):
                 restore()

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--swizzle", type=int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'); 0 = off")
         p.add_argument("--trans-a", action="store_true")
         p.add_argument("--trans-b", action="store_true")
-        p.add_argument("--epilogue", default="none", help="shared path only: none, relu, bias, scale, gelu_tanh, silu")
+        p.add_argument("--epilogue", default="none", choices=["none", "relu", "bias", "scale", "gelu_tanh", "silu"], help="shared path only")
         p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason")
         if name != "lower":
             p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"])

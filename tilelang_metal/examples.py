@@ -8,7 +8,8 @@ from typing import Any
 
 import tilelang.language as T
 
-EPILOGUES = ("none", "relu", "bias", "scale", "gelu_tanh", "silu")
+EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
+ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA * C
 
 
 def metal4_target() -> Any:
@@ -128,6 +129,9 @@ def gemm_shared(
             elif epilogue == "scale":
                 for i, j in T.Parallel(block_M, block_N):
                     C_acc[i, j] = C_acc[i, j] * 0.5 + 1.0
+            elif epilogue == "alpha_beta":  # BLAS-style: reads the old C (pass C in, no out_idx)
+                for i, j in T.Parallel(block_M, block_N):
+                    C_acc[i, j] = ALPHA * C_acc[i, j] + BETA * C[by * block_M + i, bx * block_N + j]
             elif epilogue == "gelu_tanh":
                 for i, j in T.Parallel(block_M, block_N):
                     C_acc[i, j] = 0.5 * C_acc[i, j] * (1.0 + T.tanh(0.7978845608028654 * (C_acc[i, j] + 0.044715 * C_acc[i, j] * C_acc[i, j] * C_acc[i, j])))

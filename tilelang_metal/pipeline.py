@@ -14,17 +14,18 @@ the in-tree Metal pipeline, and why:
 
 from __future__ import annotations
 
+from ._host import pipeline_options
 from .transform.block_swizzle import BlockSwizzle
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
 def lower_metal(mod: object, target: object) -> object:
     import tilelang
-    from tilelang.backend.pass_pipeline import pipeline_utils as cfg
 
     tl = tilelang.transform
     from tvm import s_tir, tirx
 
+    cfg = pipeline_options()
     ctx = tl.get_pass_context()
 
     mod = tirx.transform.BindTarget(target)(mod)

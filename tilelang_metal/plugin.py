@@ -42,6 +42,12 @@ def _make_emulator_adapter(**kwargs: Any) -> Any:
     return EmulatorKernelAdapter(**kwargs)
 
 
+def _make_mps_adapter(**kwargs: Any) -> Any:
+    from .execution.mps_adapter import MPSKernelAdapter
+
+    return MPSKernelAdapter(**kwargs)
+
+
 def build_hooks() -> _host.HostHooks:
     mark_host_context = _host.in_tree_codegen_callbacks()
     manifest = _host.BackendModule(
@@ -61,6 +67,5 @@ def build_hooks() -> _host.HostHooks:
         gemm_infer_layout=_gemm_infer_layout_hook,
         codegen_build=build_metal,
         cache_identity={"tilelang_metal": __version__},
-        emulator_backend_name=EMULATOR,
-        make_emulator_adapter=_make_emulator_adapter,
+        adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import gemm_node_view, tir, tvm
 from ..errors import GemmLoweringError
 
 GLOBAL_SCOPES = ("global",)
@@ -180,13 +180,11 @@ class GemmProblem:
 
     @staticmethod
     def from_node(node: Any) -> GemmProblem:
-        A = _operand("A", node.aRegion)
-        B = _operand("B", node.bRegion)
-        C = _operand("C", node.cRegion)
-        M, N, K = int(node.m), int(node.n), int(node.k)
-        trans_A, trans_B = bool(node.transA), bool(node.transB)
-        policy = int(getattr(node.policy, "policy_type", getattr(node.policy, "policyType", 0)))
-        problem = GemmProblem(A, B, C, M, N, K, trans_A, trans_B, node.clearAccum, policy)
+        v = gemm_node_view(node)
+        A = _operand("A", v.a_region)
+        B = _operand("B", v.b_region)
+        C = _operand("C", v.c_region)
+        problem = GemmProblem(A, B, C, v.m, v.n, v.k, v.trans_a, v.trans_b, v.clear_accum, v.policy)
         problem.validate()
         return problem
 
