@@ -18,15 +18,23 @@ def _compile_torch_backend(func, target):
     return tilelang.compile(func, out_idx=[-1], target=target, execution_backend="torch")
 
 
-def test_base_key_names_the_plugin_only_while_active():
+def test_metal_keys_carry_the_plugin_identity_only_while_active():
     from tilelang.cache.kernel_cache import KernelCache
 
-    assert KernelCache._get_base_key()["tilelang_metal"] == tilelang_metal.__version__
+    cache = KernelCache.__new__(KernelCache)
+    func = E.gemm_direct_global(128, 128, 64)
+
+    def key(target):
+        return cache._generate_key(func, [-1], "emulator", args=(), target=target)
+
+    metal_active, cuda_active = key(E.metal4_target()), key("cuda")
     tilelang_metal.deactivate()
     try:
-        assert "tilelang_metal" not in KernelCache._get_base_key()
+        metal_in_tree, cuda_in_tree = key(E.metal4_target()), key("cuda")
     finally:
         tilelang_metal.activate()
+    assert metal_active != metal_in_tree
+    assert cuda_active == cuda_in_tree  # other backends' keys are untouched
 
 
 def test_cache_never_crosses_backends(monkeypatch, tmp_path):

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 
 from ._host import SUPPORTED_RANGE_TEXT, UnsupportedHostError, check_host_version  # version guard runs here
+from ._host import register_error_types
 from .errors import CodegenError, GemmLoweringError, MetalLoweringError
 from .version import __version__
+
+register_error_types(MetalLoweringError, GemmLoweringError, CodegenError)
 
 __all__ = [
     "__version__",

@@ -8,7 +8,9 @@ replaced and `uninstall()` puts those objects back.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +82,13 @@ def register_global_func(name: str, func: Callable[..., Any]) -> None:
     tvm_ffi.register_global_func(name, f=func, override=True)
 
 
+def register_error_types(*classes: type) -> None:
+    """Let the plugin's exceptions cross TVM's FFI with their own type (raised inside tilelang's
+    pass callbacks, they would otherwise reach the user as a plain RuntimeError)."""
+    for cls in classes:
+        tvm_ffi.register_error(cls.__name__, cls)
+
+
 def make_source_module(source: str, fmt: str = "metal") -> Any:
     """A stock TVM source module: `kernel_source`/`inspect_source()` and the torch adapter read it."""
     return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
@@ -90,6 +99,13 @@ def in_tree_codegen_callbacks() -> Any:
     import tilelang.metal.codegen as metal_codegen
 
     return metal_codegen.mark_host_metal_context
+
+
+def resolve_target(target: Any) -> Any:
+    """tilelang's own target resolution (normalizers included) as a Target object."""
+    from tilelang.backend.target import determine_target
+
+    return determine_target(target, return_object=True)
 
 
 def pipeline_options() -> Any:
@@ -207,17 +223,21 @@ def _swap_target_hooks(normalizer: Callable[..., Any], detector: Callable[..., A
 
 
 def _swap_cache_key(identity: dict[str, str], record: _Installed) -> None:
+    """Metal kernels compiled while the plugin is active get the plugin's identity in their cache
+    key (tilelang's key knows nothing about which backend lowered a kernel)."""
     from tilelang.cache.kernel_cache import KernelCache
 
-    original = KernelCache.__dict__["_get_base_key"]
-    original_fn = original.__func__
+    original = KernelCache.__dict__["_generate_key"]
+    stamp = json.dumps(identity, sort_keys=True)
 
-    def base_key_with_plugin() -> dict:
-        key = original_fn()
-        key.update(identity)
-        return key
+    def generate_key(self, func, out_idx, execution_backend="tvm_ffi", args=None, target="auto", *rest, **kwargs):
+        key = original(self, func, out_idx, execution_backend, args, target, *rest, **kwargs)
+        kind = getattr(getattr(target, "kind", None), "name", str(target))
+        if "metal" not in str(kind):
+            return key
+        return hashlib.sha256((key + stamp).encode()).hexdigest()
 
-    _swap_attr(KernelCache, "_get_base_key", staticmethod(base_key_with_plugin), record)
+    _swap_attr(KernelCache, "_generate_key", generate_key, record)
 
 
 def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Installed) -> None:

@@ -91,11 +91,13 @@ def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
     import tilelang
     from tilelang import tvm
 
+    from ._host import resolve_target
+
     func = _build(args)
-    target = _target(args.target)
+    target = resolve_target(_target(args.target))
 
     def lower() -> str:
-        with tvm.transform.PassContext():
+        with tvm.transform.PassContext(), target:  # T.copy / T.Parallel lowering needs the target in scope
             return tilelang.lower(func, target=target).kernel_source
 
     return _with_decisions(lower)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ._host import pipeline_options
 from .transform.block_swizzle import BlockSwizzle
+from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
@@ -32,6 +33,7 @@ def lower_metal(mod: object, target: object) -> object:
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
+    mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
     mod = tl.AddWrapperForSingleBufStore()(mod)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from . import _host
@@ -48,6 +50,16 @@ def _make_mps_adapter(**kwargs: Any) -> Any:
     return MPSKernelAdapter(**kwargs)
 
 
+def source_fingerprint() -> str:
+    """Hash of the plugin's own Python sources: an edited checkout never reuses stale kernels."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def build_hooks() -> _host.HostHooks:
     mark_host_context = _host.in_tree_codegen_callbacks()
     manifest = _host.BackendModule(
@@ -66,6 +78,6 @@ def build_hooks() -> _host.HostHooks:
         gemm_lower=_gemm_lower_hook,
         gemm_infer_layout=_gemm_infer_layout_hook,
         codegen_build=build_metal,
-        cache_identity={"tilelang_metal": __version__},
+        cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter},
     )

@@ -141,7 +141,7 @@ class KernelPrinter:
         func = self.func
         attrs = func.attrs
         readonly = {int(i) for i in attrs.get("tl.readonly_param_indices", [])} if attrs is not None else set()
-        non_restrict = {str(v.name) if hasattr(v, "name_hint") else str(v) for v in (attrs.get("tl.non_restrict_params", []) if attrs else [])}
+        non_restrict = {str(getattr(v, "name", v)) for v in (attrs.get("tl.non_restrict_params", []) if attrs else [])}
         params = []
         for index, var in enumerate(func.params):
             name = self.name_of(var)

@@ -37,9 +37,15 @@ class KernelCall:
     def __init__(self, params: list, result_idx: list[int], func: Any, device_mod: Any):
         self.params = params
         self.outputs = list(result_idx)
-        self.launch: LaunchShape = launch_shape(device_mod)
         host_names = [func.buffer_map[v].name if v in func.buffer_map else v.name for v in func.params]
-        device_func = next(iter(device_mod.functions.values()))
+        gvar, device_func = next(iter(device_mod.functions.items()))
+        scalars = [v.name for v in device_func.params if v.dtype != "handle"]
+        if scalars:
+            raise ValueError(
+                f"kernel {gvar.name_hint} has scalar parameters {scalars} (dynamic shapes); the plugin's "
+                "Metal launchers run static shapes only. Use concrete sizes (e.g. specialize with @tilelang.jit)."
+            )
+        self.launch: LaunchShape = launch_shape(device_mod)
         self.device_positions = [host_names.index(v.name) for v in device_func.params]
 
     def bind(self, args: tuple, device: Any, poison: bool) -> tuple[list, list]:

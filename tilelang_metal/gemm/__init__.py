@@ -85,10 +85,11 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     num_warps = threads // SIMD_WIDTH
     if selection.kind == COOPERATIVE_TENSOR:
         part = selection.partition
-    elif problem.c_scope in SIMDGROUP_SCOPES:
-        part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
     else:
-        part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SG_FRAG, SG_FRAG)
+        if problem.c_scope in SIMDGROUP_SCOPES:
+            part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
+        else:
+            part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SG_FRAG, SG_FRAG)
         if part is None:
             raise GemmLoweringError(
                 f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "

@@ -74,3 +74,51 @@ def test_float64_has_no_metal_type(metal4):
 
 def test_bad_swizzle_panel(metal4):
     _lower_fails(E.gemm_direct_global(256, 256, 64, swizzle_panel=3), metal4, "power-of-two panel", "3")
+
+
+def test_gemm_with_2d_threads_is_refused(metal4):
+    M = N = K = 64
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=(32, 4)) as (bx, by):
+            T.gemm(A[0:M, 0:K], B[0:K, 0:N], C[0:M, 0:N], clear_accum=True)
+
+    _lower_fails(main, metal4, "1-D thread launch", "threadIdx.y=4", "threads=128")
+
+
+def test_simdgroup_accumulator_without_split_is_refused(plain_metal):
+    @T.prim_func
+    def main(A: T.Tensor((8, 32), "float16"), B: T.Tensor((32, 40), "float16"), C: T.Tensor((8, 40), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            C_sg = T.alloc_buffer((8, 40), "float32", scope="metal.simdgroup")
+            T.gemm(A[0:8, 0:32], B[0:32, 0:40], C_sg, clear_accum=True)
+            T.copy(C_sg, C[0, 0])
+
+    _lower_fails(main, plain_metal, "no legal warp partition", "8x40")
+
+
+def test_errors_keep_their_type_across_tvm():
+    import tilelang_metal
+
+    with pytest.raises(tilelang_metal.GemmLoweringError, match="not a multiple of 32"):
+        lower_source(_gemm_kernel(128, 128, 64, 64, 128, threads=100), E.metal4_target())
+
+
+@pytest.mark.no_source_check  # scalar parameters are outside the emulator's MSL subset on purpose
+def test_dynamic_shapes_lower_but_do_not_launch(metal4):
+    import tilelang
+
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m,), "float32"), B: T.Tensor((m,), "float32")):
+        with T.Kernel(T.ceildiv(m, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < m:
+                    B[bx * 128 + i] = A[bx * 128 + i] + 1.0
+
+    source = lower_source(main, metal4)
+    assert "constant int& m [[ buffer(" in source
+    with pytest.raises(Exception, match="dynamic shapes"):
+        tilelang.compile(main, target=metal4, execution_backend="emulator")
