@@ -59,11 +59,11 @@ from tilelang import tvm  # noqa: E402
 # --------------------------------------------------------------------------------------------
 # Host types the rest of the plugin may use (re-exported so no other module imports internals).
 # --------------------------------------------------------------------------------------------
-from tilelang.backend.device_codegen import DeviceCodegen  # noqa: E402
-from tilelang.backend.execution_backend import ExecutionBackendSpec  # noqa: E402
-from tilelang.backend.host_codegen import STANDARD_HOST_CODEGENS, HostCodegenHook  # noqa: E402
+from tilelang.backend.device_codegen import DeviceCodegen  # noqa: E402,F401
+from tilelang.backend.execution_backend import ExecutionBackendSpec  # noqa: E402,F401
+from tilelang.backend.host_codegen import STANDARD_HOST_CODEGENS, HostCodegenHook  # noqa: E402,F401
 from tilelang.backend.module import BackendModule  # noqa: E402
-from tilelang.backend.pass_pipeline import PassPipeline  # noqa: E402
+from tilelang.backend.pass_pipeline import PassPipeline  # noqa: E402,F401
 
 Target = tvm.target.Target
 tir = tvm.tirx

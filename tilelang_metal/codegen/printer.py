@@ -452,7 +452,7 @@ class KernelPrinter:
             self.emit(f"float {name}[{acc.count}];")
 
     def ensure_ct_op(self) -> None:
-        if any(line.startswith(f"mpp::tensor_ops::matmul2d<") for line in self.prelude):
+        if any(line.startswith("mpp::tensor_ops::matmul2d<") for line in self.prelude):
             return
         self.prelude.append(
             "constexpr auto __ct_desc = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, false, true, "
@@ -521,8 +521,10 @@ class KernelPrinter:
         self.indent += 1
         self.emit(f"auto __ct_a = {CT_OP}.get_left_input_cooperative_tensor<{ta}, {tb}, float>();")
         self.emit(f"auto __ct_b = {CT_OP}.get_right_input_cooperative_tensor<{ta}, {tb}, float>();")
-        self.emit(f"#pragma clang loop unroll(full)\n" + "  " * self.indent + f"for (ushort __i = 0; __i < {CT_LEFT_ELEMS}; ++__i) __ct_a[__i] = {an}[{ao} + __i];")
-        self.emit(f"#pragma clang loop unroll(full)\n" + "  " * self.indent + f"for (ushort __i = 0; __i < {CT_RIGHT_ELEMS}; ++__i) __ct_b[__i] = {bn}[{bo} + __i];")
+        self.emit("#pragma clang loop unroll(full)")
+        self.emit(f"for (ushort __i = 0; __i < {CT_LEFT_ELEMS}; ++__i) __ct_a[__i] = {an}[{ao} + __i];")
+        self.emit("#pragma clang loop unroll(full)")
+        self.emit(f"for (ushort __i = 0; __i < {CT_RIGHT_ELEMS}; ++__i) __ct_b[__i] = {bn}[{bo} + __i];")
         if acc.elided:
             if not isinstance(chunk, tir.IntImm):
                 raise CodegenError("cooperative tensor accumulator chunk index must be constant")

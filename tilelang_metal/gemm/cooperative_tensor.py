@@ -14,34 +14,24 @@ from typing import Any
 from .._host import tir
 from ..selection import CT_FRAG_K, CT_FRAG_M, CT_FRAG_N, Partition
 from . import lane_layout as L
-from .accumulator import Accumulator, clear_flag, make_accumulator
+from .accumulator import Accumulator, clear_flag
 from .problem import GemmProblem
-from .tile_access import load_group, store_group, tile_in_bounds
-from .tir_build import CT_MMA, INT32, as_block_func, call, local_buffer, seq
+from .tile_access import load_group, store_group
+from .tiling import SimdgroupTiling
+from .tir_build import CT_MMA, call, seq
 
 GROUP = 4  # consecutive columns one lane owns in every layout row
 
 
-class CooperativeTensorPlan:
+class CooperativeTensorPlan(SimdgroupTiling):
+    frag_m, frag_n, frag_k = CT_FRAG_M, CT_FRAG_N, CT_FRAG_K
+    a_elems, b_elems, c_elems = L.CT_LEFT_ELEMS, L.CT_RIGHT_ELEMS, L.CT_DEST_ELEMS
+    names = ("A_frag", "B_frag")
+
     def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
-        self.p = problem
-        self.part = part
-        self.analyzer = analyzer
-        self.wm = problem.M // part.m_warp
-        self.wn = problem.N // part.n_warp
-        self.rows = self.wm // CT_FRAG_M
-        self.cols = self.wn // CT_FRAG_N
-        # lane / simdgroup as functions of the (1-D) thread index: passes can bound them, and the
-        # printer emits them as the Metal execution attributes.
-        self.lane = tir.floormod(thread_index, 32)
-        self.sg = tir.floordiv(thread_index, 32)
-        self.warp_m = tir.floormod(self.sg, part.m_warp)
-        self.warp_n = tir.floordiv(self.sg, part.m_warp)
+        super().__init__(problem, part, analyzer, thread_index)
         self.brow = L.ct_base_row(self.lane)
         self.bcol = L.ct_base_col(self.lane)
-        self.a_ok = tile_in_bounds(problem.A, analyzer)
-        self.b_ok = tile_in_bounds(problem.B, analyzer)
-        self.c_ok = tile_in_bounds(problem.C, analyzer)
 
     # Destination element group g (0..3) of fragment (i, j): 4 consecutive columns of one row.
     def c_group_origin(self, i: int, j: int, g: int) -> tuple:
@@ -98,21 +88,3 @@ class CooperativeTensorPlan:
             store_group(self.p.C, row, col, GROUP, acc.buffer, chunk * 16 + 4 * g, self.c_ok, self.analyzer)
             for chunk, g, row, col in self.c_groups()
         )
-
-    def build(self, name: str) -> Any:
-        p = self.p
-        a_frag = local_buffer("A_frag", self.rows * L.CT_LEFT_ELEMS, p.A.dtype)
-        b_frag = local_buffer("B_frag", self.cols * L.CT_RIGHT_ELEMS, p.B.dtype)
-        acc = make_accumulator(p, self.rows * self.cols * L.CT_DEST_ELEMS)
-        ko = tir.Var("k_outer", INT32)
-        k_loop = tir.For(ko, tir.const(0, INT32), tir.const(p.K // CT_FRAG_K, INT32), tir.ForKind.SERIAL, self.k_step(ko, a_frag, b_frag, acc))
-        body = seq([self.init_accumulator(acc), k_loop, self.write_back(acc)])
-        allocs = [a_frag, b_frag] + ([acc.buffer] if acc.owned else [])
-        return as_block_func(body, allocs, name)
-
-
-def tir_range(lo: int, hi: int) -> Any:
-    from .._host import tvm
-
-    return tvm.ir.Range(lo, hi)
-

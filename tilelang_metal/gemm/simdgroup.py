@@ -10,39 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import tir
 from ..selection import SG_FRAG, Partition
 from . import lane_layout as L
-from .accumulator import Accumulator, clear_flag, make_accumulator
+from .accumulator import Accumulator, clear_flag
 from .problem import GemmProblem, Operand
-from .tile_access import load_group, store_group, tile_in_bounds
-from .tir_build import INT32, SG_LOAD, SG_MMA, SG_STORE, as_block_func, call, local_buffer, seq
+from .tile_access import load_group, store_group
+from .tiling import SimdgroupTiling
+from .tir_build import SG_LOAD, SG_MMA, SG_STORE, call, seq
 
 E = L.SG_ELEMS_PER_LANE
 
 
-class SimdgroupPlan:
+class SimdgroupPlan(SimdgroupTiling):
+    frag_m = frag_n = frag_k = SG_FRAG
+    a_elems = b_elems = c_elems = E
+    names = ("A_sg", "B_sg")
+
     def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
-        self.p = problem
-        self.part = part
-        self.analyzer = analyzer
-        self.wm = problem.M // part.m_warp
-        self.wn = problem.N // part.n_warp
-        self.rows = self.wm // SG_FRAG
-        self.cols = self.wn // SG_FRAG
-        self.k_steps = -(-problem.K // SG_FRAG)
-        # lane / simdgroup as functions of the (1-D) thread index: passes can bound them, and the
-        # printer emits them as the Metal execution attributes.
-        self.lane = tir.floormod(thread_index, 32)
-        self.sg = tir.floordiv(thread_index, 32)
-        self.warp_m = tir.floormod(self.sg, part.m_warp)
-        self.warp_n = tir.floordiv(self.sg, part.m_warp)
+        super().__init__(problem, part, analyzer, thread_index)
         self.lrow = L.sg_row(self.lane)
         self.lcol = L.sg_col(self.lane, 0)
-        k_whole = problem.K % SG_FRAG == 0
-        self.a_ok = k_whole and tile_in_bounds(problem.A, analyzer)
-        self.b_ok = k_whole and tile_in_bounds(problem.B, analyzer)
-        self.c_ok = tile_in_bounds(problem.C, analyzer)
 
     def _load_fragment(self, op: Operand, transposed: bool, frag: Any, index: int, r0: Any, c0: Any, fits: bool) -> Any:
         """Fragment `index` of `frag` = logical 8x8 block at (r0, c0) of the operand."""
@@ -100,17 +88,6 @@ class SimdgroupPlan:
                 else:
                     stmts.append(store_group(self.p.C, r + self.lrow, c + self.lcol, E, acc.buffer, f * E, self.c_ok, self.analyzer))
         return seq(stmts)
-
-    def build(self, name: str) -> Any:
-        p = self.p
-        a_frag = local_buffer("A_sg", self.rows * E, p.A.dtype)
-        b_frag = local_buffer("B_sg", self.cols * E, p.B.dtype)
-        acc = make_accumulator(p, self.rows * self.cols * E)
-        ko = tir.Var("k_outer", INT32)
-        k_loop = tir.For(ko, tir.const(0, INT32), tir.const(self.k_steps, INT32), tir.ForKind.SERIAL, self.k_step(ko, a_frag, b_frag, acc))
-        body = seq([self.init_accumulator(acc), k_loop, self.write_back(acc)])
-        allocs = [a_frag, b_frag] + ([acc.buffer] if acc.owned else [])
-        return as_block_func(body, allocs, name)
 
 
 def lower_simdgroup(problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any) -> Any:

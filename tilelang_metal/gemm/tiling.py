@@ -1,0 +1,67 @@
+"""What every GEMM dataflow shares: the per-simdgroup tiling of C and the K-loop skeleton.
+
+Simdgroup `sg` owns the (M/m_warp) x (N/n_warp) block (warp_m, warp_n) = (sg % m_warp, sg // m_warp)
+of C, covered by `rows x cols` instruction fragments. Subclasses say how big a fragment is, how a
+K step gathers operands and runs the MMAs, and how the accumulator is cleared and written back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir
+from ..selection import SIMD_WIDTH, Partition
+from .accumulator import Accumulator, make_accumulator
+from .problem import GemmProblem
+from .tile_access import tile_in_bounds
+from .tir_build import INT32, as_block_func, local_buffer, seq
+
+
+class SimdgroupTiling:
+    frag_m: int
+    frag_n: int
+    frag_k: int
+    a_elems: int  # per-lane elements of one A / B / C fragment
+    b_elems: int
+    c_elems: int
+    names: tuple[str, str]  # thread-array names of the A and B fragments
+
+    def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
+        self.p = problem
+        self.part = part
+        self.analyzer = analyzer
+        self.wm = problem.M // part.m_warp
+        self.wn = problem.N // part.n_warp
+        self.rows = self.wm // self.frag_m
+        self.cols = self.wn // self.frag_n
+        self.k_steps = -(-problem.K // self.frag_k)
+        # lane / simdgroup as functions of the (1-D) thread index: passes can bound them, and the
+        # printer emits them as the Metal execution attributes.
+        self.lane = tir.floormod(thread_index, SIMD_WIDTH)
+        self.sg = tir.floordiv(thread_index, SIMD_WIDTH)
+        self.warp_m = tir.floormod(self.sg, part.m_warp)
+        self.warp_n = tir.floordiv(self.sg, part.m_warp)
+        k_whole = problem.K % self.frag_k == 0
+        self.a_ok = k_whole and tile_in_bounds(problem.A, analyzer)
+        self.b_ok = k_whole and tile_in_bounds(problem.B, analyzer)
+        self.c_ok = tile_in_bounds(problem.C, analyzer)
+
+    def init_accumulator(self, acc: Accumulator) -> Any:
+        raise NotImplementedError
+
+    def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
+        raise NotImplementedError
+
+    def write_back(self, acc: Accumulator) -> Any:
+        raise NotImplementedError
+
+    def build(self, name: str) -> Any:
+        p = self.p
+        a_frag = local_buffer(self.names[0], self.rows * self.a_elems, p.A.dtype)
+        b_frag = local_buffer(self.names[1], self.cols * self.b_elems, p.B.dtype)
+        acc = make_accumulator(p, self.rows * self.cols * self.c_elems)
+        ko = tir.Var("k_outer", INT32)
+        k_loop = tir.For(ko, tir.const(0, INT32), tir.const(self.k_steps, INT32), tir.ForKind.SERIAL, self.k_step(ko, a_frag, b_frag, acc))
+        body = seq([self.init_accumulator(acc), k_loop, self.write_back(acc)])
+        allocs = [a_frag, b_frag] + ([acc.buffer] if acc.owned else [])
+        return as_block_func(body, allocs, name)
