@@ -66,13 +66,19 @@ def test_fp32_accumulation_with_fp16_store_cast(fast_path_fp16):
     assert "device float* __restrict C" in fp32 and "half4(" not in fp32
 
 
-def test_affine_addresses_in_k_loop(fast_path_fp16):
+def test_affine_addresses_with_hoisted_position_offsets(fast_path_fp16):
+    """base + tile offset + simdgroup offset + K induction, with the position part computed once."""
+    hoisted = dict(re.findall(r"const int (__off\d+) = (.*);", fast_path_fp16))
     loop = k_loop(fast_path_fp16)
-    a_loads = [line for line in loop.splitlines() if "A_frag +" in line and "(A +" in line]
-    assert a_loads, loop[:400]
-    for line in a_loads:  # base + tile offset + simdgroup offset + K induction, half4 vector loads
-        assert "blockIdx.y" in line and "__simd_group_id" in line and "k_outer * 16" in line
+    a_loads = [line for line in loop.splitlines() if "A_frag +" in line and "(A + (" in line]
+    assert len(a_loads) == 4, loop[:400]
+    for line in a_loads:
+        base = re.search(r"\(A \+ \((__off\d+) \+ \(k_outer \* 16\)", line)
+        assert base, line
+        definition = hoisted[base.group(1)]
+        assert "blockIdx.y" in definition and "__simd_group_id" in definition and "__lane" in definition
         assert "*(const device half4*)" in line
+    assert "blockIdx" not in loop and "__lane" not in loop  # nothing position-dependent recomputed per step
 
 
 def test_aligned_kernel_has_no_edge_predicates(fast_path_fp16):

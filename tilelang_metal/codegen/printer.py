@@ -108,6 +108,9 @@ class KernelPrinter:
         self.storage: MatrixStorage = analyze(func.body)
         self.swizzle: tuple[int, int, int, int] | None = None
         self.declared: set = set()
+        self.hoisted: dict[str, str] = {}  # position-only offset text -> __off<N>
+        self._position_memo: dict[int, tuple[Any, bool]] = {}
+        self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
 
     # ---------------------------------------------------------------- naming
@@ -177,7 +180,8 @@ class KernelPrinter:
             head.append("#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>")
         head += ["using namespace metal;", ""]
         sig = f"[[kernel, max_total_threads_per_threadgroup({threads})]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
-        body = self.swizzle_prelude() + ["  " + line for line in self.prelude] + self.lines
+        hoisted = [f"  const int {name} = {text};" for text, name in self.hoisted.items()]
+        body = self.swizzle_prelude() + ["  " + line for line in self.prelude] + hoisted + self.lines
         return "\n".join(head + [sig] + body + ["}", ""])
 
     def check_threadgroup_budget(self) -> None:
@@ -356,8 +360,13 @@ class KernelPrinter:
         index = stmt.indices[-1] if stmt.indices else tir.const(0, "int32")
         if len(stmt.indices) != 1:
             raise CodegenError(f"store to {stmt.buffer.name} is not flattened ({len(stmt.indices)} indices)")
-        value = self.expr(stmt.value)
         lanes = split_dtype(str(stmt.value.dtype))[1]
+        if isinstance(stmt.value, tir.Broadcast) and (var in self.storage.simdgroup or var in self.storage.cooperative):
+            # a splat into matrix elements: one scalar store per element, no temporary vector
+            for t in range(lanes):
+                self.visit_BufferStore(tir.BufferStore(stmt.buffer, stmt.value.value, [self._lane_index(index, t)]))
+            return
+        value = self.expr(stmt.value)
         if var in self.storage.cooperative and self.storage.cooperative[var].elided:
             self.store_ct_elements(var, index, value, lanes, str(stmt.value.dtype))
             return
@@ -386,11 +395,44 @@ class KernelPrinter:
     def access(self, var: Any, index: Any, lanes: int) -> str:
         name = self.name_of(var)
         if lanes == 1:
-            return f"{name}[{self.expr(index)}]"
+            return f"{name}[{self.offset(var, index)}]"
         if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
             raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
         vec = msl_type(f"{self.elem_dtype(var)}x{lanes}")
-        return f"*({self.space_of(var)} {vec}*)({name} + {self.expr(index.base)})"
+        return f"*({self.space_of(var)} {vec}*)({name} + ({self.offset(var, index.base)}))"
+
+    def offset(self, var: Any, index: Any) -> str:
+        """An element offset into device or threadgroup memory, with its position-only part hoisted.
+
+        The terms of the offset that depend only on the threadgroup and simdgroup position
+        (blockIdx, simdgroup id, lane) are the same in every iteration: they are computed once at
+        the top of the kernel (`__off<N>`), so the hot loops read `A + (__off0 + k_outer * 16 + 1024)`.
+        """
+        if var not in self.device and var not in self.threadgroup:
+            return self.expr(index)
+        terms = _add_terms(index)
+        fixed = [t for t in terms if not isinstance(t, tir.IntImm) and self._position_only(t)]
+        if not fixed:
+            return self.expr(index)
+        rest = [t for t in terms if not any(t.same_as(f) for f in fixed)]
+        key = " + ".join(self.expr(t) for t in fixed)
+        name = self.hoisted.get(key)
+        if name is None:
+            name = f"__off{len(self.hoisted)}"
+            self.hoisted[key] = name
+        return " + ".join([name] + [self.expr(t) for t in rest])
+
+    def _position_only(self, e: Any) -> bool:
+        """True when `e` depends on threadgroup / simdgroup / lane position and nothing else (a
+        buffer load would bring its buffer's data var, which is not a position)."""
+        key = e.__hash__()  # object identity, kept alive in the memo (see expr)
+        hit = self._position_memo.get(key)
+        if hit is None:
+            free = tvm.tirx.analysis.undefined_vars(e, [])
+            known = bool(free) and all(v in self.pos_users or str(v.name) in (SIMDGROUP_ID_NAME, LANE_ID_NAME) for v in free)
+            hit = (e, known)
+            self._position_memo[key] = hit
+        return hit[1]
 
     def ct_element(self, var: Any, flat: int) -> str:
         return f"{self.name_of(var)}_ct{flat // CT_DEST_ELEMS}[{flat % CT_DEST_ELEMS}]"
@@ -544,15 +586,25 @@ class KernelPrinter:
         """A matrix load/store address as `(buf + i)`: the only way device pointers are formed."""
         if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
             load = addr.args[0]
-            return f"({self.name_of(load.buffer.data)} + {self.expr(load.indices[-1])})"
+            return f"({self.name_of(load.buffer.data)} + ({self.offset(load.buffer.data, load.indices[-1])}))"
         if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.tvm_access_ptr":
-            return f"({self.name_of(addr.args[1])} + {self.expr(addr.args[2])})"
+            return f"({self.name_of(addr.args[1])} + ({self.offset(addr.args[1], addr.args[2])}))"
         raise CodegenError(f"unsupported pointer expression {addr}")
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: Any) -> str:
         if isinstance(e, (int, bool)):
             return str(int(e))
+        # IR is immutable and shares subtrees: print each object once. The key is the object's
+        # identity; the memo keeps the object alive so its address cannot be reused meanwhile.
+        key = e.__hash__()
+        hit = self._expr_memo.get(key)
+        if hit is None:
+            hit = (e, self._print_expr(e))
+            self._expr_memo[key] = hit
+        return hit[1]
+
+    def _print_expr(self, e: Any) -> str:
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is not None:
             return method(e)
@@ -673,6 +725,12 @@ class KernelPrinter:
                 x = self.expr(args[0])
                 return f"(1.0f / (1.0f + metal::exp(-({x}))))"
         raise CodegenError(f"the Metal printer does not support the call {op}: {e}")
+
+
+def _add_terms(e: Any) -> list[Any]:
+    if isinstance(e, tir.Add):
+        return _add_terms(e.a) + _add_terms(e.b)
+    return [e]
 
 
 def _with_lanes(dtype: str, lanes: int) -> str:
