@@ -14,7 +14,7 @@ from typing import Any
 from .._host import tir
 from ..selection import CT_FRAG_K, CT_FRAG_M, CT_FRAG_N, Partition
 from . import lane_layout as L
-from .accumulator import Accumulator, clear_flag
+from .accumulator import Accumulator
 from .problem import GemmProblem
 from .tile_access import load_group, store_group
 from .tiling import SimdgroupTiling
@@ -54,12 +54,7 @@ class CooperativeTensorPlan(SimdgroupTiling):
             )
         else:
             keep = None  # a register fragment already holds its running sum
-        flag = clear_flag(self.p)
-        if flag is True:
-            return zero
-        if flag is False:
-            return keep
-        return tir.IfThenElse(self.p.clear_accum, zero, keep)
+        return self.clear_or_keep(zero, keep)
 
     def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
         p = self.p

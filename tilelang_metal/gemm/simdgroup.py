@@ -13,7 +13,7 @@ from typing import Any
 from .._host import tir
 from ..selection import SG_FRAG, Partition
 from . import lane_layout as L
-from .accumulator import Accumulator, clear_flag
+from .accumulator import Accumulator
 from .problem import GemmProblem, Operand
 from .tile_access import load_group, store_group
 from .tiling import SimdgroupTiling
@@ -53,12 +53,7 @@ class SimdgroupPlan(SimdgroupTiling):
                 for j in range(self.cols)
                 for r, c in [self._c_origin(i, j)]
             )
-        flag = clear_flag(self.p)
-        if flag is True:
-            return zero
-        if flag is False:
-            return keep
-        return tir.IfThenElse(self.p.clear_accum, zero, keep)
+        return self.clear_or_keep(zero, keep)
 
     def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
         p = self.p

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._host import tir
 from ..selection import SIMD_WIDTH, Partition
-from .accumulator import Accumulator, make_accumulator
+from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
 from .tile_access import tile_in_bounds
 from .tir_build import INT32, as_block_func, local_buffer, seq
@@ -48,6 +48,15 @@ class SimdgroupTiling:
 
     def init_accumulator(self, acc: Accumulator) -> Any:
         raise NotImplementedError
+
+    def clear_or_keep(self, zero: Any, keep: Any) -> Any:
+        """The accumulator's start: zeros (clear_accum), its current value, or either at run time."""
+        flag = clear_flag(self.p)
+        if flag is True:
+            return zero
+        if flag is False:
+            return keep
+        return tir.IfThenElse(self.p.clear_accum, zero, keep)
 
     def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
         raise NotImplementedError

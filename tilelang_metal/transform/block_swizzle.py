@@ -23,6 +23,7 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..errors import MetalLoweringError
+from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
@@ -72,12 +73,4 @@ def swizzle_function(func: Any) -> Any:
     return func.with_attr("thread_extent", launch)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.BlockSwizzle")
-def BlockSwizzle(mod: Any, _ctx: Any) -> Any:
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if isinstance(func, tir.PrimFunc) and func.attrs is not None and "thread_extent" in func.attrs:
-            updates[gvar] = swizzle_function(func)
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+BlockSwizzle = per_function_pass("tilelang_metal.BlockSwizzle", swizzle_function, kernels_only=True)

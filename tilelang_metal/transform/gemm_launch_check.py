@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import tir
 from ..errors import GemmLoweringError
+from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
 GEMM_OP = "tl.tileop.gemm"
@@ -36,9 +37,9 @@ def check_function(func: Any) -> None:
     )
 
 
-@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.CheckGemmLaunch")
-def CheckGemmLaunch(mod: Any, _ctx: Any) -> Any:
-    for _, func in mod.functions.items():
-        if isinstance(func, tir.PrimFunc):
-            check_function(func)
-    return mod
+def _checked(func: Any) -> Any:
+    check_function(func)
+    return func
+
+
+CheckGemmLaunch = per_function_pass("tilelang_metal.CheckGemmLaunch", _checked)

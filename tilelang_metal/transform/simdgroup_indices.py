@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir, tvm
+from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
 SIMDGROUP_ID_NAME = "__simd_group_id"
@@ -48,12 +49,4 @@ def canonicalize_function(func: Any) -> Any:
     return func.with_body(body)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.UseSimdgroupIndices")
-def UseSimdgroupIndices(mod: Any, _ctx: Any) -> Any:
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if isinstance(func, tir.PrimFunc) and func.attrs is not None and "thread_extent" in func.attrs:
-            updates[gvar] = canonicalize_function(func)
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+UseSimdgroupIndices = per_function_pass("tilelang_metal.UseSimdgroupIndices", canonicalize_function, kernels_only=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..gemm.tir_build import CT_MMA, SG_MMA
+from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
 MAX_UNROLLED_ITERATIONS = 256
@@ -67,12 +68,4 @@ def _contains_mma(stmt: Any) -> bool:
     return bool(_ct_accumulators(stmt))
 
 
-@tvm.transform.module_pass(opt_level=0, name="tilelang_metal.UnrollAccumulatorLoops")
-def UnrollAccumulatorLoops(mod: Any, _ctx: Any) -> Any:
-    updates = {}
-    for gvar, func in mod.functions.items():
-        if isinstance(func, tir.PrimFunc):
-            updates[gvar] = unroll_function(func)
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+UnrollAccumulatorLoops = per_function_pass("tilelang_metal.UnrollAccumulatorLoops", unroll_function)
