@@ -1,7 +1,8 @@
 """Small helpers to build the TIR that the GEMM lowering returns (plain nodes, no parser magic).
 
-The MSL printer recognises the `tlm_*` extern calls and the two position builtins declared here;
-they are the whole vocabulary between the GEMM lowering and the codegen.
+The MSL printer recognises the `tlm_*` extern calls declared here; they are the whole vocabulary
+between the GEMM lowering and the codegen. Lane and simdgroup ids are plain `tx % 32` / `tx // 32`
+(see transform/simdgroup_indices.py).
 """
 
 from __future__ import annotations
@@ -10,10 +11,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._host import tir
-
-# Position builtins: the printer emits the Metal execution attributes for them.
-LANE_ID = "__tlm_lane_id"  # [[thread_index_in_simdgroup]]
-SIMDGROUP_ID = "__tlm_simdgroup_id"  # [[simdgroup_index_in_threadgroup]]
 
 # Matrix intrinsics (first argument is always the destination buffer's data var).
 CT_MMA = "tlm_ct_mma"  # (C, c_chunk, A, a_offset, B, b_offset): C_chunk += A x B on a 16x32x16 matmul2d
@@ -24,28 +21,11 @@ SG_STORE = "tlm_sg_store"  # (X, frag, address, stride): simdgroup_store
 INT32 = "int32"
 
 
-def lane_id() -> Any:
-    return tir.call_pure_extern(INT32, LANE_ID)
-
-
-def simdgroup_id() -> Any:
-    return tir.call_pure_extern(INT32, SIMDGROUP_ID)
-
-
-def const(value: int, dtype: str = INT32) -> Any:
-    return tir.IntImm(dtype, value)
-
-
 def seq(stmts: Iterable[Any]) -> Any:
     flat = [s for s in stmts if s is not None]
     if not flat:
         return tir.Evaluate(0)
     return flat[0] if len(flat) == 1 else tir.SeqStmt(flat)
-
-
-def serial(name: str, extent: int, body_fn: Any) -> Any:
-    var = tir.Var(name, INT32)
-    return tir.For(var, const(0), const(extent), tir.ForKind.SERIAL, body_fn(var))
 
 
 def local_buffer(name: str, count: int, dtype: str) -> Any:
