@@ -136,7 +136,6 @@ def _epilogue_reference(x: Any, bias: Any, epilogue: str) -> Any:
 
 def run_and_check(args: argparse.Namespace) -> float:
     import tilelang
-    import torch
 
     func = _build(args)
     inputs, ref = _inputs(args)
@@ -154,7 +153,6 @@ def run_and_check(args: argparse.Namespace) -> float:
         f"[{kernel.execution_backend}] {args.m}x{args.n}x{args.k} {args.dtype}->{args.out_dtype}: "
         f"compile {t1 - t0:.2f}s, run {t2 - t1:.2f}s, max |C - torch| = {err:.4g} (max |C| = {scale:.4g})"
     )
-    del torch
     return err / scale
 
 

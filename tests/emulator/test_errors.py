@@ -16,6 +16,13 @@ from tilelang_metal.emulator import (
 )
 
 
+
+def launch_fails(src: str, match: str, *launch_args, **launch_kwargs) -> None:
+    """Compile `src`, launch it and expect an EmulatorRuntimeError whose text matches `match`."""
+    k = compile_kernel(src)
+    with pytest.raises(EmulatorRuntimeError, match=match):
+        k.launch(*launch_args, **launch_kwargs)
+
 def kernel(name: str, params: list[str], body: str, max_threads: int = 128, mpp: bool = False) -> str:
     sig = ",\n".join(f"  {p}" for p in params)
     return (
@@ -52,9 +59,7 @@ def test_out_of_bounds_write_names_buffer_and_index():
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_reported_bounds_error_does_not_depend_on_workers(workers):
     src = kernel("oob_many", [OUT, BLOCK_IDX, THREAD_IDX], "  C[((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) + 64] = 1.000000e+00f;\n")
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=re.escape("element index 1024, buffer extent 1024")):
-        k.launch([torch.zeros(1024)], grid=(8, 1, 1), block=(128, 1, 1), workers=workers)
+    launch_fails(src, re.escape("element index 1024, buffer extent 1024"), [torch.zeros(1024)], grid=(8, 1, 1), block=(128, 1, 1), workers=workers)
 
 
 def test_vector_access_partially_outside_buffer():
@@ -74,9 +79,7 @@ def test_misaligned_vector_access_is_reported():
         ["const device half* __restrict A [[ buffer(0) ]]", "device half* __restrict B [[ buffer(1) ]]", THREAD_IDX],
         "  *(device half4*)(B + (((int)threadIdx.x) * 4)) = *(const device half4*)(A + ((((int)threadIdx.x) * 4) + 2));\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=r"misaligned vector access to device buffer 'A'.*element index 2"):
-        k.launch([torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float16)], (1, 1, 1), (8, 1, 1))
+    launch_fails(src, r"misaligned vector access to device buffer 'A'.*element index 2", [torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float16)], (1, 1, 1), (8, 1, 1))
 
 
 def test_threadgroup_array_bounds_are_checked():
@@ -88,9 +91,7 @@ def test_threadgroup_array_bounds_are_checked():
         "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
         "  C[((int)threadIdx.x)] = S[((int)threadIdx.x)];\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=r"threadgroup array 'S': element index 64, buffer extent 64"):
-        k.launch([torch.zeros(128)], (1, 1, 1), (128, 1, 1))
+    launch_fails(src, r"threadgroup array 'S': element index 64, buffer extent 64", [torch.zeros(128)], (1, 1, 1), (128, 1, 1))
 
 
 def test_simdgroup_store_out_of_bounds():
@@ -101,9 +102,7 @@ def test_simdgroup_store_out_of_bounds():
         "  simdgroup_store(F, C + 8, 8, ulong2(0, 0), false);\n",
         max_threads=32,
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=r"device buffer 'C': element index 64, buffer extent 64"):
-        k.launch([torch.zeros(64)], (1, 1, 1), (32, 1, 1))
+    launch_fails(src, r"device buffer 'C': element index 64, buffer extent 64", [torch.zeros(64)], (1, 1, 1), (32, 1, 1))
 
 
 # ----------------------------------------------------------------- divergence
@@ -132,9 +131,7 @@ def test_early_return_before_barrier():
         "  if ((((int)threadIdx.x) == 17) && (((int)blockIdx.x) == 1)) {\n    return;\n  }\n"
         "  threadgroup_barrier(mem_flags::mem_threadgroup);\n  C[((int)threadIdx.x)] = 1.000000e+00f;\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=re.escape("127 of 128 threads of threadgroup (1,0,0) reached threadgroup_barrier; thread 17 returned")):
-        k.launch([torch.zeros(128)], grid=(3, 1, 1), block=(128, 1, 1))
+    launch_fails(src, re.escape("127 of 128 threads of threadgroup (1,0,0) reached threadgroup_barrier; thread 17 returned"), [torch.zeros(128)], grid=(3, 1, 1), block=(128, 1, 1))
 
 
 def test_simd_collective_reached_by_half_a_simdgroup():
@@ -143,9 +140,7 @@ def test_simd_collective_reached_by_half_a_simdgroup():
         [OUT, THREAD_IDX, LANE],
         "  float v = 1.000000e+00f;\n  if (((int)__lane) < 16) {\n    v = simd_sum(v);\n  }\n  C[((int)threadIdx.x)] = v;\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=re.escape("16 of 32 lanes of simdgroup 0 of threadgroup (0,0,0) reached simd_sum; thread 16 returned")):
-        k.launch([torch.zeros(64)], (1, 1, 1), (64, 1, 1))
+    launch_fails(src, re.escape("16 of 32 lanes of simdgroup 0 of threadgroup (0,0,0) reached simd_sum; thread 16 returned"), [torch.zeros(64)], (1, 1, 1), (64, 1, 1))
 
 
 def test_different_collectives_in_one_simdgroup():
@@ -155,9 +150,7 @@ def test_different_collectives_in_one_simdgroup():
         "  float v = 1.000000e+00f;\n  if (((int)__lane) < 16) {\n    v = simd_sum(v);\n  } else {\n    v = simd_max(v);\n  }\n"
         "  C[((int)threadIdx.x)] = v;\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match=r"reached simd_sum; lane 16 \(thread 16\) reached simd_max"):
-        k.launch([torch.zeros(32)], (1, 1, 1), (32, 1, 1))
+    launch_fails(src, r"reached simd_sum; lane 16 \(thread 16\) reached simd_max", [torch.zeros(32)], (1, 1, 1), (32, 1, 1))
 
 
 def test_matrix_op_needs_a_full_simdgroup():
@@ -167,9 +160,7 @@ def test_matrix_op_needs_a_full_simdgroup():
         "  simdgroup_float8x8 F = make_filled_simdgroup_matrix<float, 8, 8>(1.000000e+00f);\n"
         "  simdgroup_multiply_accumulate(F, F, F, F);\n  simdgroup_store(F, C, 8, ulong2(0, 0), false);\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match="needs a full simdgroup of 32 lanes"):
-        k.launch([torch.zeros(64)], (1, 1, 1), (16, 1, 1))
+    launch_fails(src, "needs a full simdgroup of 32 lanes", [torch.zeros(64)], (1, 1, 1), (16, 1, 1))
 
 
 # ----------------------------------------------------------------- poisoning
@@ -201,9 +192,7 @@ def test_threadgroup_memory_limit():
         [OUT, THREAD_IDX],
         "  threadgroup float S[9000];\n  S[((int)threadIdx.x)] = 1.000000e+00f;\n  C[((int)threadIdx.x)] = S[((int)threadIdx.x)];\n",
     )
-    k = compile_kernel(src)
-    with pytest.raises(EmulatorRuntimeError, match="threadgroup memory of 36000 bytes exceeds the limit of 32768"):
-        k.launch([torch.zeros(32)], (1, 1, 1), (32, 1, 1))
+    launch_fails(src, "threadgroup memory of 36000 bytes exceeds the limit of 32768", [torch.zeros(32)], (1, 1, 1), (32, 1, 1))
 
 
 # ----------------------------------------------------------------- launch arguments

@@ -108,6 +108,9 @@ class KernelPrinter:
         self.storage: MatrixStorage = analyze(func.body)
         self.swizzle: tuple[int, int, int, int] | None = None
         self.declared: set = set()
+        self.pos_users: dict[Any, str] = {}  # launch var -> "blockIdx" | "threadIdx" (the attribute it needs)
+        self.analyzer = tvm.arith.Analyzer()
+        self.uses_ct_op = False
         self.hoisted: dict[str, str] = {}  # position-only offset text -> __off<N>
         self._position_memo: dict[int, tuple[Any, bool]] = {}
         self._expr_memo: dict[int, tuple[Any, str]] = {}
@@ -248,12 +251,6 @@ class KernelPrinter:
             order, panel, tiles_x, tiles_y = (int(v) for v in stmt.value.args)
             self.swizzle = (order, panel, tiles_x, tiles_y)
         self.visit(stmt.body)
-
-    @property
-    def pos_users(self) -> dict:
-        if not hasattr(self, "_pos_users"):
-            self._pos_users = {}
-        return self._pos_users
 
     def visit_AllocBuffer(self, stmt: Any) -> None:
         buf = stmt.buffer
@@ -471,11 +468,8 @@ class KernelPrinter:
             self.emit(f"  {self.sg_element(var, self._lane_index(index, t))} = {tmp}[{t}];")
         self.emit("}")
 
-    @staticmethod
-    def _lane_index(index: Any, t: int) -> Any:
-        base, stride = index.base, index.stride
-        value = base + stride * t
-        return tvm.arith.Analyzer().simplify(value)
+    def _lane_index(self, index: Any, t: int) -> Any:
+        return self.analyzer.simplify(index.base + index.stride * t)
 
     # ---------------------------------------------------------------- matrix intrinsics
     def declare_cooperative_accumulator(self, var: Any, name: str) -> None:
@@ -494,8 +488,9 @@ class KernelPrinter:
             self.emit(f"float {name}[{acc.count}];")
 
     def ensure_ct_op(self) -> None:
-        if any(line.startswith("mpp::tensor_ops::matmul2d<") for line in self.prelude):
+        if self.uses_ct_op:
             return
+        self.uses_ct_op = True
         self.prelude.append(
             "constexpr auto __ct_desc = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, false, true, "
             "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"

@@ -9,28 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._host import base_kernel_adapter
 from .launch import LaunchShape, launch_shape
 
-TORCH_DTYPES = {
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32",
-    "int32": "int32",
-    "int64": "int64",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
+KERNEL_DTYPES = ("float16", "bfloat16", "float32", "int32", "int64", "int16", "int8", "uint8", "bool")
 
 
 def torch_dtype(dtype: Any) -> Any:
+    """torch's dtype of the same name (the names coincide for every dtype Metal kernels take)."""
     import torch
 
-    try:
-        return getattr(torch, TORCH_DTYPES[str(dtype)])
-    except KeyError:
-        raise TypeError(f"no torch dtype for kernel parameter dtype {dtype}") from None
+    if str(dtype) not in KERNEL_DTYPES:
+        raise TypeError(f"no torch dtype for kernel parameter dtype {dtype}")
+    return getattr(torch, str(dtype))
 
 
 class KernelCall:
@@ -75,3 +66,31 @@ class KernelCall:
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else outs
+
+
+class PluginKernelAdapter(base_kernel_adapter()):
+    """What the plugin's adapters share: the MSL source and a KernelCall bound at construction.
+
+    tilelang's base class builds the callable (`_convert_torch_func`) inside its own __init__, so
+    the call plan is made there, from arguments stashed before delegating.
+    """
+
+    def __init__(self, params: list, result_idx: Any, func_or_mod: Any, device_mod: Any, kernel_source: str, target: Any = None):
+        self.kernel_global_source = kernel_source
+        self._call_inputs = (params, func_or_mod, device_mod)
+        super().__init__(func_or_mod, params=params, result_idx=result_idx)
+
+    @property
+    def launch(self) -> LaunchShape:
+        return self.call.launch
+
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
+        return self.kernel_global_source
+
+    def _convert_torch_func(self) -> Any:
+        params, func, device_mod = self._call_inputs
+        self.call = KernelCall(params, self.result_idx, func, device_mod)
+        return self.make_runner()
+
+    def make_runner(self) -> Any:
+        raise NotImplementedError

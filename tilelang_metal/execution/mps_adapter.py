@@ -7,27 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import base_kernel_adapter
-from .calling import KernelCall
-
-BaseKernelAdapter = base_kernel_adapter()
+from .calling import PluginKernelAdapter
 
 
-class MPSKernelAdapter(BaseKernelAdapter):
-    def __init__(self, params: list, result_idx: Any, func_or_mod: Any, device_mod: Any, kernel_source: str, target: Any = None):
-        self.kernel_global_source = kernel_source
-        self._params_for_call = (params, func_or_mod, device_mod)
-        self._shader = None
-        super().__init__(func_or_mod, params=params, result_idx=result_idx)
+class MPSKernelAdapter(PluginKernelAdapter):
+    _shader = None
 
-    def get_kernel_source(self, kernel_only: bool = True) -> str:
-        return self.kernel_global_source
-
-    def _convert_torch_func(self) -> Any:
+    def make_runner(self) -> Any:
         import torch
 
-        params, func, device_mod = self._params_for_call
-        self.call = KernelCall(params, self.result_idx, func, device_mod)
         launch = self.call.launch
         threads = [g * b for g, b in zip(launch.grid, launch.block)]  # compile_shader takes total threads
 

@@ -123,10 +123,9 @@ def provably_below(analyzer: Any, expr: Any, bound: Any) -> bool:
 
 
 def _int(x: Any, what: str) -> int:
-    if isinstance(x, int):
-        return x
-    if isinstance(x, tir.IntImm):
-        return int(x.value)
+    value = const_int(x)
+    if value is not None:
+        return value
     raise GemmLoweringError(f"{what} must be a compile-time constant on Metal, got {x}. Use static tile sizes.")
 
 
