@@ -94,7 +94,7 @@ def make_source_module(source: str, fmt: str = "metal") -> Any:
     return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
 
 
-def in_tree_codegen_callbacks() -> Any:
+def in_tree_host_context_hook() -> Any:
     """The in-tree host-codegen hook (marks host functions with the Metal context); reused as is."""
     import tilelang.metal.codegen as metal_codegen
 

@@ -61,7 +61,7 @@ def source_fingerprint() -> str:
 
 
 def build_hooks() -> _host.HostHooks:
-    mark_host_context = _host.in_tree_codegen_callbacks()
+    mark_host_context = _host.in_tree_host_context_hook()
     manifest = _host.BackendModule(
         name=_host.PLUGIN_BACKEND_NAME,
         target_kinds=("metal",),

@@ -21,7 +21,7 @@ from .ir_query import find_nodes
 MAX_UNROLLED_ITERATIONS = 256
 
 
-def _ct_accumulators(body: Any) -> set:
+def _matrix_accumulators(body: Any) -> set:
     return {
         node.args[1]
         for node in find_nodes(body, ["tirx.Call"])
@@ -43,7 +43,7 @@ def _unroll(loop: Any, analyzer: Any) -> Any:
 
 
 def unroll_function(func: Any) -> Any:
-    targets = _ct_accumulators(func.body)
+    targets = _matrix_accumulators(func.body)
     if not targets:
         return func
     analyzer = tvm.arith.Analyzer()
@@ -57,15 +57,11 @@ def unroll_function(func: Any) -> Any:
             return None
         if not _touches(node.body, targets):
             return None
-        if _contains_mma(node.body):  # the K loop itself stays a loop
+        if _matrix_accumulators(node.body):  # a loop that runs MMAs (the K loop) stays a loop
             return None
         return _unroll(node, analyzer)
 
     return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
-
-
-def _contains_mma(stmt: Any) -> bool:
-    return bool(_ct_accumulators(stmt))
 
 
 UnrollAccumulatorLoops = per_function_pass("tilelang_metal.UnrollAccumulatorLoops", unroll_function)
