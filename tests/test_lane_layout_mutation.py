@@ -6,7 +6,7 @@ from gemm_support import assert_close, compile_emulated, operands
 
 from tilelang_metal import examples as E
 from tilelang_metal.emulator import EmulatorRuntimeError
-from tilelang_metal.gemm import lane_layout
+from tilelang_metal import isa as lane_layout  # the lane maps live in the isa module
 
 
 def _run(target):

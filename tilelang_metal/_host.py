@@ -115,6 +115,13 @@ def pipeline_options() -> Any:
     return pipeline_utils
 
 
+def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: Callable[..., Any]) -> Any:
+    """A tilelang Fragment layout: element (i, j) lives in thread thread_fn(i, j) at index_fn(i, j)."""
+    from tilelang.layout import Fragment
+
+    return Fragment(shape, forward_thread_fn=thread_fn, forward_index_fn=index_fn)
+
+
 @dataclass(frozen=True)
 class GemmNodeView:
     """The fields of tilelang's `tl.Gemm` tile-op node that GemmMetal reads."""

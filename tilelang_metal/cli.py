@@ -8,7 +8,6 @@ demo   the main job: print the default kernel's MSL, then run it at a size that 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from typing import Any
@@ -65,26 +64,14 @@ def _build(args: argparse.Namespace) -> Any:
     )
 
 
-class _Decisions(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def _with_decisions(fn: Any) -> tuple[Any, list[str]]:
-    log = logging.getLogger("tilelang_metal")
-    handler = _Decisions()
-    old_level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
-        return fn(), list(dict.fromkeys(handler.lines))  # layout inference and lowering both report
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(old_level)
+    """Run `fn` and return its result with the plan of every T.gemm it lowered (each plan once:
+    layout inference and lowering both plan the same GEMM)."""
+    from .gemm import recorded_plans
+
+    with recorded_plans() as plans:
+        result = fn()
+    return result, list(dict.fromkeys(plan.describe() for plan in plans))
 
 
 def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:

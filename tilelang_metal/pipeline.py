@@ -8,17 +8,23 @@ the in-tree Metal pipeline, and why:
 - block swizzles are resolved on the device function after the split (plugin pass): the MLX order
   pads the launch grid, and the kernel maps physical to logical tiles once, returning early for
   padding threadgroups;
-- the last passes put lane / simdgroup ids on Metal's execution attributes and unroll the short
-  loops over matrix accumulators, so the printer can keep them in cooperative tensors.
+- the last passes put lane / simdgroup ids on Metal's execution attributes, unroll the short
+  loops over matrix accumulators, hoist position-only address terms into the kernel prelude, record
+  which thread arrays live in matrix objects, and check threadgroup resources: every decision is on
+  the IR before the printer runs.
 """
 
 from __future__ import annotations
 
 from ._host import pipeline_options
-from .transform.block_swizzle import BlockSwizzle
+from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.gemm_launch_check import CheckGemmLaunch
+from .transform.hoist_offsets import HoistPositionOffsets
+from .transform.matrix_storage import RecordMatrixStorage
+from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
+
 
 def lower_metal(mod: object, target: object) -> object:
     import tilelang
@@ -101,8 +107,19 @@ def lower_metal(mod: object, target: object) -> object:
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)
     mod = tl.LowerDeviceKernelLaunch()(mod)
-    mod = BlockSwizzle(mod)  # plugin: physical -> logical tiles once, padded MLX grid
+    mod = BlockSwizzleLaunch(mod)  # plugin: physical launch grid of the block swizzle (padded MLX grid)
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
+    mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
+    return mod
+
+
+def finalize_for_codegen(mod: object) -> object:
+    """The device module's last passes, run by the codegen entry after tilelang's own pre-codegen
+    passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo them if run earlier:
+    Simplify inlines every `Bind`."""
+    mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
+    mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
+    mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
     return mod
 

@@ -18,17 +18,14 @@ cooperative tensors. Nothing here touches TVM, so the table is unit-testable wit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import IntEnum
 
-SIMDGROUP = "metal.simdgroup"
-COOPERATIVE_TENSOR = "metal.cooperative_tensor"
+from .isa import COOPERATIVE_TENSOR_KIND, MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, SIMDGROUP_KIND
+from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 
-SIMD_WIDTH = 32
-CT_FRAG_M, CT_FRAG_N, CT_FRAG_K = 16, 32, 16  # matmul2d(16, 32, 16)
-SG_FRAG = 8  # simdgroup_matrix 8x8
-
-FRAGMENT_SCOPES = ("local.fragment",)
-SIMDGROUP_SCOPES = ("metal.simdgroup",)
+SIMDGROUP = SIMDGROUP_KIND
+COOPERATIVE_TENSOR = COOPERATIVE_TENSOR_KIND
+_CT = MATMUL2D_16x32x16
 
 
 class WarpPolicy(IntEnum):
@@ -37,11 +34,6 @@ class WarpPolicy(IntEnum):
     SQUARE = 0
     FULL_ROW = 1
     FULL_COL = 2
-
-
-class Dataflow(str, Enum):
-    DIRECT_GLOBAL = "direct_global"  # A/B in device memory, no threadgroup staging
-    SHARED = "shared"  # A/B in threadgroup memory
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,7 @@ def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, f
     return min(parts, key=lambda p: (abs(M // (p.m_warp * frag_m) - N // (p.n_warp * frag_n)), -p.n_warp))
 
 
-def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int = SG_FRAG) -> Partition | None:
+def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int = SIMDGROUP_8x8x8.m) -> Partition | None:
     """The square split tilelang's own T.copy lowering assumes for `metal.simdgroup` buffers.
 
     A `metal.simdgroup` accumulator is written back by tilelang's copy op, which partitions the
@@ -113,18 +105,18 @@ def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int =
 def cooperative_tensor_blockers(policy: int, M: int, N: int, K: int, num_warps: int) -> list[str]:
     """Why CanUseCooperativeTensor is false (empty list when it is true)."""
     reasons = []
-    if M % CT_FRAG_M:
-        reasons.append(f"M={M} is not a multiple of {CT_FRAG_M}")
-    if N % CT_FRAG_N:
-        reasons.append(f"N={N} is not a multiple of {CT_FRAG_N}")
-    if K % CT_FRAG_K:
-        reasons.append(f"K={K} is not a multiple of {CT_FRAG_K}")
+    if M % _CT.m:
+        reasons.append(f"M={M} is not a multiple of {_CT.m}")
+    if N % _CT.n:
+        reasons.append(f"N={N} is not a multiple of {_CT.n}")
+    if K % _CT.k:
+        reasons.append(f"K={K} is not a multiple of {_CT.k}")
     if num_warps <= 0:
         reasons.append("fewer than 32 threads: no whole simdgroup")
-    elif not reasons and choose_partition(policy, M, N, num_warps, CT_FRAG_M, CT_FRAG_N) is None:
+    elif not reasons and choose_partition(policy, M, N, num_warps, _CT.m, _CT.n) is None:
         reasons.append(
             f"{WarpPolicy(int(policy)).name} policy cannot split {num_warps} simdgroups over a {M}x{N} tile "
-            f"in whole {CT_FRAG_M}x{CT_FRAG_N} fragments"
+            f"in whole {_CT.m}x{_CT.n} fragments"
         )
     return reasons
 
@@ -158,5 +150,5 @@ def select_inst(
     blockers = cooperative_tensor_blockers(policy, M, N, K, num_warps)
     if blockers:
         return Selection(SIMDGROUP, "CanUseCooperativeTensor is false: " + "; ".join(blockers) + "; simdgroup fallback")
-    part = choose_partition(policy, M, N, num_warps, CT_FRAG_M, CT_FRAG_N)
+    part = choose_partition(policy, M, N, num_warps, _CT.m, _CT.n)
     return Selection(COOPERATIVE_TENSOR, f"metal4 target and CanUseCooperativeTensor({M}, {N}, {K}, warps={num_warps})", part)

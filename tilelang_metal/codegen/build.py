@@ -9,26 +9,34 @@ from ..version import __version__
 from .printer import print_kernel
 
 BANNER_PREFIX = "// tilelang_metal"
+# Standard headers first, in this order; any other header after them, sorted.
+HEADER_ORDER = ("metal_stdlib", "metal_simdgroup", "MetalPerformancePrimitives/MetalPerformancePrimitives.h")
 
 
 def banner(kernel_names: list[str]) -> str:
     return f"{BANNER_PREFIX} {__version__}: {', '.join(kernel_names)}"
 
 
+def _include_lines(headers: set[str]) -> list[str]:
+    ordered = [h for h in HEADER_ORDER if h in headers] + sorted(headers - set(HEADER_ORDER))
+    return [f"#include <{h}>" for h in ordered]
+
+
 def generate_msl(mod: Any) -> str:
-    """MSL for every kernel of the module, one file, the banner on its first line."""
-    kernels = [(str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)]
-    kernels.sort(key=lambda item: item[0])
-    names = [name for name, _ in kernels]
-    head = banner(names)
-    sources = []
-    for i, (name, func) in enumerate(kernels):
-        text = print_kernel(func, name, head)
-        if i > 0:  # one header per file
-            text = text[text.index("[[kernel"):]
-        sources.append(text)
-    return "\n".join(sources)
+    """MSL for every kernel of the module in one file: the banner, one header holding the union of
+    the kernels' includes, then the kernels (sorted by name: the launchers find them by name)."""
+    kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
+    headers: set[str] = set()
+    bodies = []
+    for name, func in kernels:
+        text, needs = print_kernel(func, name)
+        headers |= needs
+        bodies.append(text)
+    head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
+    return "\n".join(head + bodies)
 
 
 def build_metal(mod: Any, target: Any) -> Any:
-    return make_source_module(generate_msl(mod), "metal")
+    from ..pipeline import finalize_for_codegen
+
+    return make_source_module(generate_msl(finalize_for_codegen(mod)), "metal")

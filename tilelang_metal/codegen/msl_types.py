@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import math
 
+from ..dtypes import MSL_SCALAR
 from ..errors import CodegenError
 
-SCALAR_TYPES = {
-    "bool": "bool",
-    "int8": "char",
-    "uint8": "uchar",
-    "int16": "short",
-    "uint16": "ushort",
-    "int32": "int",
-    "uint32": "uint",
-    "int64": "long",
-    "uint64": "ulong",
-    "float16": "half",
-    "bfloat16": "bfloat",
-    "float32": "float",
-}
+SCALAR_TYPES = MSL_SCALAR
 VECTOR_LANES = (2, 3, 4)
 
 

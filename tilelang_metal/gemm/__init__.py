@@ -7,19 +7,20 @@ Both the layout-inference hook and the lowering hook go through `plan()`, so the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import tvm
+from .._host import make_fragment_layout, tvm
 from ..errors import GemmLoweringError
+from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
+from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
-    CT_FRAG_M,
-    CT_FRAG_N,
-    SG_FRAG,
-    SIMD_WIDTH,
     Partition,
     Selection,
     choose_partition,
@@ -27,10 +28,8 @@ from ..selection import (
     select_inst,
 )
 from ..target import has_metal4
-from . import lane_layout as L
-from .direct_global import lower_direct_global
-from .problem import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES, GemmProblem
-from .shared import lower_shared
+from .cooperative_tensor import lower_cooperative_tensor
+from .problem import GemmProblem
 from .simdgroup import lower_simdgroup
 
 logger = logging.getLogger("tilelang_metal")
@@ -48,6 +47,10 @@ class GemmPlan:
     dataflow: str  # "direct_global" | "shared"
     threads: int
 
+    @property
+    def instruction(self) -> MatrixInstruction:
+        return for_kind(self.selection.kind)
+
     def describe(self) -> str:
         p = self.problem
         return (
@@ -56,6 +59,23 @@ class GemmPlan:
             f"{self.selection.kind} / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}; "
             f"because {self.selection.reason}"
         )
+
+
+_recorders = threading.local()
+
+
+@contextlib.contextmanager
+def recorded_plans() -> Iterator[list[GemmPlan]]:
+    """Collect the plan of every T.gemm lowered in this thread inside the block (CLI --explain)."""
+    plans: list[GemmPlan] = []
+    stack = getattr(_recorders, "stack", None)
+    if stack is None:
+        stack = _recorders.stack = []
+    stack.append(plans)
+    try:
+        yield plans
+    finally:
+        stack.pop()
 
 
 def _threads(thread_bounds: Any) -> int:
@@ -89,7 +109,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         if problem.c_scope in SIMDGROUP_SCOPES:
             part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
         else:
-            part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SG_FRAG, SG_FRAG)
+            part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SIMDGROUP_8x8x8.m, SIMDGROUP_8x8x8.n)
         if part is None:
             raise GemmLoweringError(
                 f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
@@ -98,37 +118,30 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             )
     dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
+    for plans in getattr(_recorders, "stack", ()):
+        plans.append(result)
     if os.environ.get("TILELANG_METAL_DEBUG"):
         logger.warning("tilelang_metal: %s", result.describe())
     else:
-        logger.info("%s", result.describe())
+        logger.debug("%s", result.describe())
     return result
 
 
 def _fragment_layout(gp: GemmPlan, buffer: Any) -> Any:
     """Thread/element layout of a register accumulator, matching the lowering's lane layout."""
-    from tilelang.layout import Fragment
-
-    part = gp.partition
+    part, inst = gp.partition, gp.instruction
     wm, wn = gp.problem.M // part.m_warp, gp.problem.N // part.n_warp
-    cooperative = gp.selection.kind == COOPERATIVE_TENSOR
-    fm, fn = (CT_FRAG_M, CT_FRAG_N) if cooperative else (SG_FRAG, SG_FRAG)
-    cols = wn // fn
+    cols = wn // inst.n
 
     def thread(i: Any, j: Any) -> Any:
         sg = i // wm + (j // wn) * part.m_warp
-        r, c = (i % wm) % fm, (j % wn) % fn
-        lane = L.ct_lane_of(r, c) if cooperative else L.sg_lane_of(r, c)
-        return sg * SIMD_WIDTH + lane
+        return sg * SIMD_WIDTH + inst.lane_of((i % wm) % inst.m, (j % wn) % inst.n)
 
     def index(i: Any, j: Any) -> Any:
-        frag = ((i % wm) // fm) * cols + (j % wn) // fn
-        r, c = (i % wm) % fm, (j % wn) % fn
-        if cooperative:
-            return frag * L.CT_DEST_ELEMS + L.ct_elem_of(r, c)
-        return frag * L.SG_ELEMS_PER_LANE + L.sg_elem_of(r, c)
+        frag = ((i % wm) // inst.m) * cols + (j % wn) // inst.n
+        return frag * inst.dest_elems + inst.elem_of((i % wm) % inst.m, (j % wn) % inst.n)
 
-    return Fragment(list(buffer.shape), forward_thread_fn=thread, forward_index_fn=index)
+    return make_fragment_layout(list(buffer.shape), thread, index)
 
 
 def infer_layout(node: Any, target: Any, thread_bounds: Any) -> dict:
@@ -146,7 +159,5 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
     analyzer = tvm.arith.Analyzer()
     analyzer.bind(thread_index, tvm.ir.Range(0, gp.threads))
     if gp.selection.kind == COOPERATIVE_TENSOR:
-        lower_fn = lower_direct_global if gp.dataflow == "direct_global" else lower_shared
-    else:
-        lower_fn = lower_simdgroup
-    return lower_fn(gp.problem, gp.partition, analyzer, thread_index)
+        return lower_cooperative_tensor(gp.problem, gp.partition, analyzer, thread_index, gp.dataflow)
+    return lower_simdgroup(gp.problem, gp.partition, analyzer, thread_index)

@@ -1,7 +1,7 @@
 """Where a GEMM accumulates: the user's register fragment, or a thread array the lowering owns.
 
 Either way the accumulator is a flat per-thread array whose element order is the lane layout of
-the matrix instruction (see lane_layout.py). The MSL printer turns such an array into destination
+the matrix instruction (see isa.py). The MSL printer turns such an array into destination
 cooperative tensors or simdgroup matrices (storage elision) when every access allows it.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .problem import FRAGMENT_SCOPES, SIMDGROUP_SCOPES, GemmProblem
+from ..scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
+from .problem import GemmProblem
 from .tir_build import flat_view, local_buffer
 
 ACCUM_DTYPE = "float32"

@@ -1,76 +1,99 @@
-"""The cooperative-tensor GEMM skeleton shared by the direct-global and shared dataflows.
+"""Cooperative-tensor GEMM (MPP matmul2d), for both dataflows of the spec.
+
+- direct-global (section 1): A and B are read straight from device memory into MPP operands, no
+  threadgroup memory and no barrier;
+- shared (section 3.1): A and B already live in threadgroup memory, staged by the kernel's own
+  T.copy (shared memory may carry layout, padding, zero-fill or reuse semantics, so it is kept).
 
 Each simdgroup owns a (M/m_warp) x (N/n_warp) block of C, covered by `rows x cols` destination
-fragments of matmul2d(16, 32, 16). Per K step of 16, every lane gathers its elements of the left
-(16x16) and right (16x32) operands into thread arrays, and one `tlm_ct_mma` per fragment runs the
-MPP op. The accumulator keeps its lane layout from first clear to final store, so the printer can
-keep it in destination cooperative tensors for the whole K loop.
+fragments of the instruction (isa.MATMUL2D_16x32x16). Per K step, every lane gathers its elements
+of the left and right operands into thread arrays, in runs of `inst.run` consecutive columns, and
+one `tlm_ct_mma` per fragment runs the MPP op. The accumulator keeps its lane layout from first
+clear to final store, so the printer can keep it in destination cooperative tensors for the whole
+K loop. Edge tiles read zeros outside the buffers and skip stores there; aligned tiles stay
+branch-free.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .. import intrinsics
 from .._host import tir
-from ..selection import CT_FRAG_K, CT_FRAG_M, CT_FRAG_N, Partition
-from . import lane_layout as L
+from ..isa import MATMUL2D_16x32x16
+from ..selection import Partition
 from .accumulator import Accumulator
 from .problem import GemmProblem
 from .tile_access import load_group, store_group
 from .tiling import SimdgroupTiling
-from .tir_build import CT_MMA, call, seq
-
-GROUP = 4  # consecutive columns one lane owns in every layout row
+from .tir_build import seq
 
 
 class CooperativeTensorPlan(SimdgroupTiling):
-    frag_m, frag_n, frag_k = CT_FRAG_M, CT_FRAG_N, CT_FRAG_K
-    a_elems, b_elems, c_elems = L.CT_LEFT_ELEMS, L.CT_RIGHT_ELEMS, L.CT_DEST_ELEMS
+    inst = MATMUL2D_16x32x16
     names = ("A_frag", "B_frag")
 
     def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
         super().__init__(problem, part, analyzer, thread_index)
-        self.brow = L.ct_base_row(self.lane)
-        self.bcol = L.ct_base_col(self.lane)
+        inst = self.inst
+        # Element runs of each lane: run g starts at element g * inst.run of every fragment.
+        self.a_runs = inst.left_elems // inst.run
+        self.b_runs = inst.right_elems // inst.run
+        self.c_runs = inst.dest_elems // inst.run
 
-    # Destination element group g (0..3) of fragment (i, j): 4 consecutive columns of one row.
-    def c_group_origin(self, i: int, j: int, g: int) -> tuple:
-        row = self.warp_m * self.wm + i * CT_FRAG_M + self.brow + 8 * (g % 2)
-        col = self.warp_n * self.wn + j * CT_FRAG_N + 16 * (g // 2) + self.bcol
-        return row, col
+    def run_origin(self, g: int) -> tuple:
+        """(row, col) inside a fragment of the first element of this lane's run g."""
+        e = g * self.inst.run
+        return self.inst.row(self.lane, e), self.inst.col(self.lane, e)
 
-    def c_groups(self) -> list:
-        return [(i * self.cols + j, g, *self.c_group_origin(i, j, g)) for i in range(self.rows) for j in range(self.cols) for g in range(4)]
+    def c_runs_of_tile(self) -> list:
+        """(fragment, run, row, col) of every destination run of this lane, in C tile coordinates."""
+        out = []
+        for i in range(self.rows):
+            for j in range(self.cols):
+                for g in range(self.c_runs):
+                    r, c = self.run_origin(g)
+                    row = self.warp_m * self.wm + i * self.inst.m + r
+                    col = self.warp_n * self.wn + j * self.inst.n + c
+                    out.append((i * self.cols + j, g, row, col))
+        return out
 
     def init_accumulator(self, acc: Accumulator) -> Any:
+        run, elems = self.inst.run, self.inst.dest_elems
         zero = seq(
-            tir.BufferStore(acc.buffer, tir.Broadcast(tir.const(0, acc.dtype), GROUP), [tir.Ramp(chunk * 16 + 4 * g, 1, GROUP)])
-            for chunk, g, _, _ in self.c_groups()
+            tir.BufferStore(acc.buffer, tir.Broadcast(tir.const(0, acc.dtype), run), [tir.Ramp(chunk * elems + run * g, 1, run)])
+            for chunk, g, _, _ in self.c_runs_of_tile()
         )
         if acc.owned:
             keep = seq(
-                load_group(self.p.C, False, row, col, GROUP, acc.buffer, chunk * 16 + 4 * g, self.c_ok, self.analyzer)
-                for chunk, g, row, col in self.c_groups()
+                load_group(self.p.C, False, row, col, run, acc.buffer, chunk * elems + run * g, self.c_ok, self.analyzer)
+                for chunk, g, row, col in self.c_runs_of_tile()
             )
         else:
             keep = None  # a register fragment already holds its running sum
         return self.clear_or_keep(zero, keep)
 
     def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
-        p = self.p
+        p, inst = self.p, self.inst
         loads = []
         for i in range(self.rows):
-            for g in range(2):
-                m = self.warp_m * self.wm + i * CT_FRAG_M + self.brow + 8 * g
-                k = ko * CT_FRAG_K + self.bcol
-                loads.append(load_group(p.A, p.trans_A, m, k, GROUP, a_frag, i * L.CT_LEFT_ELEMS + 4 * g, self.a_ok, self.analyzer))
+            for g in range(self.a_runs):
+                r, c = self.run_origin(g)
+                m = self.warp_m * self.wm + i * inst.m + r
+                k = ko * inst.k + c
+                dst = i * inst.left_elems + inst.run * g
+                loads.append(load_group(p.A, p.trans_A, m, k, inst.run, a_frag, dst, self.a_ok, self.analyzer))
         for j in range(self.cols):
-            for g in range(4):
-                k = ko * CT_FRAG_K + self.brow + 8 * (g % 2)
-                n = self.warp_n * self.wn + j * CT_FRAG_N + 16 * (g // 2) + self.bcol
-                loads.append(load_group(p.B, p.trans_B, k, n, GROUP, b_frag, j * L.CT_RIGHT_ELEMS + 4 * g, self.b_ok, self.analyzer))
+            for g in range(self.b_runs):
+                r, c = self.run_origin(g)
+                k = ko * inst.k + r
+                n = self.warp_n * self.wn + j * inst.n + c
+                dst = j * inst.right_elems + inst.run * g
+                loads.append(load_group(p.B, p.trans_B, k, n, inst.run, b_frag, dst, self.b_ok, self.analyzer))
         mmas = [
-            call(CT_MMA, acc.buffer.data, i * self.cols + j, a_frag.data, i * L.CT_LEFT_ELEMS, b_frag.data, j * L.CT_RIGHT_ELEMS)
+            intrinsics.build_ct_mma(
+                inst, acc.buffer.data, i * self.cols + j, a_frag.data, i * inst.left_elems, b_frag.data, j * inst.right_elems
+            )
             for i in range(self.rows)
             for j in range(self.cols)
         ]
@@ -79,7 +102,12 @@ class CooperativeTensorPlan(SimdgroupTiling):
     def write_back(self, acc: Accumulator) -> Any:
         if not acc.owned:
             return None
+        run, elems = self.inst.run, self.inst.dest_elems
         return seq(
-            store_group(self.p.C, row, col, GROUP, acc.buffer, chunk * 16 + 4 * g, self.c_ok, self.analyzer)
-            for chunk, g, row, col in self.c_groups()
+            store_group(self.p.C, row, col, run, acc.buffer, chunk * elems + run * g, self.c_ok, self.analyzer)
+            for chunk, g, row, col in self.c_runs_of_tile()
         )
+
+
+def lower_cooperative_tensor(problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any, dataflow: str) -> Any:
+    return CooperativeTensorPlan(problem, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}")

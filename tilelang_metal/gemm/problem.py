@@ -11,11 +11,7 @@ from typing import Any
 
 from .._host import gemm_node_view, tir, tvm
 from ..errors import GemmLoweringError
-
-GLOBAL_SCOPES = ("global",)
-SHARED_SCOPES = ("shared", "shared.dyn")
-FRAGMENT_SCOPES = ("local.fragment",)
-SIMDGROUP_SCOPES = ("metal.simdgroup",)
+from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SHARED_SCOPES, SIMDGROUP_SCOPES
 INPUT_DTYPES = ("float16", "bfloat16", "float32")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -163,19 +159,8 @@ class GemmProblem:
     policy: int
 
     @property
-    def dataflow(self) -> str:
-        return "direct_global" if self.A.scope in GLOBAL_SCOPES else "shared"
-
-    @property
     def c_scope(self) -> str:
         return self.C.scope
-
-    # logical accessors: element (m, k) of A and (k, n) of B regardless of transposes
-    def a_rc(self, m: Any, k: Any) -> tuple:
-        return (k, m) if self.trans_A else (m, k)
-
-    def b_rc(self, k: Any, n: Any) -> tuple:
-        return (n, k) if self.trans_B else (k, n)
 
     @staticmethod
     def from_node(node: Any) -> GemmProblem:

@@ -10,33 +10,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import intrinsics
 from .._host import tir
-from ..selection import SG_FRAG, Partition
-from . import lane_layout as L
+from ..isa import SIMDGROUP_8x8x8
+from ..selection import Partition
 from .accumulator import Accumulator
 from .problem import GemmProblem, Operand
 from .tile_access import load_group, store_group
 from .tiling import SimdgroupTiling
-from .tir_build import SG_LOAD, SG_MMA, SG_STORE, call, seq
+from .tir_build import seq
 
-E = L.SG_ELEMS_PER_LANE
+SG_FRAG = SIMDGROUP_8x8x8.m
+E = SIMDGROUP_8x8x8.dest_elems
 
 
 class SimdgroupPlan(SimdgroupTiling):
-    frag_m = frag_n = frag_k = SG_FRAG
-    a_elems = b_elems = c_elems = E
+    inst = SIMDGROUP_8x8x8
     names = ("A_sg", "B_sg")
 
     def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
         super().__init__(problem, part, analyzer, thread_index)
-        self.lrow = L.sg_row(self.lane)
-        self.lcol = L.sg_col(self.lane, 0)
+        self.lrow = self.inst.row(self.lane, 0)
+        self.lcol = self.inst.col(self.lane, 0)
 
     def _load_fragment(self, op: Operand, transposed: bool, frag: Any, index: int, r0: Any, c0: Any, fits: bool) -> Any:
         """Fragment `index` of `frag` = logical 8x8 block at (r0, c0) of the operand."""
         if fits:
             sr, sc = (c0, r0) if transposed else (r0, c0)
-            return call(SG_LOAD, frag.data, index, op.address(sr, sc), op.row_stride, tir.const(transposed, "bool"))
+            return intrinsics.build_sg_load(frag.data, index, op.address(sr, sc), op.row_stride, transposed)
         return load_group(op, transposed, r0 + self.lrow, c0 + self.lcol, E, frag, index * E, False, self.analyzer)
 
     def _c_origin(self, i: int, j: int) -> tuple:
@@ -65,7 +66,7 @@ class SimdgroupPlan(SimdgroupTiling):
             self._load_fragment(p.B, p.trans_B, b_frag, j, k0, self.warp_n * self.wn + j * SG_FRAG, self.b_ok) for j in range(self.cols)
         ]
         mmas = [
-            call(SG_MMA, acc.buffer.data, i * self.cols + j, a_frag.data, i, b_frag.data, j) for i in range(self.rows) for j in range(self.cols)
+            intrinsics.build_sg_mma(acc.buffer.data, i * self.cols + j, a_frag.data, i, b_frag.data, j) for i in range(self.rows) for j in range(self.cols)
         ]
         return seq(loads + mmas)
 
@@ -79,7 +80,7 @@ class SimdgroupPlan(SimdgroupTiling):
                 r, c = self._c_origin(i, j)
                 f = i * self.cols + j
                 if direct:
-                    stmts.append(call(SG_STORE, acc.buffer.data, f, self.p.C.address(r, c, "w"), self.p.C.row_stride))
+                    stmts.append(intrinsics.build_sg_store(acc.buffer.data, f, self.p.C.address(r, c, "w"), self.p.C.row_stride))
                 else:
                     stmts.append(store_group(self.p.C, r + self.lrow, c + self.lcol, E, acc.buffer, f * E, self.c_ok, self.analyzer))
         return seq(stmts)

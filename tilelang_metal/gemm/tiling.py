@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir
-from ..selection import SIMD_WIDTH, Partition
+from ..isa import SIMD_WIDTH, MatrixInstruction
+from ..selection import Partition
 from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
 from .tile_access import tile_in_bounds
@@ -18,12 +19,7 @@ from .tir_build import INT32, as_block_func, local_buffer, seq
 
 
 class SimdgroupTiling:
-    frag_m: int
-    frag_n: int
-    frag_k: int
-    a_elems: int  # per-lane elements of one A / B / C fragment
-    b_elems: int
-    c_elems: int
+    inst: MatrixInstruction  # the fragment shape and per-lane element counts
     names: tuple[str, str]  # thread-array names of the A and B fragments
 
     def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
@@ -32,16 +28,16 @@ class SimdgroupTiling:
         self.analyzer = analyzer
         self.wm = problem.M // part.m_warp
         self.wn = problem.N // part.n_warp
-        self.rows = self.wm // self.frag_m
-        self.cols = self.wn // self.frag_n
-        self.k_steps = -(-problem.K // self.frag_k)
+        self.rows = self.wm // self.inst.m
+        self.cols = self.wn // self.inst.n
+        self.k_steps = -(-problem.K // self.inst.k)
         # lane / simdgroup as functions of the (1-D) thread index: passes can bound them, and the
         # printer emits them as the Metal execution attributes.
         self.lane = tir.floormod(thread_index, SIMD_WIDTH)
         self.sg = tir.floordiv(thread_index, SIMD_WIDTH)
         self.warp_m = tir.floormod(self.sg, part.m_warp)
         self.warp_n = tir.floordiv(self.sg, part.m_warp)
-        k_whole = problem.K % self.frag_k == 0
+        k_whole = problem.K % self.inst.k == 0
         self.a_ok = k_whole and tile_in_bounds(problem.A, analyzer)
         self.b_ok = k_whole and tile_in_bounds(problem.B, analyzer)
         self.c_ok = tile_in_bounds(problem.C, analyzer)
@@ -66,9 +62,9 @@ class SimdgroupTiling:
 
     def build(self, name: str) -> Any:
         p = self.p
-        a_frag = local_buffer(self.names[0], self.rows * self.a_elems, p.A.dtype)
-        b_frag = local_buffer(self.names[1], self.cols * self.b_elems, p.B.dtype)
-        acc = make_accumulator(p, self.rows * self.cols * self.c_elems)
+        a_frag = local_buffer(self.names[0], self.rows * self.inst.left_elems, p.A.dtype)
+        b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
+        acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
         ko = tir.Var("k_outer", INT32)
         k_loop = tir.For(ko, tir.const(0, INT32), tir.const(self.k_steps, INT32), tir.ForKind.SERIAL, self.k_step(ko, a_frag, b_frag, acc))
         body = seq([self.init_accumulator(acc), k_loop, self.write_back(acc)])

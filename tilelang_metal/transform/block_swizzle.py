@@ -8,28 +8,34 @@ padded when tiles_y is not a multiple of P; padding threadgroups return at once.
 `order="row"` / `"column"` keep the grid and renumber tiles in serpentine panels of P rows
 (columns) of tiles.
 
-This pass runs on the device function after the host/device split: it rewrites the launch extents
-in the function's `thread_extent` attribute (what the torch and emulator launchers read) but keeps
-the logical extents on the body's launch attributes, which later simplification relies on for the
-ranges of `blockIdx` (the body only ever sees logical tiles). It also replaces tilelang's
-swizzle annotation by the plugin's `SWIZZLE_ATTR` = (order, panel, tiles_x, tiles_y), which the MSL
-printer turns into one remapping at the top of the kernel: no physical-index arithmetic is repeated
-in the body.
+Two passes on the device function:
+- `BlockSwizzleLaunch` (end of the lowering pipeline) rewrites the launch extents in the function's
+  `thread_extent` attribute (what the launchers read) and replaces tilelang's annotation by
+  `SWIZZLE_ATTR`; the body keeps the logical extents, which simplification relies on for the ranges
+  of blockIdx (the body only ever sees logical tiles);
+- `BlockSwizzleRemap` (codegen stage, after tilelang's last Simplify, which would inline it) binds
+  the logical tile indices once at the top of the kernel (plain TIR: `Bind`s and an early `ret` for
+  padding threadgroups) and substitutes them for the block indices in the body, so no
+  physical-index arithmetic is repeated there.
+A new order is one entry in `ORDERS` plus its remapping function.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._host import tir, tvm
 from ..errors import MetalLoweringError
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
 
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
-SWIZZLE_ATTR = "tilelang_metal.block_swizzle"
-ORDERS = {"rasterization2DMLX": 0, "rasterization2DRow": 1, "rasterization2DColumn": 2}
-ORDER_NAMES = {0: "mlx", 1: "row", 2: "column"}
+SWIZZLE_ATTR = "tilelang_metal.block_swizzle"  # (order name, panel, logical tiles_x, tiles_y)
+POSITION_NAMES_ATTR = "tilelang_metal.position_names"  # position attribute -> parameter name
+PHYSICAL_BLOCK_NAME = "__physical_blockIdx"
+INT32 = "int32"
 
 
 def _find_swizzle(body: Any) -> tuple[str, int] | None:
@@ -40,37 +46,95 @@ def _find_swizzle(body: Any) -> tuple[str, int] | None:
     return None
 
 
-def swizzle_function(func: Any) -> Any:
+def _c(value: int) -> Any:
+    return tir.const(value, INT32)
+
+
+Remap = Callable[[Any, Any, int, int, int], tuple[Any, Any, Any | None]]
+
+
+def _mlx(px: Any, py: Any, panel: int, tiles_x: int, tiles_y: int) -> tuple[Any, Any, Any | None]:
+    shift = panel.bit_length() - 1
+    x = tir.shift_right(px, _c(shift))
+    y = tir.shift_left(py, _c(shift)) + tir.bitwise_and(px, _c(panel - 1))
+    return x, y, None if tiles_y % panel == 0 else y >= tiles_y
+
+
+def _serpentine(along_x: bool) -> Remap:
+    """Panels of `panel` tile rows (along_x) or tile columns; odd panels walk backwards."""
+
+    def remap(px: Any, py: Any, panel: int, tiles_x: int, tiles_y: int) -> tuple[Any, Any, Any | None]:
+        major, minor = (tiles_x, tiles_y) if along_x else (tiles_y, tiles_x)
+        t = py * tiles_x + px
+        index = tir.Div(t, _c(panel * major))
+        offset = tir.Mod(t, _c(panel * major))
+        height = tir.Min(_c(panel), _c(minor) - index * panel)
+        forward = tir.Div(offset, height)
+        along = tir.Select(tir.Mod(index, _c(2)) == 1, _c(major - 1) - forward, forward)
+        across = index * panel + tir.Mod(offset, height)
+        return (along, across, None) if along_x else (across, along, None)
+
+    return remap
+
+
+ORDERS: dict[str, tuple[str, Remap]] = {
+    "rasterization2DMLX": ("mlx", _mlx),
+    "rasterization2DRow": ("row", _serpentine(True)),
+    "rasterization2DColumn": ("column", _serpentine(False)),
+}
+
+
+def launch_function(func: Any) -> Any:
     spec = _find_swizzle(func.body)
     if spec is None:
         return func
     order_name, panel = spec
     if order_name not in ORDERS:
         raise MetalLoweringError(f"unknown block swizzle {order_name}; Metal supports T.use_swizzle(order='mlx' | 'row' | 'column')")
-    order = ORDERS[order_name]
-    extents = {str(k): int(v) for k, v in func.attrs["thread_extent"].items()}
-    tiles_x, tiles_y = extents.get("blockIdx.x", 1), extents.get("blockIdx.y", 1)
     if panel <= 0:
         raise MetalLoweringError(f"T.use_swizzle panel size must be positive, got {panel}")
+    extents = {str(k): int(v) for k, v in func.attrs["thread_extent"].items()}
+    if "blockIdx.x" not in extents or "blockIdx.y" not in extents:
+        raise MetalLoweringError("T.use_swizzle needs a kernel launched over a 2-D grid of tiles (blockIdx.x and blockIdx.y)")
+    tiles_x, tiles_y = extents["blockIdx.x"], extents["blockIdx.y"]
     physical = dict(extents)
-    if order == 0:
+    if ORDERS[order_name][0] == "mlx":
         if panel & (panel - 1):
             raise MetalLoweringError(f"MLX block swizzle needs a power-of-two panel size, got {panel}; use 1, 2, 4, 8, ...")
         physical["blockIdx.x"] = tiles_x * panel
         physical["blockIdx.y"] = -(-tiles_y // panel)
 
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, tir.AttrStmt):
-            key = str(node.attr_key)
-            if key == TILELANG_SWIZZLE_ATTR:
-                value = tir.call_intrin("handle", "tirx.tvm_tuple", order, panel, tiles_x, tiles_y)
-                return tir.AttrStmt(node.node, SWIZZLE_ATTR, value, node.body)
-        return None
+    def drop_annotation(node: Any) -> Any:
+        return node.body if str(node.attr_key) == TILELANG_SWIZZLE_ATTR else None
 
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, rewrite, ["tirx.AttrStmt"])
-    func = func.with_body(body)
-    launch = {k: tir.const(v, "int32") if not isinstance(v, tir.IntImm) else v for k, v in physical.items()}
-    return func.with_attr("thread_extent", launch)
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, drop_annotation, ["tirx.AttrStmt"])
+    launch = {k: _c(v) for k, v in physical.items()}
+    func = func.with_body(body).with_attr("thread_extent", launch)
+    return func.with_attr(SWIZZLE_ATTR, [order_name, panel, tiles_x, tiles_y])
 
 
-BlockSwizzle = per_function_pass("tilelang_metal.BlockSwizzle", swizzle_function, kernels_only=True)
+def remap_function(func: Any) -> Any:
+    if func.attrs is None or SWIZZLE_ATTR not in func.attrs:
+        return func
+    order_name, panel, tiles_x, tiles_y = func.attrs[SWIZZLE_ATTR]
+    order_name, panel, tiles_x, tiles_y = str(order_name), int(panel), int(tiles_x), int(tiles_y)
+    remap = ORDERS[order_name][1]
+    tile_x, tile_y = tir.Var("__tile_x", INT32), tir.Var("__tile_y", INT32)
+    known = prelude_vars(func)
+
+    def remap_inner(chain: list[Any], inner: Any) -> Any:
+        blocks = {str(a.node.thread_tag): a.node.var for a in chain if str(a.attr_key) == "thread_extent"}
+        px, py = blocks["blockIdx.x"], blocks["blockIdx.y"]
+        x_value, y_value, padding = remap(px, py, panel, tiles_x, tiles_y)
+        inner = tvm.tirx.stmt_functor.substitute(inner, {px: tile_x, py: tile_y})
+        prelude = [tir.Bind(tile_x, x_value), tir.Bind(tile_y, y_value)]
+        if padding is not None:
+            prelude.append(tir.IfThenElse(padding, tir.Evaluate(tir.ret(_c(0))), None))
+        return prepend(inner, known, prelude)
+
+    func = with_prelude_vars(func.with_body(rewrite_inside_launch(func.body, remap_inner)), [tile_x, tile_y])
+    return func.with_attr(POSITION_NAMES_ATTR, {"threadgroup_position_in_grid": PHYSICAL_BLOCK_NAME})
+
+
+BlockSwizzleLaunch = per_function_pass("tilelang_metal.BlockSwizzleLaunch", launch_function, kernels_only=True)
+BlockSwizzleRemap = per_function_pass("tilelang_metal.BlockSwizzleRemap", remap_function, kernels_only=True)

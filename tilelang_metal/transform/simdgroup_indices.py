@@ -5,6 +5,10 @@ the stock passes bound them. This last plugin pass substitutes `tx = simdgroup *
 simplifies with the attributes' ranges, so the MSL reads `__simd_group_id & 1`, `__lane >> 4`
 instead of re-deriving both from `threadIdx.x` in every address. Only 1-D threadgroups qualify:
 there the linear thread index equals `threadIdx.x` and simdgroups are consecutive runs of 32.
+
+The two new variables are recorded on the function (`SIMDGROUP_ID_ATTR`, `LANE_ID_ATTR`), so the
+printer binds them to the hardware attributes by identity: a user variable that happens to have the
+same name stays an ordinary variable.
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir, tvm
+from ..isa import SIMD_WIDTH
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
-SIMDGROUP_ID_NAME = "__simd_group_id"
-LANE_ID_NAME = "__lane"
-SIMD_WIDTH = 32
+SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
+LANE_ID_ATTR = "tilelang_metal.lane_id"
 
 
 def _thread_extents(body: Any) -> dict[str, tuple[Any, int]]:
@@ -35,8 +39,8 @@ def canonicalize_function(func: Any) -> Any:
     if any(extents.get(tag, (None, 1))[1] != 1 for tag in ("threadIdx.y", "threadIdx.z")):
         return func
     tx, threads = extents["threadIdx.x"]
-    sg = tir.Var(SIMDGROUP_ID_NAME, "int32")
-    lane = tir.Var(LANE_ID_NAME, "int32")
+    sg = tir.Var("simdgroup_id", "int32")
+    lane = tir.Var("lane_id", "int32")
     analyzer = tvm.arith.Analyzer()
     analyzer.bind(sg, tvm.ir.Range(0, max(1, -(-threads // SIMD_WIDTH))))
     analyzer.bind(lane, tvm.ir.Range(0, SIMD_WIDTH))
@@ -46,7 +50,7 @@ def canonicalize_function(func: Any) -> Any:
         return analyzer.simplify(node)
 
     body = tvm.tirx.stmt_functor.ir_transform(body, None, simplify, ["tirx.FloorDiv", "tirx.FloorMod"])
-    return func.with_body(body)
+    return func.with_body(body).with_attr(SIMDGROUP_ID_ATTR, sg).with_attr(LANE_ID_ATTR, lane)
 
 
 UseSimdgroupIndices = per_function_pass("tilelang_metal.UseSimdgroupIndices", canonicalize_function, kernels_only=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._host import tir, tvm
-from ..gemm.tir_build import CT_MMA, SG_MMA
+from .. import intrinsics
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
@@ -22,11 +22,8 @@ MAX_UNROLLED_ITERATIONS = 256
 
 
 def _matrix_accumulators(body: Any) -> set:
-    return {
-        node.args[1]
-        for node in find_nodes(body, ["tirx.Call"])
-        if getattr(node.op, "name", "") == "tirx.call_extern" and str(node.args[0].value) in (CT_MMA, SG_MMA)
-    }
+    found = (intrinsics.mma_accumulator(node) for node in find_nodes(body, ["tirx.Call"]))
+    return {var for var in found if var is not None}
 
 
 def _touches(stmt: Any, targets: set) -> bool:

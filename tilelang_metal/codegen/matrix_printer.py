@@ -1,0 +1,184 @@
+"""Printing of matrix storage and matrix operations: MPP cooperative tensors and simdgroup matrices.
+
+A mixin of the kernel printer. Which arrays are matrix objects was decided before codegen
+(transform/matrix_storage.py); this module only spells the decisions in MSL:
+- an elided cooperative accumulator is one destination tensor per fragment (`C_ct0`, `C_ct1`, ...),
+  element `f * dest_elems + e` being element `e` of tensor `f`;
+- a simdgroup array is `simdgroup_T8x8 X[n]`, element `2f + e` of a lane-layout array being
+  `X[f].thread_elements()[e]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import intrinsics
+from .._host import tir
+from ..errors import CodegenError
+from ..isa import SIMDGROUP_8x8x8, MatrixInstruction, cooperative_instruction
+from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage
+from .msl_types import msl_type, scalar_type
+
+SG_ELEMS = SIMDGROUP_8x8x8.dest_elems
+
+
+class MatrixPrinting:
+    """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
+    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` (shapes declared so far)."""
+
+    storage: dict[Any, MatrixStorage]
+    mpp_ops: list[tuple[int, int, int]]
+
+    # ---------------------------------------------------------------- storage
+    def matrix_storage(self, var: Any) -> MatrixStorage | None:
+        return self.storage.get(var)
+
+    def is_elided_cooperative(self, var: Any) -> bool:
+        s = self.storage.get(var)
+        return s is not None and s.kind == COOPERATIVE and s.elided
+
+    def is_simdgroup(self, var: Any) -> bool:
+        s = self.storage.get(var)
+        return s is not None and s.kind == SIMDGROUP
+
+    def declare_matrix(self, var: Any, name: str, dtype: str) -> bool:
+        """Declare `var` as matrix objects if the storage pass chose so; False otherwise."""
+        s = self.storage.get(var)
+        if s is None:
+            return False
+        if s.kind == SIMDGROUP:
+            self.emit(f"simdgroup_{scalar_type(dtype)}8x8 {name}[{s.matrices}];")
+            return True
+        op = self.mpp_op(s.shape)
+        if not s.elided:
+            return False  # an ordinary float array; each run copies its chunk in and out
+        a, b = scalar_type(s.a_dtype), scalar_type(s.b_dtype)
+        dest = (
+            f"{op}.get_destination_cooperative_tensor<decltype({op}.get_left_input_cooperative_tensor<{a}, {b}, float>()), "
+            f"decltype({op}.get_right_input_cooperative_tensor<{a}, {b}, float>()), float>()"
+        )
+        for chunk in range(s.matrices):
+            self.emit(f"auto {name}_ct{chunk} = {dest};")
+        return True
+
+    def mpp_op(self, shape: tuple[int, int, int]) -> str:
+        """The kernel-scope matmul2d object of this shape (declared once)."""
+        if shape in self.mpp_ops:
+            index = self.mpp_ops.index(shape)
+            return "__ct_op" if index == 0 else f"__ct_op{index}"
+        self.mpp_ops.append(shape)
+        name = "__ct_op" if len(self.mpp_ops) == 1 else f"__ct_op{len(self.mpp_ops) - 1}"
+        m, n, k = shape
+        self.prelude.append(
+            f"constexpr auto {name}_desc = mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, true, "
+            "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"
+        )
+        self.prelude.append(f"mpp::tensor_ops::matmul2d<{name}_desc, metal::execution_simdgroup> {name};")
+        return name
+
+    # ---------------------------------------------------------------- element access
+    def _const_elements(self, index: Any, lanes: int) -> list[int]:
+        base = index.base if isinstance(index, tir.Ramp) else index
+        stride = int(index.stride.value) if isinstance(index, tir.Ramp) else 0
+        if not isinstance(base, tir.IntImm):
+            raise CodegenError("cooperative tensor accumulator indices must be constant (the storage pass guarantees it)")
+        return [int(base.value) + stride * t for t in range(lanes)]
+
+    def _dest_elems(self, var: Any) -> int:
+        return cooperative_instruction(*self.storage[var].shape).dest_elems
+
+    def ct_element(self, var: Any, flat: int) -> str:
+        per = self._dest_elems(var)
+        return f"{self.name_of(var)}_ct{flat // per}[{flat % per}]"
+
+    def sg_element(self, var: Any, index: Any) -> str:
+        name = self.name_of(var)
+        if isinstance(index, tir.IntImm):
+            i = int(index.value)
+            return f"{name}[{i // SG_ELEMS}].thread_elements()[{i % SG_ELEMS}]"
+        text = self.expr(index)
+        return f"{name}[({text}) / {SG_ELEMS}].thread_elements()[({text}) % {SG_ELEMS}]"
+
+    def _lane_index(self, index: Any, t: int) -> Any:
+        return self.simplify(index.base + index.stride * t)
+
+    def load_matrix_element(self, var: Any, index: Any, dtype: str, lanes: int) -> str:
+        if self.is_elided_cooperative(var):
+            parts = [self.ct_element(var, flat) for flat in self._const_elements(index, lanes)]
+        elif lanes == 1:
+            return self.sg_element(var, index)
+        else:
+            parts = [self.sg_element(var, self._lane_index(index, t)) for t in range(lanes)]
+        return parts[0] if lanes == 1 else f"{msl_type(dtype)}({', '.join(parts)})"
+
+    def store_matrix_elements(self, var: Any, index: Any, value: str, lanes: int, dtype: str) -> None:
+        if self.is_elided_cooperative(var):
+            targets = [self.ct_element(var, flat) for flat in self._const_elements(index, lanes)]
+        elif lanes == 1:
+            targets = [self.sg_element(var, index)]
+        else:
+            targets = [self.sg_element(var, self._lane_index(index, t)) for t in range(lanes)]
+        if lanes == 1:
+            self.emit(f"{targets[0]} = {value};")
+            return
+        tmp = self.fresh("v")
+        self.emit(f"{{ const {msl_type(dtype)} {tmp} = {value};")
+        for t, target in enumerate(targets):
+            self.emit(f"  {target} = {tmp}[{t}];")
+        self.emit("}")
+
+    # ---------------------------------------------------------------- operations
+    def matrix_statement(self, call: Any) -> bool:
+        """Print a matrix operation call; False when `call` is not one."""
+        mma = intrinsics.match_ct_mma(call)
+        if mma is not None:
+            self.emit_ct_mma(mma)
+            return True
+        op = intrinsics.op_name(call)
+        if op in (intrinsics.SG_LOAD, intrinsics.SG_STORE):
+            x, index, addr, stride = call.args[:4]
+            transpose = call.args[6] if len(call.args) > 6 else tir.const(False, "bool")
+            verb = op.split(".")[1]
+            self.emit(f"{verb}({self.name_of(x)}[{self.expr(index)}], {self.pointer(addr)}, {self.expr(stride)}, ulong2(0, 0), {self.expr(transpose)});")
+            return True
+        if op == intrinsics.SG_FILL:
+            x, index, value = call.args[:3]
+            ty = scalar_type(self.elem_dtype(x))
+            self.emit(f"{self.name_of(x)}[{self.expr(index)}] = make_filled_simdgroup_matrix<{ty}, 8, 8>({self.expr(value)});")
+            return True
+        if op == intrinsics.SG_MMA:
+            d, di, a, ai, b, bi, c, ci = call.args
+            self.emit(
+                f"simdgroup_multiply_accumulate({self.name_of(d)}[{self.expr(di)}], {self.name_of(a)}[{self.expr(ai)}], "
+                f"{self.name_of(b)}[{self.expr(bi)}], {self.name_of(c)}[{self.expr(ci)}]);"
+            )
+            return True
+        return False
+
+    def emit_ct_mma(self, mma: intrinsics.CooperativeMma) -> None:
+        inst: MatrixInstruction = cooperative_instruction(mma.m, mma.n, mma.k)
+        storage = self.storage[mma.c]
+        op = self.mpp_op(inst.shape)
+        ta, tb = scalar_type(storage.a_dtype), scalar_type(storage.b_dtype)
+        an, bn, cn = self.name_of(mma.a), self.name_of(mma.b), self.name_of(mma.c)
+        ao, bo = self.expr(mma.a_offset), self.expr(mma.b_offset)
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"auto __ct_a = {op}.get_left_input_cooperative_tensor<{ta}, {tb}, float>();")
+        self.emit(f"auto __ct_b = {op}.get_right_input_cooperative_tensor<{ta}, {tb}, float>();")
+        self.emit("#pragma clang loop unroll(full)")
+        self.emit(f"for (ushort __i = 0; __i < {inst.left_elems}; ++__i) __ct_a[__i] = {an}[{ao} + __i];")
+        self.emit("#pragma clang loop unroll(full)")
+        self.emit(f"for (ushort __i = 0; __i < {inst.right_elems}; ++__i) __ct_b[__i] = {bn}[{bo} + __i];")
+        if storage.elided:
+            if not isinstance(mma.c_chunk, tir.IntImm):
+                raise CodegenError("cooperative tensor accumulator chunk index must be constant")
+            self.emit(f"{op}.run(__ct_a, __ct_b, {cn}_ct{int(mma.c_chunk.value)});")
+        else:
+            base = f"({self.expr(mma.c_chunk)}) * {inst.dest_elems}"
+            self.emit(f"auto __ct_c = {op}.get_destination_cooperative_tensor<decltype(__ct_a), decltype(__ct_b), float>();")
+            self.emit(f"for (ushort __i = 0; __i < {inst.dest_elems}; ++__i) __ct_c[__i] = {cn}[{base} + __i];")
+            self.emit(f"{op}.run(__ct_a, __ct_b, __ct_c);")
+            self.emit(f"for (ushort __i = 0; __i < {inst.dest_elems}; ++__i) {cn}[{base} + __i] = __ct_c[__i];")
+        self.indent -= 1
+        self.emit("}")

@@ -1,0 +1,95 @@
+"""The matrix vocabulary between the plugin's lowerings and its printer, defined once.
+
+One vocabulary per operation:
+- cooperative tensors: the plugin's own `tlm_ct_mma` extern call (TVM has no builtin for MPP);
+- simdgroup matrices: TVM's builtins (`tirx.simdgroup_load/store`, `make_filled_simdgroup_matrix`,
+  `simdgroup_multiply_accumulate`), which tilelang's own copies of `metal.simdgroup` buffers use too.
+
+Every operand list is written here; lowering builds calls with `build_*`, passes and the printer
+read them back with `match_*`, so an operand added to an intrinsic changes this module only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._host import tir
+from .isa import MatrixInstruction
+
+
+@dataclass(frozen=True)
+class CooperativeMma:
+    """C chunk `c_chunk` += A[a_offset : +left] x B[b_offset : +right] on one MPP matmul2d.
+
+    A, B and C are per-thread arrays in the instruction's lane layout; the shape names the
+    instruction (isa.cooperative_instruction)."""
+
+    c: Any
+    c_chunk: Any
+    a: Any
+    a_offset: Any
+    b: Any
+    b_offset: Any
+    m: int
+    n: int
+    k: int
+
+
+CT_MMA = "tlm_ct_mma"
+_EXTERN_OPS = ("tirx.call_extern", "tirx.call_pure_extern")
+
+SG_LOAD = "tirx.simdgroup_load"
+SG_STORE = "tirx.simdgroup_store"
+SG_FILL = "tirx.make_filled_simdgroup_matrix"
+SG_MMA = "tirx.simdgroup_multiply_accumulate"
+SIMDGROUP_OPS = (SG_LOAD, SG_STORE, SG_FILL, SG_MMA)
+
+
+def op_name(call: Any) -> str:
+    return str(getattr(call.op, "name", ""))
+
+
+def build_ct_mma(inst: MatrixInstruction, c: Any, c_chunk: Any, a: Any, a_offset: Any, b: Any, b_offset: Any) -> Any:
+    return tir.Evaluate(tir.call_extern("handle", CT_MMA, c, c_chunk, a, a_offset, b, b_offset, inst.m, inst.n, inst.k))
+
+
+def match_ct_mma(call: Any) -> CooperativeMma | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != CT_MMA:
+        return None
+    c, c_chunk, a, a_offset, b, b_offset, m, n, k = call.args[1:]
+    return CooperativeMma(c, c_chunk, a, a_offset, b, b_offset, int(m), int(n), int(k))
+
+
+# simdgroup_matrix<T, 8, 8> operations: `matrix` is an array of matrices, `index` selects one.
+def build_sg_load(matrix: Any, index: Any, address: Any, stride: Any, transpose: bool) -> Any:
+    return tir.Evaluate(tir.call_intrin("handle", SG_LOAD, matrix, index, address, stride, 8, 8, tir.const(transpose, "bool")))
+
+
+def build_sg_store(matrix: Any, index: Any, address: Any, stride: Any) -> Any:
+    return tir.Evaluate(tir.call_intrin("handle", SG_STORE, matrix, index, address, stride, 8, 8, tir.const(False, "bool")))
+
+
+def build_sg_mma(c: Any, c_index: Any, a: Any, a_index: Any, b: Any, b_index: Any) -> Any:
+    """C[c_index] += A[a_index] x B[b_index]."""
+    return tir.Evaluate(tir.call_intrin("handle", SG_MMA, c, c_index, a, a_index, b, b_index, c, c_index))
+
+
+def simdgroup_matrix_operands(call: Any) -> list[Any]:
+    """The matrix-array variables a simdgroup builtin touches (empty for other calls)."""
+    name = op_name(call)
+    if name == SG_MMA:
+        return [call.args[0], call.args[2], call.args[4], call.args[6]]
+    if name in (SG_LOAD, SG_STORE, SG_FILL):
+        return [call.args[0]]
+    return []
+
+
+def mma_accumulator(call: Any) -> Any | None:
+    """The accumulator variable of a matrix multiply-accumulate call of either vocabulary."""
+    ct = match_ct_mma(call)
+    if ct is not None:
+        return ct.c
+    if isinstance(call, tir.Call) and op_name(call) == SG_MMA:
+        return call.args[0]
+    return None

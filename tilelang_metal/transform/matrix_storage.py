@@ -1,0 +1,114 @@
+"""Decide which per-thread arrays live in matrix objects, and record it on the function.
+
+GemmMetal hands the printer flat per-thread arrays in the instruction's lane layout:
+- an array used as the destination of `tlm_ct_mma` becomes destination cooperative tensors, one per
+  fragment, when every access to it has a constant index (the whole K loop then keeps C inside the
+  MPP destinations and no thread array exists: "elided"); otherwise it stays an array and each run
+  copies its chunk in and out;
+- an array used by the simdgroup builtins becomes an array of `simdgroup_matrix<T, 8, 8>` (always
+  possible: simdgroup matrices may form arrays).
+
+The decision is stored as the function attribute `MATRIX_STORAGE_ATTR` (data var -> encoded
+`MatrixStorage`), so the printer only reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import intrinsics
+from .._host import tir
+from ..isa import SIMDGROUP_8x8x8, cooperative_instruction
+from .function_pass import per_function_pass
+from .ir_query import find_nodes
+
+MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
+SIMDGROUP = "simdgroup"
+COOPERATIVE = "cooperative"
+
+
+@dataclass(frozen=True)
+class MatrixStorage:
+    kind: str  # SIMDGROUP | COOPERATIVE
+    matrices: int  # simdgroup matrices in the array, or destination fragments
+    elided: bool = True  # cooperative only: no backing thread array
+    a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
+    b_dtype: str = ""
+    shape: tuple[int, int, int] = (0, 0, 0)  # cooperative only: the instruction
+
+    def encode(self) -> str:
+        m, n, k = self.shape
+        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {m} {n} {k}"
+
+    @staticmethod
+    def decode(text: str) -> MatrixStorage:
+        kind, matrices, elided, a, b, m, n, k = str(text).split()
+        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, (int(m), int(n), int(k)))
+
+
+def _constant_index(index: Any) -> bool:
+    if isinstance(index, tir.IntImm):
+        return True
+    return isinstance(index, tir.Ramp) and isinstance(index.base, tir.IntImm)
+
+
+def _element_count(buf: Any) -> int:
+    count = 1
+    for dim in buf.shape:
+        count *= int(dim)
+    return count
+
+
+def decide(body: Any) -> dict[Any, MatrixStorage]:
+    allocs: dict[Any, Any] = {}
+    cooperative: dict[Any, intrinsics.CooperativeMma] = {}
+    simdgroup: set = set()
+    accesses = []
+    for node in find_nodes(body, ["tirx.AllocBuffer", "tirx.Call", "tirx.BufferLoad", "tirx.BufferStore"]):
+        if isinstance(node, tir.AllocBuffer):
+            allocs[node.buffer.data] = node.buffer
+        elif isinstance(node, (tir.BufferLoad, tir.BufferStore)):
+            accesses.append(node)
+        else:
+            mma = intrinsics.match_ct_mma(node)
+            if mma is not None:
+                cooperative.setdefault(mma.c, mma)
+            simdgroup.update(intrinsics.simdgroup_matrix_operands(node))
+    decisions: dict[Any, MatrixStorage] = {}
+    for var in simdgroup:
+        buf = allocs[var]
+        # a `metal.simdgroup` buffer stores whole 8x8 tiles (tilelang's convention); a thread array
+        # in lane layout holds the instruction's elements per lane for each matrix
+        per_matrix = SIMDGROUP_8x8x8.m * SIMDGROUP_8x8x8.n if str(buf.scope()) == "metal.simdgroup" else SIMDGROUP_8x8x8.dest_elems
+        decisions[var] = MatrixStorage(SIMDGROUP, max(1, _element_count(buf) // per_matrix))
+    non_constant = {node.buffer.data for node in accesses if not all(_constant_index(i) for i in node.indices)}
+    for var, mma in cooperative.items():
+        inst = cooperative_instruction(mma.m, mma.n, mma.k)
+        decisions[var] = MatrixStorage(
+            COOPERATIVE,
+            _element_count(allocs[var]) // inst.dest_elems,
+            elided=var not in non_constant,
+            a_dtype=str(allocs[mma.a].dtype),
+            b_dtype=str(allocs[mma.b].dtype),
+            shape=inst.shape,
+        )
+    return decisions
+
+
+def record_function(func: Any) -> Any:
+    decisions = decide(func.body)
+    if not decisions:
+        return func
+    return func.with_attr(MATRIX_STORAGE_ATTR, {var: d.encode() for var, d in decisions.items()})
+
+
+def storage_of(func: Any) -> dict[Any, MatrixStorage]:
+    """The decisions `RecordMatrixStorage` stored on a function (empty when it has no matrices)."""
+    attrs = func.attrs
+    if attrs is None or MATRIX_STORAGE_ATTR not in attrs:
+        return {}
+    return {var: MatrixStorage.decode(text) for var, text in attrs[MATRIX_STORAGE_ATTR].items()}
+
+
+RecordMatrixStorage = per_function_pass("tilelang_metal.RecordMatrixStorage", record_function, kernels_only=True)
