@@ -122,6 +122,21 @@ def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: C
     return Fragment(shape, forward_thread_fn=thread_fn, forward_index_fn=index_fn)
 
 
+def layout_is_row_major(layout: Any) -> bool:
+    """True when a tilelang Layout stores element (i, j, ...) at its row-major position (the
+    storage a buffer has without an annotated layout). Fragments are register layouts: False."""
+    from tilelang.layout import Fragment
+
+    if isinstance(layout, Fragment):
+        return False
+    shape = list(layout.get_input_shape())
+    index = layout.get_linearized_forward_index()
+    expected = 0
+    for var, extent in zip(layout.get_forward_vars(), shape):
+        expected = expected * extent + var
+    return bool(tvm.arith.Analyzer().can_prove_equal(index, expected))
+
+
 @dataclass(frozen=True)
 class GemmNodeView:
     """The fields of tilelang's `tl.Gemm` tile-op node that GemmMetal reads."""
@@ -136,6 +151,45 @@ class GemmNodeView:
     trans_b: bool
     clear_accum: Any
     policy: int
+
+
+@dataclass(frozen=True)
+class GemmCallFields:
+    """What selection needs from a `tl.tileop.gemm` call before layout inference builds its node."""
+
+    c_buffer: Any
+    m: int
+    n: int
+    k: int
+    policy: int
+
+
+GEMM_TILE_OP = "tl.tileop.gemm"
+REGION_OP = "tl.region"  # T.region(BufferLoad at the region's origin, access mask, extents...)
+REGION_READ, REGION_WRITE = 1, 2
+
+
+def tile_op_region(call: Any) -> tuple[Any, int] | None:
+    """(buffer, access mask) of a tile-op operand region call; None for any other call."""
+    if str(getattr(call.op, "name", "")) != REGION_OP or len(call.args) < 2:
+        return None
+    load, mask = call.args[0], call.args[1]
+    if not isinstance(load, tir.BufferLoad) or not isinstance(mask, tir.IntImm):
+        return None
+    return load.buffer, int(mask.value)
+
+
+def gemm_call_fields(call: Any) -> GemmCallFields | None:
+    """The fields of a T.gemm tile-op call (args: A, B, C regions, trans_A, trans_B, M, N, K,
+    policy, ...), or None for any other call or a form this tilelang does not produce."""
+    if str(getattr(call.op, "name", "")) != GEMM_TILE_OP or len(call.args) < 9:
+        return None
+    c_region = tile_op_region(call.args[2]) if isinstance(call.args[2], tir.Call) else None
+    sizes = call.args[5:9]
+    if c_region is None or not all(isinstance(x, tir.IntImm) for x in sizes):
+        return None
+    m, n, k, policy = (int(x.value) for x in sizes)
+    return GemmCallFields(c_region[0], m, n, k, policy)
 
 
 def gemm_node_view(node: Any) -> GemmNodeView:

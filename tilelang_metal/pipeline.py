@@ -16,8 +16,11 @@ the in-tree Metal pipeline, and why:
 
 from __future__ import annotations
 
+from . import gemm as gemm_metal
 from ._host import pipeline_options
+from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
+from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.matrix_storage import RecordMatrixStorage
@@ -40,6 +43,7 @@ def lower_metal(mod: object, target: object) -> object:
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
+    mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
     mod = tl.AddWrapperForSingleBufStore()(mod)
@@ -59,10 +63,12 @@ def lower_metal(mod: object, target: object) -> object:
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    mod = tl.LayoutInference()(mod)
-    mod = tl.ReducerPlanAndMaterialize()(mod)
-    cfg.LayoutVisual(mod)
-    mod = tl.LowerTileOp()(mod)
+    shared_fragments = fragments_needing_simdgroup(mod, target, gemm_metal.ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR)  # plugin
+    with gemm_metal.simdgroup_accumulators(shared_fragments):
+        mod = tl.LayoutInference()(mod)
+        mod = tl.ReducerPlanAndMaterialize()(mod)
+        cfg.LayoutVisual(mod)
+        mod = tl.LowerTileOp()(mod)
     mod = tl.VerifyReducerConsumed()(mod)
 
     mod = tl.DecoupleTypeCast()(mod)

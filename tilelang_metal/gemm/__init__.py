@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import make_fragment_layout, tvm
+from .._host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
 from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
@@ -62,6 +62,20 @@ class GemmPlan:
 
 
 _recorders = threading.local()
+_lowering = threading.local()
+
+
+@contextlib.contextmanager
+def simdgroup_accumulators(fragments: set) -> Iterator[None]:
+    """While the block runs, T.gemm calls accumulating into these fragment data variables take the
+    simdgroup path (transform/accumulator_sharing.py: another call on the same fragment cannot
+    use cooperative tensors)."""
+    previous = getattr(_lowering, "simdgroup_fragments", frozenset())
+    _lowering.simdgroup_fragments = frozenset(fragments)
+    try:
+        yield
+    finally:
+        _lowering.simdgroup_fragments = previous
 
 
 @contextlib.contextmanager
@@ -92,6 +106,7 @@ def _threads(thread_bounds: Any) -> int:
 def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     problem = GemmProblem.from_node(node)
     threads = _threads(thread_bounds)
+    shared_with_simdgroup = problem.C.buffer.data in getattr(_lowering, "simdgroup_fragments", frozenset())
     selection = select_inst(
         c_scope=problem.c_scope,
         M=problem.M,
@@ -100,8 +115,14 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         threads=threads,
         policy=problem.policy,
         has_metal4=has_metal4(target),
-        route_fragments_to_cooperative_tensor=ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR,
+        route_fragments_to_cooperative_tensor=ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR and not shared_with_simdgroup,
     )
+    if shared_with_simdgroup:
+        selection = Selection(
+            selection.kind,
+            f"C ({problem.C.buffer.name}) is also the accumulator of a T.gemm that cannot use cooperative tensors; "
+            "one representation per fragment",
+        )
     num_warps = threads // SIMD_WIDTH
     if selection.kind == COOPERATIVE_TENSOR:
         part = selection.partition
@@ -158,6 +179,7 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         raise GemmLoweringError("T.gemm on Metal must run on threads starting at 0 (no warp-specialized thread ranges)")
     analyzer = tvm.arith.Analyzer()
     analyzer.bind(thread_index, tvm.ir.Range(0, gp.threads))
+    problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
     if gp.selection.kind == COOPERATIVE_TENSOR:
-        return lower_cooperative_tensor(gp.problem, gp.partition, analyzer, thread_index, gp.dataflow)
-    return lower_simdgroup(gp.problem, gp.partition, analyzer, thread_index)
+        return lower_cooperative_tensor(problem, gp.partition, analyzer, thread_index, gp.dataflow)
+    return lower_simdgroup(problem, gp.partition, analyzer, thread_index)

@@ -6,7 +6,7 @@ raises `GemmLoweringError` naming the problem and the fix, at lower time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._host import gemm_node_view, tir, tvm
@@ -27,6 +27,7 @@ class Operand:
     col0: Any
     rows: int
     cols: int
+    remapped: bool = False  # storage follows an annotated layout: element accesses only (see lower())
 
     @property
     def scope(self) -> str:
@@ -161,6 +162,16 @@ class GemmProblem:
     @property
     def c_scope(self) -> str:
         return self.C.scope
+
+    def with_storage_layouts(self, is_remapped: Any) -> GemmProblem:
+        """The problem with each operand marked when `is_remapped(buffer)` says its storage follows a
+        layout other than row-major (an annotated shared layout): LowerTileOp rewrites the element
+        accesses of such a buffer through its layout, but not vector accesses or matrix loads from
+        an address, so those operands are read and written element by element."""
+        marked = [
+            replace(op, remapped=op.scope in GLOBAL_SCOPES + SHARED_SCOPES and bool(is_remapped(op.buffer))) for op in (self.A, self.B, self.C)
+        ]
+        return replace(self, A=marked[0], B=marked[1], C=marked[2])
 
     @staticmethod
     def from_node(node: Any) -> GemmProblem:

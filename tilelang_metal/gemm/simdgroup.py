@@ -35,7 +35,7 @@ class SimdgroupPlan(SimdgroupTiling):
 
     def _load_fragment(self, op: Operand, transposed: bool, frag: Any, index: int, r0: Any, c0: Any, fits: bool) -> Any:
         """Fragment `index` of `frag` = logical 8x8 block at (r0, c0) of the operand."""
-        if fits:
+        if fits and not op.remapped:
             sr, sc = (c0, r0) if transposed else (r0, c0)
             return intrinsics.build_sg_load(frag.data, index, op.address(sr, sc), op.row_stride, transposed)
         return load_group(op, transposed, r0 + self.lrow, c0 + self.lcol, E, frag, index * E, False, self.analyzer)
@@ -74,7 +74,7 @@ class SimdgroupPlan(SimdgroupTiling):
         if not acc.owned:
             return None
         stmts = []
-        direct = self.c_ok and str(self.p.C.dtype) == acc.dtype
+        direct = self.c_ok and str(self.p.C.dtype) == acc.dtype and not self.p.C.remapped
         for i in range(self.rows):
             for j in range(self.cols):
                 r, c = self._c_origin(i, j)

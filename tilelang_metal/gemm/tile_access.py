@@ -61,7 +61,7 @@ def load_group(
     def logical_rc(r: Any, c: Any) -> tuple:
         return (c, r) if transposed else (r, c)
 
-    if width > 1 and not transposed and in_bounds:
+    if width > 1 and not transposed and in_bounds and not op.remapped:
         value = cast(op.load(row, col, lanes=width), _vec(str(dst.dtype), width))
         return tir.BufferStore(dst, value, [tir.Ramp(dst_offset, 1, width)])
     stmts = []
@@ -85,7 +85,7 @@ def store_group(
 ) -> Any:
     """Storage elements (row, col .. col+width-1) of the operand = src[src_offset : +width] (cast)."""
     out_dtype = op.dtype
-    if width > 1 and in_bounds:
+    if width > 1 and in_bounds and not op.remapped:
         value = tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)])
         return op.store(cast(value, _vec(out_dtype, width)), row, col, lanes=width)
     stmts = []

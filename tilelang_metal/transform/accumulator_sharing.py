@@ -1,0 +1,59 @@
+"""One accumulator representation per register fragment, decided before layout inference.
+
+Several `T.gemm` calls may accumulate into the same `local.fragment` (C += A1 B1; C += A2 B2).
+Layout inference asks GemmMetal for C's layout once per call, and the answers must agree: when one
+of the calls can use cooperative tensors and another cannot (K = 8 on a metal4 target, say), every
+call on that fragment takes the simdgroup path. This analysis finds those fragments; the pipeline
+hands them to GemmMetal for the duration of layout inference and tile-op lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import gemm_call_fields, tir
+from ..isa import SIMD_WIDTH
+from ..scopes import FRAGMENT_SCOPES
+from ..selection import select_inst
+from ..target import has_metal4
+from .ir_query import find_nodes
+
+
+def _threads(body: Any) -> int:
+    threads = 1
+    for node in find_nodes(body, ["tirx.AttrStmt"]):
+        if str(node.attr_key) == "thread_extent" and str(node.node.thread_tag).startswith("threadIdx") and isinstance(node.value, tir.IntImm):
+            threads *= int(node.value.value)
+    return threads
+
+
+def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> set:
+    """Data variables of fragments written by T.gemm calls that would pick different instructions."""
+    forced: set = set()
+    metal4 = has_metal4(target)
+    for func in mod.functions.values():
+        if not isinstance(func, tir.PrimFunc):
+            continue
+        kinds: dict[Any, set[str]] = {}
+        threads = None
+        for call in find_nodes(func.body, ["tirx.Call"]):
+            fields = gemm_call_fields(call)
+            if fields is None or str(fields.c_buffer.scope()) not in FRAGMENT_SCOPES:
+                continue
+            if threads is None:
+                threads = _threads(func.body)
+            if threads % SIMD_WIDTH:
+                continue  # GemmMetal refuses this launch with its own message
+            kind = select_inst(
+                c_scope=str(fields.c_buffer.scope()),
+                M=fields.m,
+                N=fields.n,
+                K=fields.k,
+                threads=threads,
+                policy=fields.policy,
+                has_metal4=metal4,
+                route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
+            ).kind
+            kinds.setdefault(fields.c_buffer.data, set()).add(kind)
+        forced |= {var for var, seen in kinds.items() if len(seen) > 1}
+    return forced
