@@ -77,6 +77,16 @@ class Operand:
             "handle", "tirx.tvm_access_ptr", tir.type_annotation(buf.dtype), buf.data, flat, extent, tir.const(mask, "int32")
         )
 
+    def vector_aligned(self, row: Any, col: Any, lanes: int, analyzer: Any) -> bool:
+        """True when the storage offset of element (row, col) is provably a multiple of `lanes` for
+        every thread and block, the buffer's own element offset included: a `T4` access needs
+        4-element alignment (a row stride of 65, a view starting at column 2, a 64x33 padded tile
+        are not)."""
+        buf = self.buffer
+        flat = buf.offset_of(self.indices(row, col))[-1] + buf.elem_offset
+        residue = analyzer.modular_set(flat)
+        return residue.coeff % lanes == 0 and residue.base % lanes == 0
+
     def in_bounds(self, row: Any, col: Any, analyzer: Any) -> Any | None:
         """Condition that (row, col) of the tile lies inside the buffer; None when provably always."""
         conds = []

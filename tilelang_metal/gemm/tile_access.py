@@ -1,7 +1,8 @@
 """Element-group access to a tile: one lane reads or writes `width` consecutive logical elements.
 
-A group becomes one vector access when the elements are contiguous in storage (no transpose) and
-the tile is provably inside its buffer; otherwise it becomes per-element accesses, each guarded by
+A group becomes one vector access when the elements are contiguous in storage (no transpose, no
+annotated layout), the first one is provably aligned to the vector width, and the tile is provably
+inside its buffer; otherwise it becomes per-element accesses, each guarded by
 its own bounds condition when the tile can cross the buffer's edge. Aligned tiles therefore stay
 branch-free and vectorized; edge tiles read zeros and skip stores outside the buffer.
 """
@@ -61,7 +62,7 @@ def load_group(
     def logical_rc(r: Any, c: Any) -> tuple:
         return (c, r) if transposed else (r, c)
 
-    if width > 1 and not transposed and in_bounds and not op.remapped:
+    if width > 1 and not transposed and in_bounds and not op.remapped and op.vector_aligned(row, col, width, analyzer):
         value = cast(op.load(row, col, lanes=width), _vec(str(dst.dtype), width))
         return tir.BufferStore(dst, value, [tir.Ramp(dst_offset, 1, width)])
     stmts = []
@@ -85,7 +86,7 @@ def store_group(
 ) -> Any:
     """Storage elements (row, col .. col+width-1) of the operand = src[src_offset : +width] (cast)."""
     out_dtype = op.dtype
-    if width > 1 and in_bounds and not op.remapped:
+    if width > 1 and in_bounds and not op.remapped and op.vector_aligned(row, col, width, analyzer):
         value = tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)])
         return op.store(cast(value, _vec(out_dtype, width)), row, col, lanes=width)
     stmts = []
