@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from .errors import EmulatorCompileError
 from .version import SHIM_VERSION
 
@@ -51,22 +52,18 @@ def bump(counter: str) -> None:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("TILELANG_METAL_EMULATOR_CACHE")
-    path = Path(env) if env else Path.home() / ".cache" / "tilelang_metal" / "emulator"
+    path = config.emulator_cache()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def compiler() -> str:
-    return os.environ.get("TILELANG_METAL_EMULATOR_CXX", "g++")
+    return config.emulator_cxx()
 
 
 def fiber_flavour() -> str:
     """`native` (hand-written switch where available) or `portable` (makecontext + _setjmp/_longjmp)."""
-    v = os.environ.get("TILELANG_METAL_EMULATOR_FIBERS", "native")
-    if v not in ("native", "portable"):
-        raise ValueError("TILELANG_METAL_EMULATOR_FIBERS must be 'native' or 'portable'")
-    return v
+    return config.emulator_fibers()
 
 
 @functools.cache

@@ -8,10 +8,10 @@ Both the layout-inference hook and the lowering hook go through `plan()`, so the
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
+from .. import config
 from .._host import tvm
 from ..errors import GemmLoweringError
 from ..selection import (
@@ -34,10 +34,6 @@ from .shared import lower_shared
 from .simdgroup import lower_simdgroup
 
 logger = logging.getLogger("tilelang_metal")
-
-# The one deliberate change to the spec's selection table (docs/selection.md): a `local.fragment`
-# accumulator that passes CanUseCooperativeTensor on a metal4 target uses cooperative tensors.
-ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR = os.environ.get("TILELANG_METAL_FRAGMENT_CT", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -80,7 +76,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         threads=threads,
         policy=problem.policy,
         has_metal4=has_metal4(target),
-        route_fragments_to_cooperative_tensor=ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR,
+        route_fragments_to_cooperative_tensor=config.fragment_ct(),  # read per lowering: docs/configuration.md
     )
     num_warps = threads // SIMD_WIDTH
     if selection.kind == COOPERATIVE_TENSOR:
@@ -98,7 +94,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             )
     dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
-    if os.environ.get("TILELANG_METAL_DEBUG"):
+    if config.debug():
         logger.warning("tilelang_metal: %s", result.describe())
     else:
         logger.info("%s", result.describe())
