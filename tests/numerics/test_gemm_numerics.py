@@ -135,11 +135,6 @@ def test_partial_tiles_shared(metal4, plain_metal, M, N, K, which):
     run_shared(M, N, K, metal4 if which == "metal4" else plain_metal, epilogue="alpha_beta")
 
 
-@pytest.mark.slow
-def test_thousand_cubed_with_128_tiles(metal4):
-    run_direct(1000, 1000, 1000, metal4, block_M=128, block_N=128, threads=256)
-
-
 # ---------------------------------------------------------------- epilogues (standard idiom)
 @pytest.mark.parametrize("epilogue", ["relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("which", ["metal4", "plain"])
