@@ -91,7 +91,7 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             PREFIX + "EMULATOR_STACK_KB",
-            "0 (the runtime's default stack)",
+            "0 (the emulator's default, 256 KiB)",
             "an integer >= 0",
             "stack size of each emulated GPU thread (fiber), in KiB; 0 means the default",
             False,
