@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Test suite (Linux, CPU only): codegen properties, selection table, and numerics in the emulator.
+#   bash scripts/test.sh            everything (what CI runs)
+#   bash scripts/test.sh --quick    all but the slow tier (tests/slow, @pytest.mark.slow)
+# Further arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tier=()
+if [[ "${1:-}" == "--quick" ]]; then
+  shift
+  tier=(-m "not slow")
+fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"
-exec "${TILELANG_METAL_VENV:-$root/.venv}/bin/python" -m pytest -q "$@"
+exec "${TILELANG_METAL_VENV:-$root/.venv}/bin/python" -m pytest -q ${tier[@]+"${tier[@]}"} "$@"

@@ -1,5 +1,10 @@
 """Suite-wide fixtures.
 
+Tiers (directories): unit/ (no emulator runs), codegen/ (MSL source properties), numerics/ (kernels
+run in the emulator), emulator/ (the emulator itself), slow/ (marked `slow`; `scripts/test.sh
+--quick` skips them). Shared helpers (`gemm_support.py`, `corpus_kernels.py`) live here, importable
+from every tier (this conftest puts tests/ on sys.path).
+
 Every MSL source any test makes goes through the emulator's `check_source` (C++ syntax and types
 against the MSL shim) when that test ends, so no test can produce MSL that would not compile.
 """
@@ -12,9 +17,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for _path in (TESTS, ROOT):  # ROOT first: this checkout's tilelang_metal; TESTS: the shared helpers
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
 
@@ -48,9 +55,19 @@ def _recording_compile(msl, **kwargs):
 _emulator.compile_kernel = _recording_compile
 
 
+SLOW_TIER = os.path.join(TESTS, "slow")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_source_check: the test makes MSL that is meant not to compile")
-    config.addinivalue_line("markers", "slow: long-running numeric sweeps")
+    config.addinivalue_line("markers", "slow: long-running sweeps and large shapes (tests/slow; skipped by scripts/test.sh --quick)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # everything in tests/slow belongs to the slow tier, marked or not
+    for item in items:
+        if str(item.path).startswith(SLOW_TIER + os.sep) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

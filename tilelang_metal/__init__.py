@@ -1,21 +1,21 @@
 """tilelang_metal: a Metal backend for stock TileLang, loaded as a plugin.
 
-`import tilelang_metal` activates it: from then on every `target="metal"` compilation goes through
-the plugin's target normalization, instruction selection, GEMM lowering, pass pipeline and MSL
-codegen. `deactivate()` restores the in-tree backend exactly. Set TILELANG_METAL_AUTOLOAD=0 to
-import without activating.
+`import tilelang_metal` is cheap (it imports neither tilelang nor torch) and arranges activation:
+at once if tilelang is already imported, otherwise right after `import tilelang` finishes (a
+post-import hook, `autoload.py`). From then on every `target="metal"` compilation goes through the
+plugin's target normalization, instruction selection, GEMM lowering, pass pipeline and MSL codegen.
+The tilelang version guard runs before activation. `deactivate()` restores the in-tree backend
+exactly. Set TILELANG_METAL_AUTOLOAD=0 to import without activating (docs/configuration.md).
 """
 
 from __future__ import annotations
 
-import os
+import sys
+from typing import Any
 
-from ._host import SUPPORTED_RANGE_TEXT, UnsupportedHostError, check_host_version  # version guard runs here
-from ._host import register_error_types
-from .errors import CodegenError, GemmLoweringError, MetalLoweringError
-from .version import __version__
-
-register_error_types(MetalLoweringError, GemmLoweringError, CodegenError)
+from . import autoload, config
+from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError, UnsupportedHostError
+from .version import SUPPORTED_RANGE_TEXT, __version__
 
 __all__ = [
     "__version__",
@@ -25,6 +25,7 @@ __all__ = [
     "MetalLoweringError",
     "GemmLoweringError",
     "CodegenError",
+    "ConfigError",
     "UnsupportedHostError",
     "SUPPORTED_RANGE_TEXT",
     "check_host_version",
@@ -32,7 +33,9 @@ __all__ = [
 
 
 def activate() -> bool:
-    """Route `target="metal"` through the plugin. Idempotent; returns True if this call activated it."""
+    """Route `target="metal"` through the plugin (imports tilelang; the version guard runs first).
+    Idempotent; returns True if this call activated it."""
+    autoload.cancel()  # activating now: a pending post-import hook must not re-enter this import
     from . import _host
     from .plugin import build_hooks
 
@@ -40,17 +43,29 @@ def activate() -> bool:
 
 
 def deactivate() -> bool:
-    """Restore the in-tree Metal backend and everything the plugin replaced. Idempotent."""
+    """Restore the in-tree Metal backend and everything the plugin replaced. Idempotent. Also drops
+    a pending activation when tilelang has not been imported yet (returns False then)."""
+    autoload.cancel()
+    if __name__ + "._host" not in sys.modules:
+        return False
     from . import _host
 
     return _host.uninstall()
 
 
 def active() -> bool:
-    from . import _host
+    """True when the plugin's hooks are installed in tilelang (never imports tilelang itself)."""
+    host = sys.modules.get(__name__ + "._host")
+    return host is not None and host.is_installed()
 
-    return _host.is_installed()
+
+def __getattr__(name: str) -> Any:
+    if name == "check_host_version":  # needs tilelang: imported on first use only
+        from ._host import check_host_version
+
+        return check_host_version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if os.environ.get("TILELANG_METAL_AUTOLOAD", "1") != "0":
-    activate()
+if config.autoload():
+    autoload.when_imported(activate)

@@ -8,6 +8,7 @@ replaced and `uninstall()` puts those objects back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -16,12 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_TILELANG = ((0, 1, 15), (0, 2, 0))  # [lower, upper)
-SUPPORTED_RANGE_TEXT = "tilelang>=0.1.15,<0.2"
-
-
-class UnsupportedHostError(ImportError):
-    """Raised at import when the installed tilelang is outside the supported range."""
+from .errors import UnsupportedHostError
+from .version import SUPPORTED_RANGE_TEXT, SUPPORTED_TILELANG
 
 
 def _parse_version(text: str) -> tuple[int, ...]:
@@ -283,22 +280,47 @@ def _swap_target_hooks(normalizer: Callable[..., Any], detector: Callable[..., A
     record.restores.append(restore)
 
 
-def _swap_cache_key(identity: dict[str, str], record: _Installed) -> None:
-    """Metal kernels compiled while the plugin is active get the plugin's identity in their cache
-    key (tilelang's key knows nothing about which backend lowered a kernel)."""
+def _swap_cache_key(identity: dict[str, str], codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
+    """Metal kernels compiled while the plugin is active get the plugin's identity and the current
+    codegen settings in their cache key (tilelang's key knows nothing about which backend, under
+    which settings, lowered a kernel). Settings are read per key, so an env change takes effect."""
     from tilelang.cache.kernel_cache import KernelCache
 
     original = KernelCache.__dict__["_generate_key"]
-    stamp = json.dumps(identity, sort_keys=True)
 
     def generate_key(self, func, out_idx, execution_backend="tvm_ffi", args=None, target="auto", *rest, **kwargs):
         key = original(self, func, out_idx, execution_backend, args, target, *rest, **kwargs)
         kind = getattr(getattr(target, "kind", None), "name", str(target))
         if "metal" not in str(kind):
             return key
+        stamp = json.dumps({**identity, "codegen": codegen_settings()}, sort_keys=True)
         return hashlib.sha256((key + stamp).encode()).hexdigest()
 
     _swap_attr(KernelCache, "_generate_key", generate_key, record)
+
+
+def _swap_jit_memo(codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
+    """`@tilelang.jit` functions memoize kernels by call arguments only. Keep one memo per value of
+    the codegen settings, so a kernel lowered under one value is never returned under another."""
+    jit_module = importlib.import_module("tilelang.jit")
+    jit_impl = jit_module.JITImpl
+    original = jit_impl.__dict__["__call__"]
+    new_call_form_cache = jit_module._CallFormCache
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        stamp = json.dumps(codegen_settings(), sort_keys=True)
+        state = self.__dict__
+        seen = state.get("_tilelang_metal_settings")
+        if seen != stamp:
+            if seen is not None:  # first call under a new value: park the old memo, take this value's
+                memos = state.setdefault("_tilelang_metal_memos", {})
+                memos[seen] = (self._kernel_cache, self._call_form_cache)
+                self._kernel_cache, self._call_form_cache = memos.pop(stamp, None) or ({}, new_call_form_cache())
+            state["_tilelang_metal_settings"] = stamp
+        return original(self, *args, **kwargs)
+
+    _swap_attr(jit_impl, "__call__", call, record)
 
 
 def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Installed) -> None:
@@ -371,6 +393,8 @@ class HostHooks:
     gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
     codegen_build: Callable[..., Any]
     cache_identity: dict[str, str]
+    codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
+    error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
     adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
 
 
@@ -382,6 +406,7 @@ def install(hooks: HostHooks) -> bool:
             return False
         record = _Installed()
         try:
+            register_error_types(*hooks.error_types)
             register_global_func(CODEGEN_GLOBAL, hooks.codegen_build)
             _swap_backend(hooks.manifest, record)
             _swap_target_hooks(hooks.normalize_target, hooks.detect_target, record)
@@ -389,7 +414,8 @@ def install(hooks: HostHooks) -> bool:
             original_infer = get_global_func(GEMM_INFER_LAYOUT_GLOBAL)
             _swap_global(GEMM_LOWER_GLOBAL, hooks.gemm_lower(original_lower), record)
             _swap_global(GEMM_INFER_LAYOUT_GLOBAL, hooks.gemm_infer_layout(original_infer), record)
-            _swap_cache_key(hooks.cache_identity, record)
+            _swap_cache_key(hooks.cache_identity, hooks.codegen_settings, record)
+            _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
         except BaseException:
             for restore in reversed(record.restores):

@@ -16,6 +16,7 @@ the in-tree Metal pipeline, and why:
 
 from __future__ import annotations
 
+from . import config
 from . import gemm as gemm_metal
 from ._host import pipeline_options
 from .transform.accumulator_sharing import fragments_needing_simdgroup
@@ -63,7 +64,7 @@ def lower_metal(mod: object, target: object) -> object:
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    shared_fragments = fragments_needing_simdgroup(mod, target, gemm_metal.ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR)  # plugin
+    shared_fragments = fragments_needing_simdgroup(mod, target, config.fragment_ct())  # plugin
     with gemm_metal.simdgroup_accumulators(shared_fragments):
         mod = tl.LayoutInference()(mod)
         mod = tl.ReducerPlanAndMaterialize()(mod)

@@ -6,9 +6,10 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from . import _host
+from . import _host, config
 from . import gemm as gemm_metal
 from .codegen.build import build_metal
+from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
 from .execution.backends import EMULATOR, execution_backends
 from .pipeline import lower_metal
 from .target import detect_metal_target, is_metal, normalize_metal_target
@@ -79,5 +80,7 @@ def build_hooks() -> _host.HostHooks:
         gemm_infer_layout=_gemm_infer_layout_hook,
         codegen_build=build_metal,
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
+        codegen_settings=config.codegen_settings,
+        error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter},
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +19,30 @@ import tilelang_metal.emulator as emu
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache: the runtime is built again (only for the test that counts runtime builds)."""
     monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(tmp_path / "cache"))
     emu.clear_memory_cache()
     yield tmp_path / "cache"
+    emu.clear_memory_cache()
+
+
+@pytest.fixture(scope="session")
+def _session_cache_dir(tmp_path_factory):
+    """A cache without kernels, holding the runtime object already built in the default cache
+    (same key: the key does not depend on the directory), so no test rebuilds the runtime."""
+    runtime = emu.toolchain.runtime_object()  # the suite's usual cache: built at most once
+    root = tmp_path_factory.mktemp("emulator-cache")
+    (root / "runtime").mkdir()
+    shutil.copy2(runtime, root / "runtime" / runtime.name)
+    return root
+
+
+@pytest.fixture
+def session_cache(_session_cache_dir, monkeypatch):
+    """A cache with a prebuilt runtime and no kernels but those built by earlier tests of this session."""
+    monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(_session_cache_dir))
+    emu.clear_memory_cache()
+    yield _session_cache_dir
     emu.clear_memory_cache()
 
 
@@ -60,7 +82,7 @@ def test_cache_hit_does_not_recompile(fresh_cache):
     assert emu.build_stats()["runtime_builds"] == after_cold["runtime_builds"]
 
 
-def test_cache_hit_in_a_new_process(fresh_cache):
+def test_cache_hit_in_a_new_process(session_cache):
     src = K.add_half4()
     emu.compile_kernel(src)
     root = Path(__file__).resolve().parents[2]
@@ -74,17 +96,17 @@ def test_cache_hit_in_a_new_process(fresh_cache):
     assert stats["kernel_builds"] == 0 and stats["runtime_builds"] == 0 and stats["disk_hits"] == 1
 
 
-def test_concurrent_builds_of_the_same_kernel(fresh_cache):
+def test_concurrent_builds_of_the_same_kernel(session_cache):
     src = K.simd_collectives()
     unit = emu._unit(src, True)[1]
     with ThreadPoolExecutor(max_workers=3) as pool:  # a failing build re-raises in .result()
         results = [f.result() for f in [pool.submit(emu.toolchain.kernel_library, unit, True) for _ in range(3)]]
     assert len(set(results)) == 1 and results[0].exists()
-    leftovers = [p for p in fresh_cache.rglob(".build-*")]
+    leftovers = [p for p in session_cache.rglob(".build-*")]
     assert leftovers == []
 
 
-def test_portable_fibers(fresh_cache, monkeypatch):
+def test_portable_fibers(monkeypatch):
     """The makecontext + _setjmp/_longjmp fibers (used off x86-64) run barriers and collectives too."""
     monkeypatch.setenv("TILELANG_METAL_EMULATOR_FIBERS", "portable")
     k = emu.compile_kernel(K.reverse_tile())

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import config
 from .errors import EmulatorLaunchError, EmulatorRuntimeError
 from .signature import KernelSignature
 
@@ -49,9 +50,9 @@ def _load(path: Path) -> ctypes.CDLL:
 
 
 def default_workers() -> int:
-    env = os.environ.get("TILELANG_METAL_EMULATOR_WORKERS")
-    if env:
-        return max(1, int(env))
+    configured = config.emulator_workers()
+    if configured is not None:
+        return configured
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
@@ -130,7 +131,7 @@ class EmulatedKernel:
         grid_arr = (ctypes.c_uint32 * 3)(*g)
         block_arr = (ctypes.c_uint32 * 3)(*b)
         err = ctypes.create_string_buffer(_ERROR_BYTES)
-        stack = int(os.environ.get("TILELANG_METAL_EMULATOR_STACK_KB", "0")) * 1024 or DEFAULT_STACK_BYTES
+        stack = config.emulator_stack_kb() * 1024 or DEFAULT_STACK_BYTES
         # ctypes releases the GIL for the duration of the call.
         rc = self._lib.tlm_launch(
             ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES

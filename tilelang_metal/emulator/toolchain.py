@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from .errors import EmulatorCompileError
 from .version import SHIM_VERSION
 
@@ -51,22 +52,18 @@ def bump(counter: str) -> None:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("TILELANG_METAL_EMULATOR_CACHE")
-    path = Path(env) if env else Path.home() / ".cache" / "tilelang_metal" / "emulator"
+    path = config.emulator_cache()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def compiler() -> str:
-    return os.environ.get("TILELANG_METAL_EMULATOR_CXX", "g++")
+    return config.emulator_cxx()
 
 
 def fiber_flavour() -> str:
     """`native` (hand-written switch where available) or `portable` (makecontext + _setjmp/_longjmp)."""
-    v = os.environ.get("TILELANG_METAL_EMULATOR_FIBERS", "native")
-    if v not in ("native", "portable"):
-        raise ValueError("TILELANG_METAL_EMULATOR_FIBERS must be 'native' or 'portable'")
-    return v
+    return config.emulator_fibers()
 
 
 @functools.cache
@@ -222,8 +219,14 @@ def _kernel_cmd(cxx: str, src: Path, extra: list[str]) -> list[str]:
 
 
 def syntax_check(unit: SourceUnit) -> None:
+    """`-fsyntax-only` on `unit`; a success leaves an empty stamp file in the cache, keyed like a
+    kernel build (shim + runtime sources, compiler, flags, text), so the same source is checked once."""
     cxx = compiler()
-    compiler_identity(cxx)
+    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines()])
+    key = _key("syntax", sources_hash(), compiler_identity(cxx), flags, unit.text)
+    stamp = cache_dir() / "syntax" / f"{unit.kernel_name[:48]}-{key[:32]}.ok"
+    if stamp.exists():
+        return
     with tempfile.TemporaryDirectory(prefix="tlm-check-") as d:
         build = Path(d)
         src = build / unit.file_name
@@ -233,6 +236,8 @@ def syntax_check(unit: SourceUnit) -> None:
             raise EmulatorCompileError(
                 f"MSL kernel '{unit.kernel_name}' does not compile:\n" + format_diagnostics(unit, r.stderr, build)
             )
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
 
 
 def kernel_library(unit: SourceUnit, checked: bool) -> Path:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import config
 from .._host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
 from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
@@ -33,10 +33,6 @@ from .problem import GemmProblem
 from .simdgroup import lower_simdgroup
 
 logger = logging.getLogger("tilelang_metal")
-
-# The one deliberate change to the spec's selection table (docs/selection.md): a `local.fragment`
-# accumulator that passes CanUseCooperativeTensor on a metal4 target uses cooperative tensors.
-ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR = os.environ.get("TILELANG_METAL_FRAGMENT_CT", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         threads=threads,
         policy=problem.policy,
         has_metal4=has_metal4(target),
-        route_fragments_to_cooperative_tensor=ROUTE_FRAGMENTS_TO_COOPERATIVE_TENSOR and not shared_with_simdgroup,
+        route_fragments_to_cooperative_tensor=config.fragment_ct() and not shared_with_simdgroup,  # read per lowering
     )
     if shared_with_simdgroup:
         selection = Selection(
@@ -141,7 +137,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     result = GemmPlan(problem, selection, part, dataflow, threads)
     for plans in getattr(_recorders, "stack", ()):
         plans.append(result)
-    if os.environ.get("TILELANG_METAL_DEBUG"):
+    if config.debug():
         logger.warning("tilelang_metal: %s", result.describe())
     else:
         logger.debug("%s", result.describe())

@@ -12,7 +12,7 @@ from tilelang import tvm
 import tilelang_metal
 from tilelang_metal import examples
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _lower(func, target):

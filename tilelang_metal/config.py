@@ -1,0 +1,187 @@
+"""Every `TILELANG_METAL_*` environment setting, read in this one module.
+
+Each setting has one typed accessor that returns its value or its default. Accessors read the
+environment on every call, so changing a variable inside a running process takes effect at the
+next lowering / launch (tests use `monkeypatch.setenv`). A bad value raises `ConfigError` with one
+line naming the variable and the values it accepts. This module imports nothing heavy (no
+tilelang, no torch): `import tilelang_metal` and the CLI's `--help` stay cheap.
+
+Settings that change the generated MSL (`changes_codegen=True`) are returned by
+`codegen_settings()`, which the plugin folds into tilelang's kernel-cache key and the per-function
+JIT memo, so a kernel lowered under one value is never served under another.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+PREFIX = "TILELANG_METAL_"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_BOOL_VALUES = "0 or 1 (also true/false, yes/no, on/off)"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its documented default, accepted values and effect."""
+
+    name: str  # full variable name
+    default: str  # as documented (what an unset or empty variable means)
+    allowed: str
+    meaning: str
+    changes_codegen: bool
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting(
+            PREFIX + "AUTOLOAD",
+            "1",
+            _BOOL_VALUES,
+            "activate the plugin as soon as tilelang is imported after `import tilelang_metal`; 0 leaves tilelang untouched until `tilelang_metal.activate()`",
+            False,
+        ),
+        Setting(
+            PREFIX + "FRAGMENT_CT",
+            "1",
+            _BOOL_VALUES,
+            "a `local.fragment` GEMM accumulator on a metal4 target uses cooperative tensors when they apply; 0 sends it to simdgroup matrices, as in the spec's table",
+            True,
+        ),
+        Setting(
+            PREFIX + "DEBUG",
+            "0",
+            _BOOL_VALUES,
+            "log every GEMM path decision at WARNING level (stderr) instead of INFO",
+            False,
+        ),
+        Setting(
+            PREFIX + "EMULATOR_CACHE",
+            "~/.cache/tilelang_metal/emulator",
+            "a directory path (created if missing)",
+            "where the emulator keeps compiled runtimes, kernel libraries and syntax-check stamps",
+            False,
+        ),
+        Setting(
+            PREFIX + "EMULATOR_CXX",
+            "g++",
+            "a C++20 compiler command",
+            "the compiler that builds MSL as C++ for the emulator (its identity is part of the build-cache key)",
+            False,
+        ),
+        Setting(
+            PREFIX + "EMULATOR_FIBERS",
+            "native",
+            "native or portable",
+            "emulator thread switching: hand-written context switch, or makecontext/_longjmp",
+            False,
+        ),
+        Setting(
+            PREFIX + "EMULATOR_WORKERS",
+            "CPUs available to the process",
+            "an integer >= 1",
+            "OS threads that run threadgroups in the emulator",
+            False,
+        ),
+        Setting(
+            PREFIX + "EMULATOR_STACK_KB",
+            "0 (the emulator's default, 256 KiB)",
+            "an integer >= 0",
+            "stack size of each emulated GPU thread (fiber), in KiB; 0 means the default",
+            False,
+        ),
+    )
+}
+
+
+def _raw(name: str) -> str | None:
+    """The variable's text, or None when unset or blank (blank means "use the default")."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def _bad(name: str, value: str) -> ConfigError:
+    return ConfigError(f"{name}={value!r} is not valid: use {SETTINGS[name].allowed}")
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise _bad(name, value)
+
+
+def _integer(name: str, minimum: int) -> int | None:
+    value = _raw(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise _bad(name, value) from None
+    if number < minimum:
+        raise _bad(name, value)
+    return number
+
+
+def autoload() -> bool:
+    return _flag(PREFIX + "AUTOLOAD", True)
+
+
+def fragment_ct() -> bool:
+    """Route a `local.fragment` accumulator to cooperative tensors on metal4 (the plugin's one
+    deliberate change to the spec's selection table, docs/selection.md)."""
+    return _flag(PREFIX + "FRAGMENT_CT", True)
+
+
+def debug() -> bool:
+    return _flag(PREFIX + "DEBUG", False)
+
+
+def emulator_cache() -> Path:
+    value = _raw(PREFIX + "EMULATOR_CACHE")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "tilelang_metal" / "emulator"
+
+
+def emulator_cxx() -> str:
+    return _raw(PREFIX + "EMULATOR_CXX") or "g++"
+
+
+def emulator_fibers() -> str:
+    name = PREFIX + "EMULATOR_FIBERS"
+    value = _raw(name) or "native"
+    if value not in ("native", "portable"):
+        raise _bad(name, value)
+    return value
+
+
+def emulator_workers() -> int | None:
+    """Worker threads for emulator launches; None means one per CPU available to the process."""
+    return _integer(PREFIX + "EMULATOR_WORKERS", 1)
+
+
+def emulator_stack_kb() -> int:
+    """Fiber stack size in KiB; 0 means the runtime's default."""
+    return _integer(PREFIX + "EMULATOR_STACK_KB", 0) or 0
+
+
+# One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct}
+
+
+def codegen_settings() -> dict[str, str]:
+    """The current values of every setting that changes generated code (part of kernel identity)."""
+    return {name: str(accessor()) for name, accessor in _CODEGEN_ACCESSORS.items()}
