@@ -21,13 +21,16 @@ def generate_msl(mod: Any) -> str:
     kernels.sort(key=lambda item: item[0])
     names = [name for name, _ in kernels]
     head = banner(names)
-    sources = []
-    for i, (name, func) in enumerate(kernels):
-        text = print_kernel(func, name, head)
-        if i > 0:  # one header per file
-            text = text[text.index("[[kernel"):]
-        sources.append(text)
-    return "\n".join(sources)
+    texts = [print_kernel(func, name, head) for name, func in kernels]
+    starts = [text.index("[[kernel") for text in texts]
+    # One header per file: the first kernel's, plus any #include a later kernel needs (MPP).
+    header = texts[0][: starts[0]].splitlines()
+    for text, start in zip(texts[1:], starts[1:]):
+        for line in text[:start].splitlines():
+            if line.startswith("#include") and line not in header:
+                last = max(i for i, known in enumerate(header) if known.startswith("#include"))
+                header.insert(last + 1, line)
+    return "\n".join(header) + "\n" + "\n".join(text[start:] for text, start in zip(texts, starts))
 
 
 def build_metal(mod: Any, target: Any) -> Any:

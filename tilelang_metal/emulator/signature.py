@@ -183,6 +183,21 @@ def _matching_paren(source: str, open_pos: int) -> int:
     raise EmulatorCompileError("kernel signature: unbalanced parentheses")
 
 
+def split_kernels(msl: str) -> dict[str, str]:
+    """kernel name -> a source holding that kernel alone: the file's header (everything before the
+    first kernel) followed by the kernel's text up to the next kernel. A module with several
+    `T.Kernel` blocks prints as one file; the emulator compiles its kernels one at a time."""
+    kernels = list(_KERNEL_RE.finditer(msl))
+    if not kernels:
+        return {}
+    header = msl[: kernels[0].start()]
+    out = {}
+    for i, m in enumerate(kernels):
+        end = kernels[i + 1].start() if i + 1 < len(kernels) else len(msl)
+        out[m.group(2)] = header + msl[m.start() : end]
+    return out
+
+
 @dataclass(frozen=True)
 class RewrittenSource:
     signature: KernelSignature
