@@ -121,6 +121,32 @@ def reshaped_view():
     return main
 
 
+def bit_view():
+    """Y = bits of X as int32, plus one: a same-size dtype view of a parameter."""
+
+    @T.prim_func
+    def main(X: T.Tensor((16,), "float32"), Y: T.Tensor((16,), "int32")):
+        with T.Kernel(1, threads=16) as bx:
+            Xi = T.view(X, dtype="int32")
+            for i in T.Parallel(16):
+                Y[i] = Xi[i] + 1
+
+    return main
+
+
+def shifted_by(dtype: str, n: int = 8):
+    """B = A + float(s) for a scalar s of `dtype`."""
+    scalar_type = getattr(T, dtype)
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), s: scalar_type, B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n) as bx:
+            for i in T.Parallel(n):
+                B[i] = A[i] + T.cast(s, "float32")
+
+    return main
+
+
 def unused_middle(n: int = 40):
     """`Unused` is never read: the device kernel drops it, so B is the kernel's second buffer."""
 
@@ -303,6 +329,31 @@ def test_view_of_a_parameter_binds_to_that_parameter():
     assert "Xv" in kernel.get_kernel_source()  # the kernel names the buffer after the view, not X
     x = torch.randn(64)
     torch.testing.assert_close(kernel(x), x.view(8, 8).t() * 2.0, rtol=0, atol=0)
+
+
+def test_dtype_view_of_a_parameter_reinterprets_its_bits():
+    kernel = compile_emulated(bit_view(), out_idx=[-1])
+    x = torch.randn(16)
+    assert torch.equal(kernel(x), x.view(torch.int32) + 1)
+
+
+def test_dtype_view_that_changes_the_element_size_is_refused_at_lowering():
+    @T.prim_func
+    def main(X: T.Tensor((16,), "float32"), Y: T.Tensor((32,), "float16")):
+        with T.Kernel(1, threads=32) as bx:
+            Xh = T.view(X, (32,), dtype="float16")
+            for i in T.Parallel(32):
+                Y[i] = Xh[i]
+
+    with pytest.raises(Exception, match="a float16 view of a float32 parameter changes the element size"):
+        compile_emulated(main, out_idx=[-1])
+
+
+@pytest.mark.parametrize("dtype, value", [("float16", 0.5), ("int64", 2**40 + 3), ("uint32", 2**32 - 1), ("bool", True), ("int8", -100), ("uint8", 200)])
+def test_scalar_parameter_dtypes(dtype, value):
+    kernel = compile_emulated(shifted_by(dtype), out_idx=[-1])
+    a = torch.randn(8)
+    torch.testing.assert_close(kernel(a, value), a + torch.tensor(float(value), dtype=torch.float32), rtol=0, atol=0)
 
 
 def test_unused_middle_parameter_is_dropped_and_the_rest_stay_bound():

@@ -35,7 +35,7 @@ class KernelArgument:
     """One [[ buffer(i) ]] of a kernel: a host tensor parameter, or a scalar computed from the call."""
 
     name: str
-    dtype: str  # as the kernel sees it (a view may reinterpret a parameter's elements)
+    dtype: str  # as the kernel's pointer sees it (bool parameters are int8 storage)
     position: int | None  # host parameter of a buffer
     value: Evaluator | None  # scalar, evaluated on the call's symbolic environment
 
@@ -74,7 +74,8 @@ class KernelLaunch:
 
 
 def _as_kernel_dtype(tensor: Any, dtype: str) -> Any:
-    """The parameter's storage with the kernel's element type (`T.view(X, dtype=...)`)."""
+    """The parameter's storage with the kernel's element type: bool parameters are `char` buffers
+    in the kernel (TVM stores bool as int8)."""
     if str(tensor.dtype).removeprefix("torch.") == dtype:
         return tensor
     return tensor.reshape(-1).view(torch_dtype(dtype))
