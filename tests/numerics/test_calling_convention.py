@@ -400,6 +400,26 @@ def test_each_launch_takes_its_buffers_from_its_call_site(split_sum):
         assert [p.name for p in msl_params] == [a.name for a in launch.arguments]
 
 
+def test_elementwise_kernel_then_cooperative_tensor_gemm():
+    """The second kernel (a metal4 GEMM) reads what the first wrote; M symbolic, grid per call."""
+    Msym = T.dynamic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((Msym, 32), "float16"), As: T.Tensor((Msym, 32), "float16"), B: T.Tensor((32, 64), "float16"), C: T.Tensor((Msym, 64), "float16")):
+        with T.Kernel(Msym, threads=32) as bx:
+            for j in T.Parallel(32):
+                As[bx, j] = A[bx, j] * T.float16(2.0)
+        with T.Kernel(1, T.ceildiv(Msym, 64), threads=128) as (bx, by):
+            T.gemm(As[by * 64 : (by + 1) * 64, 0:32], B[0:32, 0:64], C[by * 64 : (by + 1) * 64, 0:64], clear_accum=True)
+
+    kernel = tilelang.compile(main, out_idx=[1, 3], target=E.metal4_target(), execution_backend="emulator")
+    for m in (64, 100):
+        a, b = torch.randn(m, 32).half(), torch.randn(32, 64).half()
+        scaled, c = kernel(a, b)
+        assert torch.equal(scaled, a * 2)
+        torch.testing.assert_close(c.float(), scaled.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
 def test_split_source_holds_one_kernel_each(split_sum):
     sources = split_kernels(split_sum.get_kernel_source())
     assert len(sources) == 2
