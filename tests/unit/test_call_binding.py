@@ -129,6 +129,12 @@ def test_a_scalar_that_is_also_a_size_must_agree_with_the_tensors():
         sig.bind((4, torch.zeros(5)), CPU, allocate)
 
 
+def test_out_idx_must_name_tensors():
+    func, _ = prim_func([("A", (4,), "float32"), tir.Var("alpha", "float32")])
+    with pytest.raises(ValueError, match=r"^out_idx names alpha, a scalar parameter; outputs must be tensors$"):
+        CallSignature(func, [1])
+
+
 def test_outputs_are_poisoned_per_dtype():
     assert torch.isnan(poisoned([3], torch.float16, "cpu")).all()
     assert (poisoned([3], torch.int32, "cpu") == -1).all()

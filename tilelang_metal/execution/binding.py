@@ -110,6 +110,9 @@ class CallSignature:
                 self.params.append(self._tensor_param(position, buffer))
             else:
                 self.params.append(ScalarParam(position, str(var.name), str(var.dtype), self._slot(var, create=True)))
+        for i in self.outputs:
+            if not isinstance(self.params[i], TensorParam):
+                raise ValueError(f"out_idx names {self.params[i].name}, a scalar parameter; outputs must be tensors")
         self.inputs = [p for p in self.params if p.position not in self.outputs]
         self._check_outputs_are_determined()
 
@@ -227,8 +230,7 @@ class CallSignature:
                     raise ValueError(f"{p.name}: expected shape {self._expected_text(p, expected, env)}, got {_shape_text(got)}")
         for i in self.outputs:
             p = self.params[i]
-            if not isinstance(p, TensorParam):
-                raise TypeError(f"out_idx names {p.name}, a scalar parameter; outputs must be tensors")
+            assert isinstance(p, TensorParam)
             shape = [int(d(env)) for d in p.dims]
             if any(s < 0 for s in shape):
                 raise ValueError(f"output {p.name}: shape {_shape_text(p.shape)} evaluates to {_shape_text(shape)}")
