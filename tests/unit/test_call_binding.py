@@ -221,6 +221,22 @@ def test_launches_follow_host_order_and_each_call_sites_arguments():
     assert first.shape(empty).empty and second.shape(empty).empty
 
 
+def test_the_device_functions_thread_extent_wins_over_the_call_site():
+    """Plugin passes (BlockSwizzle) rewrite the kernel's `thread_extent` after the host/device
+    split; its expressions use the kernel's own parameters, mapped back to the call's values."""
+    M = tir.Var("M", "int32")
+    func, buf = prim_func([("A", (M,), "float32")])
+    sig = CallSignature(func, [])
+    a_ptr = tir.Var("A", tvm.ir.PointerType(tvm.ir.PrimType("float32"), "global"))
+    m_param = tir.Var("m_in_kernel", "int32")  # a different var than the host's M
+    kernel = _device_func("k", [a_ptr, m_param], ["blockIdx.x", "threadIdx.x"])
+    kernel = kernel.with_attr("thread_extent", {"blockIdx.x": tir.floordiv(m_param + 7, 8) * 2, "threadIdx.x": tir.IntImm("int32", 64)})
+    host = tir.Evaluate(tir.call_packed("k", buf["A"].data, M, tir.floordiv(M + 7, 8), 64))
+    (launch,) = kernel_launches(sig, _module({"f": tir.PrimFunc([], host)}), _module({"k": kernel}))
+    shape = launch.shape(sig.bind((torch.zeros(17),), CPU, allocate))
+    assert shape.grid == (6, 1, 1) and shape.block == (64, 1, 1)
+
+
 def test_a_kernel_buffer_that_is_no_parameter_is_refused():
     func, buf = prim_func([("A", (4,), "float32")])
     sig = CallSignature(func, [])

@@ -84,17 +84,26 @@ def _as_kernel_dtype(tensor: Any, dtype: str) -> Any:
 _AXES = "xyz"
 
 
-def _launch_extents(name: str, launch: Sequence[tuple[str, Any]], signature: CallSignature) -> tuple[list[Evaluator], list[Evaluator]]:
+def _launch_extents(call: Any, signature: CallSignature) -> tuple[list[Evaluator], list[Evaluator]]:
+    """Grid and threadgroup extents of one launch. The device function's `thread_extent` attribute
+    is authoritative (plugin passes such as BlockSwizzle rewrite it after the host/device split);
+    its expressions use the kernel's parameters, replaced here by the call site's arguments. The
+    call site's own launch arguments serve when the attribute is absent."""
+    attrs = call.device_func.attrs
+    extents: list[tuple[str, Any]] = list(call.launch)
+    if attrs is not None and "thread_extent" in attrs:
+        to_host = {param: arg for param, arg in zip(call.device_func.params, call.args) if str(param.dtype) != "handle"}
+        extents = [(str(tag), tir.stmt_functor.substitute(extent, to_host)) for tag, extent in attrs["thread_extent"].items()]
     grid: list[Evaluator] = [lambda env: 1] * 3
     block: list[Evaluator] = [lambda env: 1] * 3
-    for tag, extent in launch:
+    for tag, extent in extents:
         if tag.startswith(("blockIdx.", "threadIdx.")) and tag[-1] in _AXES:
             target = grid if tag.startswith("blockIdx") else block
-            target[_AXES.index(tag[-1])] = _compile(name, f"launch extent {tag}", extent, signature)
+            target[_AXES.index(tag[-1])] = _compile(call.kernel_name, f"launch extent {tag}", extent, signature)
         elif tag.endswith("use_dyn_shared_memory"):
             continue  # the MSL declares its threadgroup memory with static sizes (printer.py)
         else:
-            raise ValueError(f"kernel {name}: launch parameter {tag!r} is not supported by the Metal backend")
+            raise ValueError(f"kernel {call.kernel_name}: launch parameter {tag!r} is not supported by the Metal backend")
     return grid, block
 
 
@@ -136,6 +145,6 @@ def kernel_launches(signature: CallSignature, host_mod: Any, device_mod: Any) ->
             else:
                 value = _compile(call.kernel_name, f"argument {name}", expr, signature)
                 arguments.append(KernelArgument(name, str(param.dtype), None, value))
-        grid, block = _launch_extents(call.kernel_name, call.launch, signature)
+        grid, block = _launch_extents(call, signature)
         launches.append(KernelLaunch(call.kernel_name, tuple(arguments), tuple(grid), tuple(block)))  # type: ignore[arg-type]
     return launches
