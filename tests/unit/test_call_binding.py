@@ -129,6 +129,13 @@ def test_a_scalar_that_is_also_a_size_must_agree_with_the_tensors():
         sig.bind((4, torch.zeros(5)), CPU, allocate)
 
 
+def test_outputs_come_back_in_out_idx_order():
+    func, _ = prim_func([("A", (2,), "float32"), ("B", (3,), "int32"), ("C", (4,), "float16")])
+    bound = CallSignature(func, [2, 1]).bind((torch.zeros(2),), CPU, allocate)
+    c, b = bound.results()
+    assert c.shape == (4,) and c.dtype == torch.float16 and b.shape == (3,) and b.dtype == torch.int32
+
+
 def test_out_idx_must_name_tensors():
     func, _ = prim_func([("A", (4,), "float32"), tir.Var("alpha", "float32")])
     with pytest.raises(ValueError, match=r"^out_idx names alpha, a scalar parameter; outputs must be tensors$"):
@@ -235,6 +242,21 @@ def test_the_device_functions_thread_extent_wins_over_the_call_site():
     (launch,) = kernel_launches(sig, _module({"f": tir.PrimFunc([], host)}), _module({"k": kernel}))
     shape = launch.shape(sig.bind((torch.zeros(17),), CPU, allocate))
     assert shape.grid == (6, 1, 1) and shape.block == (64, 1, 1)
+
+
+def test_a_negative_grid_is_an_error_and_an_empty_one_is_skipped():
+    n = tir.Var("n", "int32")
+    func, buf = prim_func([("A", (64,), "float32"), n])
+    sig = CallSignature(func, [])
+    a_ptr = tir.Var("A", tvm.ir.PointerType(tvm.ir.PrimType("float32"), "global"))
+    kernel = _device_func("k", [a_ptr, tir.Var("n", "int32")], ["blockIdx.x", "threadIdx.x"])
+    host = tir.Evaluate(tir.call_packed("k", buf["A"].data, n, tir.floordiv(n + 31, 32), 32))
+    (launch,) = kernel_launches(sig, _module({"f": tir.PrimFunc([], host)}), _module({"k": kernel}))
+    a = torch.zeros(64)
+    assert launch.shape(sig.bind((a, 33), CPU, allocate)).grid == (2, 1, 1)
+    assert launch.shape(sig.bind((a, 0), CPU, allocate)).empty
+    with pytest.raises(ValueError, match=r"^kernel k: launch grid \(-1, 1, 1\) x threadgroup \(32, 1, 1\) has a negative extent"):
+        launch.shape(sig.bind((a, -40), CPU, allocate))
 
 
 def test_a_kernel_buffer_that_is_no_parameter_is_refused():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._host import tir
-from .host_expr import Evaluator, UnboundVariable, compile_expr, free_vars
+from .host_expr import Evaluator, compile_expr, free_vars
 
 # Kernel dtypes with a torch dtype of the same name (uint16/32/64 exist in torch >= 2.3).
 KERNEL_DTYPES = (
@@ -99,7 +99,7 @@ class CallSignature:
 
     def __init__(self, func: Any, result_idx: Sequence[int]):
         self.name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "main"
-        self.outputs = sorted(int(i) for i in result_idx)
+        self.outputs = [int(i) for i in result_idx]  # returned in this order, as tilelang does
         self.slot_vars: list[Any] = []  # symbolic shape variables and scalar parameters
         self._data_vars: list[tuple[Any, int]] = []  # (buffer data var, host position)
         self.params: list[TensorParam | ScalarParam] = []
@@ -187,9 +187,6 @@ class CallSignature:
                         f"{role} {p.name} of shape {_shape_text(p.shape)}: no input gives {missing[0].name} "
                         "(a symbolic size must be a whole dimension of an input tensor or a scalar parameter)"
                     )
-
-    def known(self, var: Any) -> bool:
-        return self.slot_of(var) is not None
 
     # ------------------------------------------------------------ per call
     def bind(self, args: Sequence[Any], device: Device, allocate: Callable[[list[int], Any], Any]) -> BoundCall:
@@ -314,4 +311,4 @@ def poisoned(shape: list[int], dtype: Any, device: str) -> Any:
     return torch.full(shape, fill, dtype=dtype, device=device)
 
 
-__all__ = ["BoundCall", "CallSignature", "Device", "KERNEL_DTYPES", "ScalarParam", "TensorParam", "poisoned", "torch_dtype", "UnboundVariable"]
+__all__ = ["BoundCall", "CallSignature", "Device", "KERNEL_DTYPES", "ScalarParam", "TensorParam", "poisoned", "torch_dtype"]

@@ -44,7 +44,7 @@ def _cast(dtype: str) -> Callable[[Any], Any]:
     if dtype == "bool":
         return bool
     if dtype.startswith(("int", "uint")):
-        bits = int(dtype.lstrip("uint") or 32)
+        bits = int("".join(ch for ch in dtype if ch.isdigit()) or 32)
         signed = dtype.startswith("int")
 
         def to_int(v: Any) -> int:

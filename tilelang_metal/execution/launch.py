@@ -9,7 +9,7 @@ symbolic sizes; both are evaluated per call from a `BoundCall` (binding.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
