@@ -277,6 +277,23 @@ def test_symbolic_gemv_two_sizes(monkeypatch):
     assert len(built) == 1
 
 
+def test_two_symbolic_sizes_on_a_2d_grid():
+    """B = A^T with M and N both symbolic (T.symbolic, the deprecated alias, for N); 2-D grid."""
+    M, N = T.dynamic("M"), T.symbolic("N")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((N, M), "float32")):
+        with T.Kernel(T.ceildiv(N, 8), T.ceildiv(M, 8), threads=64) as (bx, by):
+            for i, j in T.Parallel(8, 8):
+                if by * 8 + i < M and bx * 8 + j < N:
+                    B[bx * 8 + j, by * 8 + i] = A[by * 8 + i, bx * 8 + j]
+
+    kernel = compile_emulated(main, out_idx=[-1])
+    for m, n in ((5, 7), (17, 3), (8, 16)):
+        a = torch.randn(m, n)
+        assert torch.equal(kernel(a), a.t())
+
+
 def test_zero_rows_launch_nothing_and_return_an_empty_output(rows_kernel, monkeypatch):
     launched = []
     monkeypatch.setattr(type(rows_kernel.adapter), "compiled", lambda self, name: launched.append(name))
