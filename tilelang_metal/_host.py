@@ -204,6 +204,61 @@ def gemm_node_view(node: Any) -> GemmNodeView:
     )
 
 
+@dataclass(frozen=True)
+class HostKernelCall:
+    """One device-kernel launch of a lowered host function, as the host passes it.
+
+    `args` line up with `device_func.params` (the kernel's [[ buffer(i) ]] order: unused host
+    parameters are already gone); `launch` maps each launch tag (`blockIdx.x`, `threadIdx.x`, ...)
+    to its extent, both expressions of the host function's variables."""
+
+    kernel_name: str
+    device_func: Any
+    args: tuple[Any, ...]
+    launch: tuple[tuple[str, Any], ...]
+
+
+def host_kernel_calls(host_mod: Any, device_mod: Any) -> list[HostKernelCall]:
+    """The device-kernel calls of the host functions, in program order.
+
+    SplitHostDevice + MakePackedAPI leave each launch as `tvm_call_packed("<kernel>", *device args,
+    *launch extents)`; the launch extents follow the tags listed in the kernel's
+    `kernel_launch_params` attribute."""
+    kernels = {str(gvar.name_hint): func for gvar, func in device_mod.functions.items() if isinstance(func, tir.PrimFunc)}
+    calls: list[HostKernelCall] = []
+
+    def visit(node: Any) -> None:
+        if not (isinstance(node, tir.Call) and str(node.op.name).endswith("tvm_call_packed")):
+            return
+        head = node.args[0] if len(node.args) else None
+        name = str(head.value) if isinstance(head, tir.StringImm) else None
+        func = kernels.get(name)
+        if func is None:
+            return
+        n_params = len(func.params)
+        tags = [str(tag) for tag in _launch_param_tags(func)]
+        rest = list(node.args[1:])
+        if len(rest) != n_params + len(tags):
+            raise RuntimeError(
+                f"tilelang_metal: the host call of kernel {name} has {len(rest)} arguments, expected "
+                f"{n_params} parameters + {len(tags)} launch extents; this tilelang build is not supported"
+            )
+        calls.append(HostKernelCall(name, func, tuple(rest[:n_params]), tuple(zip(tags, rest[n_params:]))))
+
+    for func in host_mod.functions.values():
+        if isinstance(func, tir.PrimFunc):
+            tir.stmt_functor.post_order_visit(func.body, visit)
+    return calls
+
+
+def _launch_param_tags(func: Any) -> list[Any]:
+    attrs = func.attrs if func.attrs is not None else {}
+    for key in ("tirx.kernel_launch_params", "tir.kernel_launch_params"):
+        if key in attrs:
+            return list(attrs[key])
+    raise RuntimeError("tilelang_metal: device kernel without kernel_launch_params; this tilelang build is not supported")
+
+
 # --------------------------------------------------------------------------------------------
 # Hook bookkeeping
 # --------------------------------------------------------------------------------------------
@@ -338,6 +393,7 @@ def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Ins
                 result_idx=out_idx,
                 func_or_mod=tilelang_func,
                 device_mod=artifact.device_mod,
+                host_mod=artifact.host_mod,
                 kernel_source=artifact.kernel_source,
                 target=self.target,
             )

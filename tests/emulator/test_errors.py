@@ -254,9 +254,12 @@ def test_unsupported_shapes_are_rejected():
     )
     with pytest.raises(EmulatorCompileError, match="unsupported threadgroup declaration"):
         check_source(nested)
-    scalar = kernel("scalar_param", ["constant int& n [[ buffer(0) ]]", THREAD_IDX], "")
+    texture = kernel("texture_param", ["texture2d<float> t [[ texture(0) ]]", THREAD_IDX], "")
     with pytest.raises(EmulatorCompileError, match="unsupported kernel parameter"):
-        check_source(scalar)
+        check_source(texture)
+    vector_scalar = kernel("vector_scalar", ["constant float4& v [[ buffer(0) ]]", THREAD_IDX], "")
+    with pytest.raises(EmulatorCompileError, match="scalar parameter 'v': unsupported type 'float4'"):
+        check_source(vector_scalar)
     wrong_index = kernel("wrong_index", ["device float* __restrict C [[ buffer(1) ]]"], "  C[0] = 1.0f;\n")
     with pytest.raises(EmulatorCompileError, match="buffer indices must be 0..n-1"):
         check_source(wrong_index)

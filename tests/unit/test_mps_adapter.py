@@ -7,7 +7,8 @@ import tilelang
 import torch
 
 from tilelang_metal import examples as E
-from tilelang_metal.execution import backends
+from tilelang_metal.execution import backends, mps_adapter
+from tilelang_metal.execution.binding import Device
 
 
 def test_mps_adapter_binds_by_name_allocates_outputs_and_launches_the_grid(monkeypatch):
@@ -23,8 +24,7 @@ def test_mps_adapter_binds_by_name_allocates_outputs_and_launches_the_grid(monke
 
     monkeypatch.setattr(backends, "mps_available", lambda: True)
     monkeypatch.setattr(torch.mps, "compile_shader", fake_compile_shader)
-    real_empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))  # no MPS device here
+    monkeypatch.setattr(mps_adapter, "MPS", Device("cpu", "torch"))  # no MPS device here: CPU tensors stand in
     # gemm_shared without an epilogue never reads Bias: the kernel has 3 buffers, the host 4 tensors
     func = E.gemm_shared(128, 192, 64, block_M=64, block_N=64)
     kernel = tilelang.compile(func, out_idx=[-1], target=E.plain_metal_target(), execution_backend="torch")

@@ -277,7 +277,7 @@ class KernelPrinter(MatrixPrinting):
         if in_matrix:
             self.store_matrix_elements(var, index, value, lanes, str(stmt.value.dtype))
             return
-        self.emit(f"{self.access(var, index, lanes)} = {value};")
+        self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype))} = {value};")
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -296,13 +296,24 @@ class KernelPrinter(MatrixPrinting):
             return self.thread_arrays[var]
         raise CodegenError(f"buffer variable {var.name} is used before it is allocated")
 
-    def access(self, var: Any, index: Any, lanes: int) -> str:
+    def access(self, var: Any, index: Any, lanes: int, view_dtype: str | None = None) -> str:
         name = self.name_of(var)
+        elem = self.elem_dtype(var)
+        if view_dtype is not None and view_dtype != elem and var in self.device:
+            # `T.view(X, dtype=...)` of a parameter: the kernel's pointer keeps X's type.
+            if tvm.DataType(view_dtype).bits != tvm.DataType(elem).bits:
+                raise CodegenError(
+                    f"{name}: a {view_dtype} view of a {elem} parameter changes the element size; the Metal "
+                    "printer reinterprets parameters only as same-size types"
+                )
+            elem = view_dtype
+            if lanes == 1:
+                return f"*({self.space_of(var)} {msl_type(elem)}*)({name} + ({self.offset(index)}))"
         if lanes == 1:
             return f"{name}[{self.offset(index)}]"
         if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
             raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
-        vec = msl_type(f"{self.elem_dtype(var)}x{lanes}")
+        vec = msl_type(f"{elem}x{lanes}")
         return f"*({self.space_of(var)} {vec}*)({name} + ({self.offset(index.base)}))"
 
     def offset(self, index: Any) -> str:
@@ -412,7 +423,7 @@ class KernelPrinter(MatrixPrinting):
         lanes = split_dtype(str(e.dtype))[1]
         if self.is_elided_cooperative(var) or self.is_simdgroup(var):
             return self.load_matrix_element(var, index, str(e.dtype), lanes)
-        return self.access(var, index, lanes)
+        return self.access(var, index, lanes, str(e.buffer.dtype))
 
     def expr_Call(self, e: Any) -> str:
         op = str(e.op.name)

@@ -22,7 +22,7 @@ from .errors import (
     EmulatorRuntimeError,
 )
 from .kernel import EmulatedKernel
-from .signature import KernelSignature, rewrite
+from .signature import KernelSignature, rewrite, split_kernels
 from .version import SHIM_VERSION
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "check_source",
     "clear_memory_cache",
     "compile_kernel",
+    "split_kernels",
 ]
 
 _memo: dict[tuple[str, bool, str, str, str], EmulatedKernel] = {}
@@ -50,9 +51,11 @@ def _unit(msl: str, checked: bool) -> tuple[KernelSignature, toolchain.SourceUni
 
 
 def check_source(msl: str) -> None:
-    """Compile `msl` for syntax only (after the emulator's rewrites); raise EmulatorCompileError if it fails."""
-    _, unit = _unit(msl, checked=True)
-    toolchain.syntax_check(unit)
+    """Compile `msl` for syntax only (after the emulator's rewrites), each kernel of a multi-kernel
+    file on its own; raise EmulatorCompileError if it fails."""
+    for source in (split_kernels(msl) or {"": msl}).values():
+        _, unit = _unit(source, checked=True)
+        toolchain.syntax_check(unit)
 
 
 def compile_kernel(msl: str, *, checked: bool = True) -> EmulatedKernel:

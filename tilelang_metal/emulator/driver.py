@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .signature import POSITION_ATTRIBUTES, BufferParam, KernelSignature, PositionParam
+from .signature import POSITION_ATTRIBUTES, BufferParam, KernelSignature, PositionParam, ScalarParam
 
 DRIVER_FILE_NAME = "tlm_driver"
 
@@ -32,6 +32,8 @@ def generate(sig: KernelSignature, *, checked: bool) -> str:
     for p in sig.params:
         if isinstance(p, BufferParam):
             args.append(_buffer_expr(p, checked))
+        elif isinstance(p, ScalarParam):
+            args.append(f"*static_cast<const {p.elem_type}*>(__buf[{p.index}])")
         else:
             args.append(_position_expr(p))
     arg_text = ",\n      ".join(args)

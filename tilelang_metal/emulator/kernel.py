@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .. import config
 from .errors import EmulatorLaunchError, EmulatorRuntimeError
-from .signature import KernelSignature
+from .signature import KernelSignature, ScalarParam
 
 if TYPE_CHECKING:
     import torch
@@ -83,38 +83,70 @@ class EmulatedKernel:
     def __repr__(self) -> str:
         return f"EmulatedKernel({self.name!r}, checked={self.checked}, library={str(self.library_path)!r})"
 
-    def _check_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
+    def _bind_arguments(self, args: Sequence[object]) -> list[torch.Tensor]:
+        """One tensor per [[ buffer(i) ]]: the caller's tensors, and each scalar held in a one-element
+        tensor of its parameter's dtype (the driver passes a pointer to it, as Metal's setBytes does)."""
         import torch
 
-        buffers = self.signature.buffers
-        if len(tensors) != len(buffers):
-            names = ", ".join(b.name for b in buffers)
+        bound = self.signature.bound
+        if len(args) != len(bound):
+            names = ", ".join(b.name for b in bound)
             raise EmulatorLaunchError(
-                f"kernel {self.name} takes {len(buffers)} buffer(s) ({names}), got {len(tensors)} tensor(s)"
+                f"kernel {self.name} takes {len(bound)} buffer(s) ({names}), got {len(args)} argument(s)"
             )
-        for b, t in zip(buffers, tensors):
-            if not isinstance(t, torch.Tensor):
-                raise EmulatorLaunchError(f"{b.describe()}: expected a torch.Tensor, got {type(t).__name__}")
+        out = []
+        for b, t in zip(bound, args):
             expected = getattr(torch, b.torch_dtype_name, None)
             if expected is None:  # pragma: no cover - very old torch
                 raise EmulatorLaunchError(f"{b.describe()}: torch has no dtype {b.torch_dtype_name}")
+            if isinstance(b, ScalarParam):
+                out.append(self._scalar_tensor(b, t, expected))
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise EmulatorLaunchError(f"{b.describe()}: expected a torch.Tensor, got {type(t).__name__}")
             if t.dtype != expected:
                 raise EmulatorLaunchError(f"{b.describe()}: expected dtype {expected}, got {t.dtype}")
             if t.device.type != "cpu":
                 raise EmulatorLaunchError(f"{b.describe()}: tensor must be on the CPU, got device {t.device}")
             if not t.is_contiguous():
                 raise EmulatorLaunchError(f"{b.describe()}: tensor must be contiguous")
+            out.append(t)
+        return out
+
+    @staticmethod
+    def _scalar_tensor(p: ScalarParam, value: object, dtype: torch.dtype) -> torch.Tensor:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1 or value.dtype != dtype or value.device.type != "cpu":
+                raise EmulatorLaunchError(
+                    f"{p.describe()}: expected a number or a one-element CPU {dtype} tensor, "
+                    f"got a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+                )
+            return value.reshape(1).clone()
+        if not isinstance(value, (bool, int, float)):
+            raise EmulatorLaunchError(f"{p.describe()}: expected a number, got {type(value).__name__}")
+        try:
+            held = torch.tensor([value], dtype=dtype)
+        except (RuntimeError, OverflowError):
+            held = None
+        if held is None or (not dtype.is_floating_point and held.item() != value):
+            raise EmulatorLaunchError(f"{p.describe()}: {value!r} does not fit in {dtype}")
+        return held
 
     def launch(
         self,
-        tensors: Sequence[torch.Tensor],
+        tensors: Sequence[object],
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         *,
         workers: int | None = None,
     ) -> None:
-        """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors."""
-        self._check_tensors(tensors)
+        """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors.
+
+        `tensors` holds one entry per [[ buffer(i) ]] in index order: a tensor for a device buffer, a
+        number (or one-element tensor) for a `constant T&` scalar."""
+        tensors = self._bind_arguments(tensors)
         g = _dims(grid, "grid")
         b = _dims(block, "block")
         nthreads = b[0] * b[1] * b[2]

@@ -67,6 +67,22 @@ class BufferParam:
 
 
 @dataclass(frozen=True)
+class ScalarParam:
+    """`constant T& NAME [[ buffer(i) ]]`: a by-value argument, passed as a pointer to its value."""
+
+    index: int
+    name: str
+    elem_type: str
+
+    @property
+    def torch_dtype_name(self) -> str:
+        return SCALAR_TYPES[self.elem_type]
+
+    def describe(self) -> str:
+        return f"parameter '{self.name}' (buffer {self.index}, constant {self.elem_type}&)"
+
+
+@dataclass(frozen=True)
 class PositionParam:
     name: str
     type: str  # uint3, uint, ushort, ...
@@ -86,13 +102,18 @@ class ThreadgroupArray:
 class KernelSignature:
     name: str
     cxx_name: str  # the function name in the compiled C++ (differs only for `main`)
-    params: tuple[BufferParam | PositionParam, ...]
+    params: tuple[BufferParam | ScalarParam | PositionParam, ...]
     max_total_threads: int | None
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
         return tuple(p for p in self.params if isinstance(p, BufferParam))
+
+    @property
+    def bound(self) -> tuple[BufferParam | ScalarParam, ...]:
+        """What the caller passes, in [[ buffer(i) ]] order: device buffers and scalar values."""
+        return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam)))
 
     @property
     def positions(self) -> tuple[PositionParam, ...]:
@@ -104,6 +125,10 @@ _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*
 _BUFFER_RE = re.compile(
     r"^(?P<const>const\s+)?device\s+(?P<const2>const\s+)?(?P<type>[A-Za-z_]\w*)\s*\*\s*"
     r"(?:(?:__restrict__|__restrict|restrict)\s+)?(?P<name>[A-Za-z_]\w*)\s*"
+    r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
+)
+_SCALAR_RE = re.compile(
+    r"^constant\s+(?:const\s+)?(?P<type>[A-Za-z_]\w*)\s*&\s*(?P<name>[A-Za-z_]\w*)\s*"
     r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
 )
 _POSITION_RE = re.compile(
@@ -158,6 +183,21 @@ def _matching_paren(source: str, open_pos: int) -> int:
     raise EmulatorCompileError("kernel signature: unbalanced parentheses")
 
 
+def split_kernels(msl: str) -> dict[str, str]:
+    """kernel name -> a source holding that kernel alone: the file's header (everything before the
+    first kernel) followed by the kernel's text up to the next kernel. A module with several
+    `T.Kernel` blocks prints as one file; the emulator compiles its kernels one at a time."""
+    kernels = list(_KERNEL_RE.finditer(msl))
+    if not kernels:
+        return {}
+    header = msl[: kernels[0].start()]
+    out = {}
+    for i, m in enumerate(kernels):
+        end = kernels[i + 1].start() if i + 1 < len(kernels) else len(msl)
+        out[m.group(2)] = header + msl[m.start() : end]
+    return out
+
+
 @dataclass(frozen=True)
 class RewrittenSource:
     signature: KernelSignature
@@ -180,7 +220,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     open_pos = m.end() - 1
     close_pos = _matching_paren(msl, open_pos)
 
-    params: list[BufferParam | PositionParam] = []
+    params: list[BufferParam | ScalarParam | PositionParam] = []
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on msl
     # The kernel attribute becomes `static` (keeping the line count). C++ reserves `main`.
     edits.append((m.start(1), m.end(1), "static" + "\n" * attr.count("\n")))
@@ -213,6 +253,16 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
                 rep = f"{const}{elem}* __restrict {bp.name}"
             edits.append((ps, pe, rep + "\n" * raw[lead : len(raw) - trail].count("\n")))
             continue
+        sm = _SCALAR_RE.match(text)
+        if sm:
+            elem = sm.group("type")
+            if elem not in SCALAR_TYPES:
+                raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
+            sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
+            params.append(sp)
+            # By value in C++: the driver dereferences the pointer the caller passed.
+            edits.append((ps, pe, f"const {elem} {sp.name}" + "\n" * raw[lead : len(raw) - trail].count("\n")))
+            continue
         pm = _POSITION_RE.match(text)
         if pm:
             attr_name = pm.group("attr")
@@ -227,16 +277,16 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
             edits.append((ps, pe, f"{ptype} {pm.group('name')}" + "\n" * raw[lead : len(raw) - trail].count("\n")))
             continue
         raise _fail(
-            "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]` "
-            "or a position attribute)",
+            "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]`, "
+            "`constant T& NAME [[ buffer(i) ]]` or a position attribute)",
             msl,
             line,
         )
-    buffers = [p for p in params if isinstance(p, BufferParam)]
-    for expected, bp in enumerate(buffers):
+    bound = [p for p in params if isinstance(p, (BufferParam, ScalarParam))]
+    for expected, bp in enumerate(bound):
         if bp.index != expected:
             raise EmulatorCompileError(
-                f"device buffer '{bp.name}' has [[ buffer({bp.index}) ]]; buffer indices must be 0..n-1 in parameter order"
+                f"parameter '{bp.name}' has [[ buffer({bp.index}) ]]; buffer indices must be 0..n-1 in parameter order"
             )
 
     # Threadgroup arrays: every `threadgroup` declaration line after the signature.

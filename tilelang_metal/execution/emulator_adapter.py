@@ -2,29 +2,38 @@
 
 Same calling convention as the other adapters (calling.py): outputs written in place, `out_idx`
 outputs allocated and returned. Outputs start poisoned, so unwritten elements show up as NaN.
+The emulator compiles one kernel per source, so a module with several kernels is split into one
+source per kernel (the shared header + that kernel).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .binding import Device
 from .calling import PluginKernelAdapter
+
+CPU = Device("cpu", "emulator")
 
 
 class EmulatorKernelAdapter(PluginKernelAdapter):
-    _kernel = None
+    def compiled(self, kernel_name: str) -> Any:
+        kernels = self.__dict__.setdefault("_kernels", {})
+        if kernel_name not in kernels:
+            from ..emulator import compile_kernel, split_kernels
 
-    def compiled(self) -> Any:
-        if self._kernel is None:
-            from ..emulator import compile_kernel
-
-            self._kernel = compile_kernel(self.kernel_global_source)
-        return self._kernel
+            sources = split_kernels(self.kernel_global_source)
+            source = sources.get(kernel_name)
+            if source is None:
+                raise ValueError(f"kernel {kernel_name} is not in the module's MSL (kernels: {sorted(sources)})")
+            kernels[kernel_name] = compile_kernel(source)
+        return kernels[kernel_name]
 
     def make_runner(self) -> Any:
+        def launch_one(launch: Any, shape: Any, bound: Any) -> None:
+            self.compiled(launch.kernel_name).launch(launch.values(bound), shape.grid, shape.block)
+
         def run(*args: Any) -> Any:
-            tensors, buffers = self.call.bind(args, "cpu", poison=True)
-            self.compiled().launch(buffers, self.call.launch.grid, self.call.launch.block)
-            return self.call.results(tensors)
+            return self.call.run(args, CPU, True, launch_one)
 
         return run

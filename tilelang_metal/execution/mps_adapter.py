@@ -1,30 +1,44 @@
 """`execution_backend="torch"` while the plugin is active: the MSL runs on the Mac's GPU through
 torch's stock Metal path (`torch.mps.compile_shader`), with tilelang's calling convention
-(calling.py): `out_idx` outputs allocated on the MPS device, buffers bound by name.
+(calling.py): `out_idx` outputs allocated on the MPS device, every kernel of the module launched in
+host order with its own arguments.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .binding import Device, torch_dtype
 from .calling import PluginKernelAdapter
+
+MPS = Device("mps", "torch")
+
+
+def _scalar_buffer(value: Any, dtype: str) -> Any:
+    """A `constant T&` argument as a one-element MPS tensor of exactly T (a Python number would be
+    passed with torch's own width: 64-bit ints, 32-bit floats)."""
+    import torch
+
+    return torch.tensor([value], dtype=torch_dtype(dtype), device=MPS.type)
 
 
 class MPSKernelAdapter(PluginKernelAdapter):
-    _shader = None
+    _library = None
+
+    def library(self) -> Any:
+        if self._library is None:
+            import torch
+
+            self._library = torch.mps.compile_shader(self.kernel_global_source)
+        return self._library
 
     def make_runner(self) -> Any:
-        import torch
-
-        launch = self.call.launch
-        threads = [g * b for g, b in zip(launch.grid, launch.block)]  # compile_shader takes total threads
+        def launch_one(launch: Any, shape: Any, bound: Any) -> None:
+            kernel = getattr(self.library(), launch.kernel_name)
+            threads = [g * b for g, b in zip(shape.grid, shape.block)]  # compile_shader takes total threads
+            kernel(*launch.values(bound, _scalar_buffer), threads=threads, group_size=list(shape.block))
 
         def run(*args: Any) -> Any:
-            if self._shader is None:
-                library = torch.mps.compile_shader(self.kernel_global_source)
-                self._shader = getattr(library, launch.kernel_name)
-            tensors, buffers = self.call.bind(args, "mps", poison=False)
-            self._shader(*buffers, threads=threads, group_size=list(launch.block))
-            return self.call.results(tensors)
+            return self.call.run(args, MPS, False, launch_one)
 
         return run
