@@ -108,10 +108,10 @@ class KernelPrinter(MatrixPrinting):
                 params.append(f"{qual} {msl_type(dtype)}*{restrict} {name} [[ buffer({index}) ]]")
             else:
                 params.append(f"constant {msl_type(str(var.dtype))}& {name} [[ buffer({index}) ]]")
-        threads = 1
+        threads: int | None = 1  # None: a symbolic threadgroup size, no static bound to declare
         for tag, extent in attrs.get("thread_extent", {}).items():
             if str(tag).startswith("threadIdx"):
-                threads *= int(extent)
+                threads = threads * int(extent.value) if threads is not None and isinstance(extent, tir.IntImm) else None
 
         self.visit(func.body)
         for attr, ty, _ in POSITION_PARAMS:
@@ -120,7 +120,8 @@ class KernelPrinter(MatrixPrinting):
         headers = {"metal_stdlib", "metal_simdgroup"}
         if self.mpp_ops:
             headers.add("MetalPerformancePrimitives/MetalPerformancePrimitives.h")
-        sig = f"[[kernel, max_total_threads_per_threadgroup({threads})]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
+        bound = "" if threads is None else f", max_total_threads_per_threadgroup({threads})"
+        sig = f"[[kernel{bound}]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
         body = ["  " + line for line in self.prelude] + self.lines
         return "\n".join([sig] + body + ["}", ""]), headers
 

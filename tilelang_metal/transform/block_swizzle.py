@@ -93,7 +93,14 @@ def launch_function(func: Any) -> Any:
         raise MetalLoweringError(f"unknown block swizzle {order_name}; Metal supports T.use_swizzle(order='mlx' | 'row' | 'column')")
     if panel <= 0:
         raise MetalLoweringError(f"T.use_swizzle panel size must be positive, got {panel}")
-    extents = {str(k): int(v) for k, v in func.attrs["thread_extent"].items()}
+    raw = {str(k): v for k, v in func.attrs["thread_extent"].items()}
+    dynamic = sorted(k for k, v in raw.items() if not isinstance(v, tir.IntImm))
+    if dynamic:
+        raise MetalLoweringError(
+            f"T.use_swizzle needs a static grid of tiles, but {', '.join(dynamic)} depends on a symbolic size; "
+            "drop T.use_swizzle for dynamic shapes or specialize the kernel to a concrete size"
+        )
+    extents = {k: int(v.value) for k, v in raw.items()}
     if "blockIdx.x" not in extents or "blockIdx.y" not in extents:
         raise MetalLoweringError("T.use_swizzle needs a kernel launched over a 2-D grid of tiles (blockIdx.x and blockIdx.y)")
     tiles_x, tiles_y = extents["blockIdx.x"], extents["blockIdx.y"]
