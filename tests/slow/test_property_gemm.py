@@ -3,12 +3,16 @@ lower time with a short message naming the limit. Never a silent mismatch.
 
 Seeded and reproducible: TILELANG_METAL_PROPERTY_SEED (default 2026), TILELANG_METAL_PROPERTY_N
 (default 200). A failure message carries the configuration, so it can be replayed alone.
+The configurations are checked in TILELANG_METAL_PROPERTY_WORKERS processes (default: one per CPU,
+at most 4; 1 = in this process): each one lowers, compiles and runs its share independently.
 """
 
 import math
+import multiprocessing
 import os
 import random
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
 import pytest
@@ -22,6 +26,7 @@ from tilelang_metal.errors import MetalLoweringError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))
 COUNT = int(os.environ.get("TILELANG_METAL_PROPERTY_N", "200"))
+WORKERS = int(os.environ.get("TILELANG_METAL_PROPERTY_WORKERS", "0")) or min(4, len(os.sched_getaffinity(0)))
 EPILOGUE_REFS = {
     "none": lambda x, bias: x,
     "relu": lambda x, bias: torch.relu(x),
@@ -126,6 +131,14 @@ def check(cfg: Config) -> tuple[str, str]:
     return "ok", ""
 
 
+def check_all(configs: list[Config]) -> list[tuple[str, str]]:
+    if WORKERS <= 1:
+        return [check(cfg) for cfg in configs]
+    # spawn, not fork: this process has TVM's and torch's threads running
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(check, configs, chunksize=4))
+
+
 @pytest.mark.slow
 def test_random_gemm_configurations_match_or_are_refused():
     rng = random.Random(SEED)
@@ -133,8 +146,7 @@ def test_random_gemm_configurations_match_or_are_refused():
     counts = {"ok": 0, "refused": 0, "wrong": 0}
     refusals: dict[str, int] = {}
     wrong = []
-    for cfg in configs:
-        verdict, detail = check(cfg)
+    for cfg, (verdict, detail) in zip(configs, check_all(configs)):
         counts[verdict] += 1
         if verdict == "refused":
             key = re.sub(r"\d+", "N", detail)[:110]
