@@ -15,6 +15,7 @@ the in-tree Metal pipeline, and why:
 from __future__ import annotations
 
 from ._host import pipeline_options
+from .ops import LowerMetalTileOps
 from .transform.block_swizzle import BlockSwizzle
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.simdgroup_indices import UseSimdgroupIndices
@@ -56,6 +57,7 @@ def lower_metal(mod: object, target: object) -> object:
     mod = tl.LayoutInference()(mod)
     mod = tl.ReducerPlanAndMaterialize()(mod)
     cfg.LayoutVisual(mod)
+    mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
     mod = tl.LowerTileOp()(mod)
     mod = tl.VerifyReducerConsumed()(mod)
 
