@@ -1,5 +1,5 @@
-"""Kernels shared by the reduction tests: each kernel does many reductions, so one emulator build
-covers every reduction kind, both axes and both `clear` modes for one layout configuration."""
+"""Kernels shared by the reduction tests. One kernel does every reduction kind along both axes of
+one fragment, so one emulator build covers a whole layout configuration."""
 
 from __future__ import annotations
 
@@ -9,13 +9,6 @@ import tilelang
 import tilelang.language as T
 
 KINDS = ("sum", "abssum", "max", "min", "absmax")
-_REDUCE = {
-    "sum": T.reduce_sum,
-    "abssum": T.reduce_abssum,
-    "max": T.reduce_max,
-    "min": T.reduce_min,
-    "absmax": T.reduce_absmax,
-}
 
 
 def compile_emulated(func):
@@ -23,10 +16,9 @@ def compile_emulated(func):
 
 
 @functools.lru_cache(maxsize=None)
-def fragment_reductions(M: int, N: int, threads: int, dtype: str):
-    """Outputs (all float32 except `O*` of `dtype`):
-    R1[k, i] = reduce_k over j of A[i, j] (clear), R0[k, j] over i (clear),
-    C1[k, i] = reduce_k(init1[k, i], A[i, :]), C0[k, j] likewise with clear=False."""
+def fragment_reductions(M: int, N: int, threads: int, dtype: str, clear: bool):
+    """R1[k, i] = reduce_k over j of A[i, j], R0[k, j] = reduce_k over i of A[i, j]; with
+    `clear=False` the reductions fold into the initial R1 / R0 (read from I1 / I0)."""
 
     @T.prim_func
     def main(
@@ -35,8 +27,6 @@ def fragment_reductions(M: int, N: int, threads: int, dtype: str):
         I0: T.Tensor((5, N), dtype),
         R1: T.Tensor((5, M), dtype),
         R0: T.Tensor((5, N), dtype),
-        C1: T.Tensor((5, M), dtype),
-        C0: T.Tensor((5, N), dtype),
     ):
         with T.Kernel(1, threads=threads):
             a = T.alloc_fragment((M, N), dtype)
@@ -44,17 +34,78 @@ def fragment_reductions(M: int, N: int, threads: int, dtype: str):
             for k, kind in enumerate(KINDS):
                 r1 = T.alloc_fragment((M,), dtype)
                 r0 = T.alloc_fragment((N,), dtype)
-                c1 = T.alloc_fragment((M,), dtype)
-                c0 = T.alloc_fragment((N,), dtype)
-                _REDUCE[kind](a, r1, dim=1)
-                _REDUCE[kind](a, r0, dim=0)
-                T.copy(I1[k, :], c1)
-                T.copy(I0[k, :], c0)
-                T.reduce(a, c1, kind, 1, False)
-                T.reduce(a, c0, kind, 0, False)
+                if not clear:
+                    T.copy(I1[k, :], r1)
+                    T.copy(I0[k, :], r0)
+                T.reduce(a, r1, kind, 1, clear)
+                T.reduce(a, r0, kind, 0, clear)
                 T.copy(r1, R1[k, :])
                 T.copy(r0, R0[k, :])
-                T.copy(c1, C1[k, :])
-                T.copy(c0, C0[k, :])
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def row_max_sum_in_loop(M: int, N: int, steps: int, threads: int):
+    """Out[i] = sum over s of max_j A[s, i, j]: one reduction per loop step reusing its scratch
+    (threadgroup memory when rows span simdgroups), so a missing write-after-read barrier shows."""
+
+    @T.prim_func
+    def main(A: T.Tensor((steps, M, N), "float32"), Out: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_fragment((M, N), "float32")
+            col = T.alloc_fragment((N,), "float32")
+            acc = T.alloc_fragment((N,), "float32")
+            T.fill(acc, 0.0)
+            for s in T.serial(steps):
+                T.copy(A[s, :, :], a)
+                T.reduce_max(a, col, dim=0)
+                for j in T.Parallel(N):
+                    acc[j] += col[j]
+            T.copy(acc, Out)
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def shared_reductions(M: int, N: int, threads: int):
+    """Reductions of a shared tile into a shared and a fragment destination:
+    S1[i] = sum_j A[i, j] (shared -> shared, clear=False onto I1), S0[j] = min_i A[i, j]."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), I1: T.Tensor((M,), "float32"), S1: T.Tensor((M,), "float32"), S0: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_shared((M, N), "float32")
+            s1 = T.alloc_shared((M,), "float32")
+            s0 = T.alloc_fragment((N,), "float32")
+            T.copy(A, a)
+            T.copy(I1, s1)
+            T.reduce_sum(a, s1, dim=1, clear=False)
+            T.reduce_min(a, s0, dim=0)
+            T.copy(s1, S1)
+            T.copy(s0, S0)
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def scans(M: int, N: int, threads: int, dtype: str):
+    """C1 = cumsum of A along axis 1 (shared, in place), C0 = reverse cumsum along axis 0 of a
+    fragment, X = cummax along axis 1."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), C1: T.Tensor((M, N), dtype), C0: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((M, N), dtype)
+            m = T.alloc_shared((M, N), dtype)
+            f = T.alloc_fragment((M, N), dtype)
+            T.copy(A, s)
+            T.copy(A, f)
+            T.cummax(s, m, dim=1)
+            T.cumsum(s, dim=1)
+            T.cumsum(f, dim=0, reverse=True)
+            T.copy(s, C1)
+            T.copy(f, C0)
+            T.copy(m, X)
 
     return compile_emulated(main)
