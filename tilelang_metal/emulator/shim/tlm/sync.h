@@ -87,6 +87,16 @@ template <class T> TLM_INLINE T simd_shuffle_down(T v, ushort delta) {
 template <class T> TLM_INLINE T simd_sum(T v) { return tlm_detail::simd_reduce("simd_sum", v, tlm_detail::add<T>); }
 template <class T> TLM_INLINE T simd_max(T v) { return tlm_detail::simd_reduce("simd_max", v, tlm_detail::vmax<T>); }
 template <class T> TLM_INLINE T simd_min(T v) { return tlm_detail::simd_reduce("simd_min", v, tlm_detail::vmin<T>); }
+// Bitwise reductions over the simdgroup (integer types).
+template <class T> TLM_INLINE T simd_and(T v) {
+  return tlm_detail::simd_reduce("simd_and", v, [](const T& a, const T& b) { return static_cast<T>(a & b); });
+}
+template <class T> TLM_INLINE T simd_or(T v) {
+  return tlm_detail::simd_reduce("simd_or", v, [](const T& a, const T& b) { return static_cast<T>(a | b); });
+}
+template <class T> TLM_INLINE T simd_xor(T v) {
+  return tlm_detail::simd_reduce("simd_xor", v, [](const T& a, const T& b) { return static_cast<T>(a ^ b); });
+}
 TLM_INLINE bool simd_any(bool v) {
   return tlm_detail::simd_reduce("simd_any", v, [](bool a, bool b) { return a || b; });
 }
