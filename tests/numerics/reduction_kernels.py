@@ -109,3 +109,42 @@ def scans(M: int, N: int, threads: int, dtype: str):
             T.copy(m, X)
 
     return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def reducer_column_max(M: int, N: int, threads: int, start: float):
+    """Out[j] = max(start, max_i A[i, j]) through T.alloc_reducer / reducer_update / finalize_reducer."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Out: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_reducer((N,), "float32", op="max")
+            out = T.alloc_fragment((N,), "float32")
+            T.reducer_init(acc, start)
+            for i, j in T.Parallel(M, N):
+                T.reducer_update(acc[j], A[i, j])
+            T.finalize_reducer(acc, out)
+            T.copy(out, Out)
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def legacy_reducer_column_sum(M: int, N: int, threads: int):
+    """Out[j] = sum_i A[i, j] through the v1 reducer (alloc_reducer(replication="all") + in-place finalize)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+
+        @T.prim_func
+        def main(A: T.Tensor((M, N), "float32"), Out: T.Tensor((N,), "float32")):
+            with T.Kernel(1, threads=threads):
+                o = T.alloc_reducer((N,), "float32", op="sum", replication="all")
+                T.clear(o)
+                for i, j in T.Parallel(M, N):
+                    o[j] += A[i, j]
+                T.finalize_reducer(o)
+                T.copy(o, Out)
+
+    return compile_emulated(main)

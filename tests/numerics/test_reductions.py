@@ -123,3 +123,20 @@ def test_scans_match_torch(dtype):
     torch.testing.assert_close(c1.float(), af.cumsum(1).to(tdt).float(), rtol=tol, atol=tol)
     torch.testing.assert_close(c0.float(), af.flip(0).cumsum(0).flip(0).to(tdt).float(), rtol=tol, atol=tol)
     torch.testing.assert_close(x.float(), af.cummax(1).values.to(tdt).float())
+
+
+def test_reducer_v2_with_start_value():
+    kernel = rk.reducer_column_max(64, 32, 128, 1.5)
+    a = torch.randn(64, 32)
+    out = torch.empty(32)
+    kernel(a, out)
+    torch.testing.assert_close(out, torch.clamp(a.amax(0), min=1.5))
+
+
+def test_legacy_reducer_all_reduces_over_every_thread():
+    kernel = rk.legacy_reducer_column_sum(64, 32, 128)
+    a = torch.randn(64, 32)
+    out = torch.empty(32)
+    kernel(a, out)
+    torch.testing.assert_close(out, a.sum(0))
+    assert "simd_sum(" in kernel.get_kernel_source()  # 128 replicas: simd collective, then threadgroup memory

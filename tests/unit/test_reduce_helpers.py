@@ -47,3 +47,12 @@ def test_full_width_shuffles_are_plain_collectives_and_narrow_ones_select():
     narrow = simd.shuffle_down("v", "2", 8, "l")
     assert narrow.startswith("select(v, simd_shuffle_down(v, (ushort)(2)),")
     assert simd.warp_reduce("bitor", "x") == "simd_or(x)"
+
+
+def test_reducer_butterfly_masks_run_from_half_the_threads_down_to_the_stride():
+    from tilelang_metal.ops.reducer import butterfly_masks
+
+    assert butterfly_masks(128, 1) == [1, 2, 4, 8, 16, 32, 64]
+    assert butterfly_masks(64, 4) == [4, 8, 16, 32]
+    with pytest.raises(Exception, match="power-of-two"):
+        butterfly_masks(96, 1)

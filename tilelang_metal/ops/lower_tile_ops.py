@@ -12,6 +12,7 @@ from typing import Any
 
 from .._host import (
     LAYOUT_MAP_ATTR,
+    call_annotations,
     PARALLEL_LOOP_LAYOUT_ATTR,
     fragment_view,
     tile_op_name,
@@ -24,8 +25,9 @@ from ..transform.function_pass import per_function_pass
 from ..transform.ir_query import find_nodes
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
+from .reducer import lower_finalize_reducer
 
-PLUGIN_TILE_OPS = ("reduce", "cumsum", "cummax")
+PLUGIN_TILE_OPS = ("reduce", "cumsum", "cummax", "finalize_reducer")
 
 
 def _launch_thread(body: Any) -> tuple[Any, int]:
@@ -70,6 +72,19 @@ def _reduce(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[
     return lower_fragment_reduce(op, fragment_view(layouts[src]), fragment_view(layouts[dst]), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
 
 
+def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[Any, list[Any]]:
+    reducer = tile_region(call.args[0]).buffer
+    if reducer not in layouts:
+        raise MetalLoweringError(f"T.finalize_reducer: layout inference left no layout for {reducer.name}")
+    if tx is None:
+        raise MetalLoweringError("T.finalize_reducer needs a thread launch (T.Kernel(..., threads=N))")
+    annotations = call_annotations(call)
+    rest = [int(a.value) for a in call.args[2:]]
+    steps = list(zip(rest[0::2], rest[1::2])) if "plan" in annotations else None
+    view = fragment_view(layouts[reducer])
+    return lower_finalize_reducer(reducer, view, int(call.args[1].value), steps, annotations.get("seed"), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
+
+
 def lower_function(func: Any) -> Any:
     calls = [n for n in find_nodes(func.body, ["tirx.Evaluate"]) if tile_op_name(n.value) in PLUGIN_TILE_OPS]
     if not calls:
@@ -86,6 +101,8 @@ def lower_function(func: Any) -> Any:
             name = tile_op_name(node.value)
             if name == "reduce":
                 stmt, buffers = _reduce(node.value, layouts, tx, threads)
+            elif name == "finalize_reducer":
+                stmt, buffers = _finalize_reducer(node.value, layouts, tx, threads)
             elif name in ("cumsum", "cummax"):
                 stmt, buffers = lower_cumsum(node.value, name, tx, threads)
             else:

@@ -29,7 +29,16 @@ from ..errors import MetalLoweringError
 
 SIMD_WIDTH = 32
 KINDS = ("sum", "abssum", "max", "min", "absmax")
-SIMD_COLLECTIVE = {"sum": "simd_sum", "abssum": "simd_sum", "max": "simd_max", "absmax": "simd_max", "min": "simd_min"}
+SIMD_COLLECTIVE = {
+    "sum": "simd_sum",
+    "abssum": "simd_sum",
+    "max": "simd_max",
+    "absmax": "simd_max",
+    "min": "simd_min",
+    "bitand": "simd_and",
+    "bitor": "simd_or",
+    "bitxor": "simd_xor",
+}
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -150,7 +159,10 @@ def combine(kind: str, acc: Any, value: Any) -> Any:
         return acc + value
     if kind in ("max", "absmax"):
         return tvm.tirx.Max(acc, value)
-    return tvm.tirx.Min(acc, value)
+    if kind == "min":
+        return tvm.tirx.Min(acc, value)
+    bitwise = {"bitand": tvm.tirx.bitwise_and, "bitor": tvm.tirx.bitwise_or, "bitxor": tvm.tirx.bitwise_xor}
+    return bitwise[kind](acc, value)
 
 
 def element(kind: str, value: Any, dtype: str) -> Any:
@@ -189,6 +201,69 @@ def serial(extent: int, body_of: Any, name: str, unrolled: bool = False) -> Any:
     var = tir.Var(name, "int32")
     kind = tir.ForKind.UNROLLED if unrolled else tir.ForKind.SERIAL
     return tir.For(var, 0, extent, kind, body_of(var))
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """How the partials of one reduction group meet: `kind` of combine, the group's thread digits
+    as (scale, extent) lists, and the plan's split into simd masks / cross masks / gather."""
+
+    kind: str
+    scales: list[int]
+    extents: list[int]
+    plan: Any  # ReducePlan (simd_masks, cross_masks, gather)
+
+
+def exchange_partials(
+    part: Any, count: int, ex: Exchange, tx: Any, tx_rel: Any, block_threads: int, threads_used: int, name: str
+) -> tuple[list[Any], list[Any]]:
+    """Statements combining `part[j]` (j < count) across the threads of each group, leaving the
+    group's total in every member; and the threadgroup scratch they allocate."""
+    plan, kind, dtype = ex.plan, ex.kind, str(part.dtype)
+    stmts: list[Any] = []
+    buffers: list[Any] = []
+    if plan.simd_masks:
+        full = plan.simd_masks == [1, 2, 4, 8, 16] and block_threads >= SIMD_WIDTH
+
+        def simd_step(j: Any) -> Any:
+            if full:
+                return tir.BufferStore(part, extern(dtype, SIMD_COLLECTIVE[kind], tir.BufferLoad(part, [j])), [j])
+            steps = []
+            for mask in plan.simd_masks:
+                cur = tir.BufferLoad(part, [j])
+                shuffled = extern(dtype, "simd_shuffle_xor", cur, tir.const(mask, "uint16"))
+                steps.append(tir.BufferStore(part, combine(kind, cur, shuffled), [j]))
+            return tir.SeqStmt(steps) if len(steps) > 1 else steps[0]
+
+        stmts.append(serial(count, simd_step, "red_j"))
+    if plan.needs_threadgroup_memory:
+        scratch = tir.decl_buffer((count * block_threads,), dtype, name + "_red_scratch", scope="shared")
+        buffers.append(scratch)
+        stmts.append(serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * block_threads + tx]), "red_j"))
+        if plan.gather:
+            first: Any = tx
+            for scale, size in zip(ex.scales, ex.extents):
+                first = first - tvm.tirx.floormod(tvm.tirx.floordiv(tx_rel, scale), size) * scale
+            offsets = peer_offsets(list(zip(ex.scales, ex.extents)))
+        else:
+            high = 0
+            for m in plan.cross_masks:
+                high |= m
+            first = tx - tvm.tirx.bitwise_and(tx_rel, tir.const(high, "int32"))
+            offsets = peer_offsets([(m, 2) for m in plan.cross_masks])
+
+        def gather_step(j: Any) -> Any:
+            acc: Any = tir.BufferLoad(scratch, [j * block_threads + first + offsets[0]])
+            for off in offsets[1:]:
+                acc = combine(kind, acc, tir.BufferLoad(scratch, [j * block_threads + first + off]))
+            return tir.BufferStore(part, acc, [j])
+
+        gathered = serial(count, gather_step, "red_j")
+        if threads_used < block_threads:
+            # threads outside the layout hold nothing; their peer indices could leave the scratch
+            gathered = tir.IfThenElse(tx_rel < threads_used, gathered, None)
+        stmts.append(gathered)
+    return stmts, buffers
 
 
 @dataclass(frozen=True)
@@ -246,52 +321,11 @@ def lower_fragment_reduce(
 
     stmts.append(parallel_nest(dst, local_body, layout_attr))
 
-    # 2. within the simdgroup
-    if plan.simd_masks:
-        full = plan.simd_masks == [1, 2, 4, 8, 16] and block_threads >= SIMD_WIDTH
-
-        def simd_step(j: Any) -> Any:
-            value = tir.BufferLoad(part, [j])
-            if full:
-                return tir.BufferStore(part, extern(acc_dtype, SIMD_COLLECTIVE[op.kind], value), [j])
-            steps = []
-            for mask in plan.simd_masks:
-                cur = tir.BufferLoad(part, [j])
-                shuffled = extern(acc_dtype, "simd_shuffle_xor", cur, tir.const(mask, "uint16"))
-                steps.append(tir.BufferStore(part, combine(op.kind, cur, shuffled), [j]))
-            return tir.SeqStmt(steps) if len(steps) > 1 else steps[0]
-
-        stmts.append(serial(count, simd_step, "red_j"))
-
-    # 3. across simdgroups (or any group that is not a set of bit fields) through threadgroup memory
-    if plan.needs_threadgroup_memory:
-        scratch = tir.decl_buffer((count * block_threads,), acc_dtype, op.dst.name + "_red_scratch", scope="shared")
-        buffers.append(scratch)
-        stmts.append(serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * block_threads + tx]), "red_j"))
-        if plan.gather:
-            digits = [(d.scale, d.extent) for d in plan.thread_digits]
-            first: Any = tx
-            for d in plan.thread_digits:
-                first = first - tvm.tirx.floormod(tvm.tirx.floordiv(tx_rel, d.scale), d.extent) * d.scale
-            offsets = peer_offsets(digits)
-        else:
-            high = 0
-            for m in plan.cross_masks:
-                high |= m
-            first = tx - tvm.tirx.bitwise_and(tx, tir.const(high, "int32"))
-            offsets = peer_offsets([(m, 2) for m in plan.cross_masks])
-
-        def gather_step(j: Any) -> Any:
-            acc: Any = tir.BufferLoad(scratch, [j * block_threads + first + offsets[0]])
-            for off in offsets[1:]:
-                acc = combine(op.kind, acc, tir.BufferLoad(scratch, [j * block_threads + first + off]))
-            return tir.BufferStore(part, acc, [j])
-
-        gathered = serial(count, gather_step, "red_j")
-        if src.threads_used < block_threads:
-            # threads outside the layout hold nothing; their peer indices could leave the scratch
-            gathered = tir.IfThenElse(tx_rel < src.threads_used, gathered, None)
-        stmts.append(gathered)
+    # 2. within the simdgroup, 3. across simdgroups
+    exchange = Exchange(op.kind, [d.scale for d in plan.thread_digits], [d.extent for d in plan.thread_digits], plan)
+    more, scratch = exchange_partials(part, count, exchange, tx, tx_rel, block_threads, src.threads_used, op.dst.name)
+    stmts.extend(more)
+    buffers.extend(scratch)
 
     # 4. every owner (all replicas) stores the result
     def store_body(dvars: list[Any]) -> Any:
