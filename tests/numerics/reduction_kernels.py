@@ -148,3 +148,20 @@ def legacy_reducer_column_sum(M: int, N: int, threads: int):
                 T.copy(o, Out)
 
     return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def bitwise_row_reductions(M: int, N: int, threads: int):
+    """R[k, i] = bitand / bitor / bitxor over j of A[i, j] (int32)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "int32"), R: T.Tensor((3, M), "int32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_fragment((M, N), "int32")
+            T.copy(A, a)
+            for k, kind in enumerate(("bitand", "bitor", "bitxor")):
+                r = T.alloc_fragment((M,), "int32")
+                T.reduce(a, r, kind, 1, True)
+                T.copy(r, R[k, :])
+
+    return compile_emulated(main)

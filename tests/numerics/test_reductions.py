@@ -140,3 +140,16 @@ def test_legacy_reducer_all_reduces_over_every_thread():
     kernel(a, out)
     torch.testing.assert_close(out, a.sum(0))
     assert "simd_sum(" in kernel.get_kernel_source()  # 128 replicas: simd collective, then threadgroup memory
+
+
+def test_bitwise_reductions_on_integers():
+    kernel = rk.bitwise_row_reductions(8, 64, 128)
+    a = torch.randint(0, 1 << 20, (8, 64), dtype=torch.int32) | 0x30  # bit 4 and 5 set everywhere
+    r = torch.empty(3, 8, dtype=torch.int32)
+    kernel(a, r)
+    for i in range(8):
+        row = a[i].tolist()
+        band, bor, bxor = -1, 0, 0
+        for x in row:
+            band, bor, bxor = band & x, bor | x, bxor ^ x
+        assert r[:, i].tolist() == [band, bor, bxor]

@@ -28,7 +28,7 @@ from .._host import FragmentView, IterSplit, iter_splits, tir, tvm
 from ..errors import MetalLoweringError
 
 SIMD_WIDTH = 32
-KINDS = ("sum", "abssum", "max", "min", "absmax")
+KINDS = ("sum", "abssum", "max", "min", "absmax", "bitand", "bitor", "bitxor")
 SIMD_COLLECTIVE = {
     "sum": "simd_sum",
     "abssum": "simd_sum",
@@ -146,8 +146,10 @@ def accumulator_dtype(dtype: str) -> str:
 
 def identity(kind: str, dtype: str) -> Any:
     dt = tvm.DataType(dtype)
-    if kind in ("sum", "abssum", "absmax"):
+    if kind in ("sum", "abssum", "absmax", "bitor", "bitxor"):
         return tir.const(0, dtype)
+    if kind == "bitand":
+        return tir.const(-1, dtype) if dt.type_code == tvm.DataTypeCode.INT else tvm.tirx.max_value(dtype)
     if dt.type_code in (tvm.DataTypeCode.FLOAT, tvm.DataTypeCode.BFLOAT):
         return tir.const(float("-inf") if kind == "max" else float("inf"), dtype)
     info = (tvm.tirx.min_value if kind == "max" else tvm.tirx.max_value)(dtype)
