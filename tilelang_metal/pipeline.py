@@ -8,6 +8,8 @@ the in-tree Metal pipeline, and why:
 - block swizzles are resolved on the device function after the split (plugin pass): the MLX order
   pads the launch grid, and the kernel maps physical to logical tiles once, returning early for
   padding threadgroups;
+- tile ops tilelang has no Metal implementation for (reductions, reducer finalize, scans) are
+  rewritten by the plugin right before LowerTileOp, from the layouts layout inference recorded;
 - the last passes put lane / simdgroup ids on Metal's execution attributes and unroll the short
   loops over matrix accumulators, so the printer can keep them in cooperative tensors.
 """

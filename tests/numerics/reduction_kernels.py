@@ -165,3 +165,21 @@ def bitwise_row_reductions(M: int, N: int, threads: int):
                 T.copy(r, R[k, :])
 
     return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def thread_local_row_sum(rows: int, width: int):
+    """B[t] = sum_i A[t, i] with a thread-private `local` buffer reduced into a `local` scalar."""
+
+    @T.prim_func
+    def main(A: T.Tensor((rows, width), "float16"), B: T.Tensor((rows,), "float16")):
+        with T.Kernel(1, threads=rows):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((width,), "float16")
+            s = T.alloc_local((1,), "float16")
+            for i in T.serial(width):
+                a[i] = A[tx, i]
+            T.reduce_sum(a, s, dim=0)
+            B[tx] = s[0]
+
+    return compile_emulated(main)

@@ -153,3 +153,11 @@ def test_bitwise_reductions_on_integers():
         for x in row:
             band, bor, bxor = band & x, bor | x, bxor ^ x
         assert r[:, i].tolist() == [band, bor, bxor]
+
+
+def test_thread_local_reduction():
+    kernel = rk.thread_local_row_sum(32, 6)
+    a = torch.randn(32, 6).half()
+    b = torch.empty(32, dtype=torch.float16)
+    kernel(a, b)
+    torch.testing.assert_close(b.float(), a.float().sum(1).half().float(), rtol=2e-3, atol=2e-3)
