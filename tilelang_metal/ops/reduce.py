@@ -239,7 +239,7 @@ def exchange_partials(
 
         stmts.append(serial(count, simd_step, "red_j"))
     if plan.needs_threadgroup_memory:
-        scratch = tir.decl_buffer((count * block_threads,), dtype, name + "_red_scratch", scope="shared")
+        scratch = tir.decl_buffer((count * block_threads,), dtype, name + "_red_scratch", scope="shared.dyn")
         buffers.append(scratch)
         stmts.append(serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * block_threads + tx]), "red_j"))
         if plan.gather:
