@@ -1,4 +1,4 @@
-"""Warp-level TileLang calls (T.shfl_*, T.warp_reduce_*, T.any_sync / T.all_sync) and TVM's
+"""Warp-level TileLang calls (T.shfl_*, T.warp_reduce_*, T.any_sync / T.all_sync / T.ballot_sync) and TVM's
 shuffle forms, printed as Metal simdgroup collectives, run in the emulator with two simdgroups and
 compared with a reference of CUDA's semantics written here (segments of `width` lanes)."""
 
@@ -108,7 +108,7 @@ def float_kernel():
 @functools.lru_cache(maxsize=None)
 def int_kernel():
     @T.prim_func
-    def main(A: T.Tensor((THREADS,), "int32"), O: T.Tensor((5, THREADS), "int32")):
+    def main(A: T.Tensor((THREADS,), "int32"), O: T.Tensor((5, THREADS), "int32"), V: T.Tensor((THREADS,), "uint64")):
         with T.Kernel(1, threads=THREADS):
             tx = T.get_thread_binding()
             v = A[tx]
@@ -117,6 +117,7 @@ def int_kernel():
             O[2, tx] = T.any_sync(v > 60)
             O[3, tx] = T.all_sync(v > 0)
             O[4, tx] = T.warp_reduce_sum(v)
+            V[tx] = T.ballot_sync(v > 30)
 
     return tilelang.compile(main, target="metal", execution_backend="emulator")
 
@@ -134,7 +135,8 @@ def test_float_warp_ops_match_cuda_semantics(case):
 def test_integer_warp_reductions_and_votes():
     a = torch.arange(1, THREADS + 1, dtype=torch.int32) * 3 % 61 + 1  # 1..61, never 0
     out = torch.empty(5, THREADS, dtype=torch.int32)
-    int_kernel()(a, out)
+    votes = torch.empty(THREADS, dtype=torch.uint64)
+    int_kernel()(a, out, votes)
     for w in range(THREADS // WARP):
         lanes = a[w * WARP : (w + 1) * WARP].tolist()
         seg = slice(w * WARP, (w + 1) * WARP)
@@ -147,6 +149,8 @@ def test_integer_warp_reductions_and_votes():
         assert out[2, seg].tolist() == [int(any(x > 60 for x in lanes))] * WARP
         assert out[3, seg].tolist() == [1] * WARP
         assert out[4, seg].tolist() == [sum(lanes)] * WARP
+        ballot = sum(1 << i for i, x in enumerate(lanes) if x > 30)
+        assert votes[seg].tolist() == [ballot] * WARP
 
 
 def test_sub_simdgroup_shuffles_mask_results_not_participation():

@@ -734,6 +734,9 @@ class KernelPrinter:
         if op in ("tl.any_sync", "tl.all_sync"):
             vote = "simd_any" if op == "tl.any_sync" else "simd_all"
             return f"((int){vote}(({self.expr(args[1])}) != 0))"
+        if op in ("tl.ballot_sync", "tl.ballot"):
+            predicate = self.expr(args[-1])
+            return f"((ulong)((simd_vote::vote_t)simd_ballot(({predicate}) != 0)))"
         if op == "tl.sync_warp":
             return "simdgroup_barrier(mem_flags::mem_none)"
         if op in ("tirx.tvm_warp_activemask", "tl.activemask"):

@@ -97,6 +97,20 @@ template <class T> TLM_INLINE T simd_or(T v) {
 template <class T> TLM_INLINE T simd_xor(T v) {
   return tlm_detail::simd_reduce("simd_xor", v, [](const T& a, const T& b) { return static_cast<T>(a ^ b); });
 }
+// simd_ballot: bit n of the vote is lane n's predicate (lanes past a partial simdgroup are 0).
+struct simd_vote {
+  using vote_t = ulong;
+  vote_t bits;
+  explicit constexpr operator vote_t() const { return bits; }
+  constexpr bool any() const { return bits != 0; }
+};
+TLM_INLINE simd_vote simd_ballot(bool v) {
+  const tlm::rt::lane_info& me = tlm::rt::self();
+  const bool* all = tlm_detail::simd_gather("simd_ballot", v, me.lane);
+  simd_vote::vote_t bits = 0;
+  for (uint32_t i = 0; i < me.simd_size; ++i) bits |= static_cast<simd_vote::vote_t>(all[i]) << i;
+  return simd_vote{bits};
+}
 TLM_INLINE bool simd_any(bool v) {
   return tlm_detail::simd_reduce("simd_any", v, [](bool a, bool b) { return a || b; });
 }
