@@ -268,6 +268,50 @@ def exchange_partials(
     return stmts, buffers
 
 
+def owner_threads(view: FragmentView, indices: list[int], replicas: int, thread: Any = None) -> set[int]:
+    """The threads `view` puts element `indices` on (over `replicas` replica ids), numerically."""
+    expr = view.thread if thread is None else thread
+    subst = {v: tir.const(i, "int32") for v, i in zip(view.vars, indices)}
+    analyzer = tvm.arith.Analyzer()
+    owners = set()
+    for q in range(replicas):
+        subst[view.rep_var] = tir.const(q, "int32")
+        value = analyzer.simplify(tvm.tirx.stmt_functor.substitute(expr, subst))
+        owners.add(int(value.value))
+    return owners
+
+
+def same_owners(src: FragmentView, dst: FragmentView, dim: int) -> bool:
+    """Whether `dst` puts every result exactly on the threads holding its source line (the layout
+    tilelang's own reducer layout has). Proved symbolically for the first replica; when that fails,
+    checked element by element (small tiles only)."""
+    analyzer = tvm.arith.Analyzer()
+    src_vars = [v for k, v in enumerate(src.vars) if k != dim] if len(src.vars) > 1 else []
+    subst_src = {src.vars[dim]: tir.const(0, "int32"), src.rep_var: tir.const(0, "int32")}
+    subst_src.update(dict(zip(src_vars, dst.vars)))
+    first_src = tvm.tirx.stmt_functor.substitute(src.thread, subst_src)
+    first_dst = tvm.tirx.stmt_functor.substitute(dst.thread, {dst.rep_var: tir.const(0, "int32")})
+    for v, n in zip(dst.vars, dst.shape):
+        analyzer.bind(v, tvm.ir.Range(0, n))
+    if analyzer.can_prove_equal(first_src, first_dst):
+        return True
+    total = 1
+    for n in dst.shape:
+        total *= n
+    if total * dst.replicate > 4096:
+        return False
+    import itertools
+
+    for idx in itertools.product(*[range(n) for n in dst.shape]):
+        want: set[int] = set()
+        for r in range(src.shape[dim]):
+            full = list(idx[:dim]) + [r] + list(idx[dim:]) if len(src.vars) > 1 else [r]
+            want |= owner_threads(src, full, max(1, src.replicate))
+        if owner_threads(dst, list(idx), max(1, dst.replicate)) != want:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class ReduceCall:
     src: Any  # buffer
@@ -285,10 +329,10 @@ def lower_fragment_reduce(
     group = 1
     for d in plan.thread_digits:
         group *= d.extent
-    if dst.replicate != group * src.replicate:
+    if dst.replicate != group * src.replicate or not same_owners(src, dst, op.dim):
         raise MetalLoweringError(
-            f"T.reduce into {op.dst.name}: its layout (replicated {dst.replicate}x) is not the reducer layout "
-            f"(replicated {group * src.replicate}x); reduce into a fresh fragment and copy"
+            f"T.reduce into {op.dst.name}: its layout ({dst.thread}, replicated {dst.replicate}x) does not put each "
+            f"result on the threads holding its row of {op.src.name} ({src.thread}); reduce into a fresh fragment and copy"
         )
     acc_dtype = accumulator_dtype(op.src.dtype)
     count = 1
