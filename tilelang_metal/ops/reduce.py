@@ -21,6 +21,7 @@ fp16 / bf16 inputs accumulate in float32; the result is cast at the store.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,9 +269,9 @@ def exchange_partials(
     return stmts, buffers
 
 
-def owner_threads(view: FragmentView, indices: list[int], replicas: int, thread: Any = None) -> set[int]:
+def owner_threads(view: FragmentView, indices: list[int], replicas: int) -> set[int]:
     """The threads `view` puts element `indices` on (over `replicas` replica ids), numerically."""
-    expr = view.thread if thread is None else thread
+    expr = view.thread
     subst = {v: tir.const(i, "int32") for v, i in zip(view.vars, indices)}
     analyzer = tvm.arith.Analyzer()
     owners = set()
@@ -300,8 +301,6 @@ def same_owners(src: FragmentView, dst: FragmentView, dim: int) -> bool:
         total *= n
     if total * dst.replicate > 4096:
         return False
-    import itertools
-
     for idx in itertools.product(*[range(n) for n in dst.shape]):
         want: set[int] = set()
         for r in range(src.shape[dim]):
@@ -325,6 +324,11 @@ def lower_fragment_reduce(
     op: ReduceCall, src: FragmentView, dst: FragmentView, tx: Any, block_threads: int, layout_attr: str
 ) -> tuple[Any, list[Any]]:
     """The TIR replacing one fragment -> fragment `tl.reduce`, and the buffers it allocates."""
+    if len(op.dst.shape) != max(1, len(op.src.shape) - 1):
+        raise MetalLoweringError(
+            f"T.reduce into {op.dst.name} of shape {list(op.dst.shape)}: on Metal the destination drops the reduced axis "
+            "(no keepdim); reduce into the smaller fragment and index it"
+        )
     plan = plan_reduce(src, op.dim)
     group = 1
     for d in plan.thread_digits:
