@@ -260,6 +260,130 @@ def _launch_param_tags(func: Any) -> list[Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# Tile ops the plugin lowers itself (tl.reduce, tl.cumsum, ...): their call form, regions, layouts
+# --------------------------------------------------------------------------------------------
+
+TILE_OP_PREFIX = "tl.tileop."
+LAYOUT_MAP_ATTR = "layout_map"  # block annotation written by LayoutInference: buffer -> Layout/Fragment
+PARALLEL_LOOP_LAYOUT_ATTR = "parallel_loop_layout"  # loop annotation LowerTileOp partitions by
+
+
+def tile_op_name(expr: Any) -> str | None:
+    """`"reduce"` for a `tl.tileop.reduce(...)` call, None for anything that is not a tile op."""
+    op = getattr(expr, "op", None)
+    name = str(getattr(op, "name", "")) if isinstance(expr, tir.Call) else ""
+    return name[len(TILE_OP_PREFIX) :] if name.startswith(TILE_OP_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class TileRegion:
+    """A tile-op operand `T.region(buf[mins], access, *extents)`."""
+
+    buffer: Any
+    mins: list[Any]
+    extents: list[Any]
+
+    def is_whole_buffer(self) -> bool:
+        shape = list(self.buffer.shape)
+        if len(self.mins) != len(shape):
+            return False
+        analyzer = tvm.arith.Analyzer()
+        # the region may list fewer extents than dims (leading unit dims are implied)
+        extents = [1] * (len(shape) - len(self.extents)) + list(self.extents)
+        return all(analyzer.can_prove_equal(m, 0) for m in self.mins) and all(
+            analyzer.can_prove_equal(e, s) for e, s in zip(extents, shape)
+        )
+
+
+def tile_region(expr: Any) -> TileRegion:
+    if isinstance(expr, tir.BufferRegion):
+        return TileRegion(expr.buffer, [r.min for r in expr.region], [r.extent for r in expr.region])
+    if isinstance(expr, tir.Call) and str(expr.op.name) in ("tl.tileop.region", "tl.region"):
+        load = expr.args[0]
+        return TileRegion(load.buffer, list(load.indices), list(expr.args[2:]))
+    if isinstance(expr, tir.BufferLoad):
+        return TileRegion(expr.buffer, list(expr.indices), [1] * len(expr.indices))
+    raise TypeError(f"not a tile region: {expr}")
+
+
+def call_annotations(call: Any) -> dict[str, Any]:
+    annotations = getattr(call, "annotations", None)
+    return dict(annotations.items()) if annotations is not None else {}
+
+
+@dataclass(frozen=True)
+class FragmentView:
+    """What a tilelang `Fragment` (register layout of a `local.fragment` buffer) says, as TIR.
+
+    Element `vars` of the logical tile lives on thread `thread_min + thread` (for replica `rep_var`
+    in [0, replicate)) at per-thread index `index` (row-major over `local_shape`)."""
+
+    shape: list[int]
+    vars: list[Any]
+    thread: Any
+    index: list[Any]
+    local_shape: list[int]
+    replicate: int
+    rep_var: Any
+    thread_min: int
+    thread_extent: int  # threads the layout is bound to (the launch's range)
+    threads_used: int  # threads [thread_min, thread_min + threads_used) hold elements
+    layout: Any  # the Fragment itself (loop annotations need it)
+
+
+def fragment_view(layout: Any) -> FragmentView:
+    from tilelang.layout import Fragment
+
+    if not isinstance(layout, Fragment):
+        raise TypeError(f"expected a register fragment layout, got {type(layout).__name__}")
+    shape = [int(n) for n in layout.get_input_shape()]
+    forward_vars = [getattr(v, "var", v) for v in layout.get_forward_vars()]
+    # the replica variable, when there is one, comes before the input variables
+    input_vars = forward_vars[len(forward_vars) - len(shape) :]
+    extra = forward_vars[: len(forward_vars) - len(shape)]
+    rep_var = extra[0] if extra else tir.Var("_rep", "int32")
+    thread = layout.forward_thread
+    thread_range = layout.thread_range
+    return FragmentView(
+        shape=shape,
+        vars=input_vars,
+        thread=thread,
+        index=list(layout.forward_index),
+        local_shape=[int(s) for s in layout.get_output_shape()],
+        replicate=int(layout.replicate_size),
+        rep_var=rep_var,
+        thread_min=int(thread_range.min) if thread_range is not None else 0,
+        thread_extent=int(thread_range.extent) if thread_range is not None else int(layout.get_thread_size()),
+        threads_used=int(layout.get_thread_size()),
+        layout=layout,
+    )
+
+
+@dataclass(frozen=True)
+class IterSplit:
+    """One term `((source // lower_factor) % extent) * scale` of a normalized index."""
+
+    source: Any
+    lower_factor: int
+    extent: int
+    scale: int
+
+
+def iter_splits(expr: Any, ranges: dict[Any, Any]) -> tuple[list[IterSplit], Any] | None:
+    """`expr` as a sum of splits of the variables in `ranges` plus a base; None when TVM cannot
+    normalize it (non-affine, or a non-constant factor)."""
+    iter_sum = tvm.arith.normalize_to_iter_sum(expr, ranges)
+    splits = []
+    for split in iter_sum.args:
+        source = split.source.source
+        values = (split.lower_factor, split.extent, split.scale)
+        if not isinstance(source, tir.Var) or not all(isinstance(v, tir.IntImm) for v in values):
+            return None
+        splits.append(IterSplit(source, *(int(v.value) for v in values)))
+    return splits, iter_sum.base
+
+
+# --------------------------------------------------------------------------------------------
 # Hook bookkeeping
 # --------------------------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ the in-tree Metal pipeline, and why:
 - block swizzles are resolved on the device function after the split (plugin pass): the MLX order
   pads the launch grid, and the kernel maps physical to logical tiles once, returning early for
   padding threadgroups;
+- tile ops tilelang has no Metal implementation for (reductions, reducer finalize, scans) are
+  rewritten by the plugin right before LowerTileOp, from the layouts layout inference recorded;
 - the last passes put lane / simdgroup ids on Metal's execution attributes, unroll the short
   loops over matrix accumulators, hoist position-only address terms into the kernel prelude, record
   which thread arrays live in matrix objects, and check threadgroup resources: every decision is on
@@ -19,6 +21,7 @@ from __future__ import annotations
 from . import config
 from . import gemm as gemm_metal
 from ._host import pipeline_options
+from .ops import LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
@@ -69,6 +72,7 @@ def lower_metal(mod: object, target: object) -> object:
         mod = tl.LayoutInference()(mod)
         mod = tl.ReducerPlanAndMaterialize()(mod)
         cfg.LayoutVisual(mod)
+        mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
         mod = tl.LowerTileOp()(mod)
     mod = tl.VerifyReducerConsumed()(mod)
 

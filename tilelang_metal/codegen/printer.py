@@ -20,6 +20,7 @@ from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS, MATH_FUNCS
 from .vectors import slice_lanes
+from .warp_printer import WarpPrinting
 
 # Hardware position parameters: (attribute, MSL type, default parameter name). A pass may rename a
 # parameter through the function attribute POSITION_NAMES_ATTR (the block swizzle does).
@@ -41,7 +42,7 @@ def _pointee_dtype(var: Any) -> str:
     return str(element.dtype)
 
 
-class KernelPrinter(MatrixPrinting):
+class KernelPrinter(MatrixPrinting, WarpPrinting):
     """Prints one device PrimFunc. Every decision (layouts, swizzle, hoisting, matrix storage,
     resource limits) was taken by passes before; this class only spells the IR in MSL."""
 
@@ -444,14 +445,9 @@ class KernelPrinter(MatrixPrinting):
             return f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
-        if op == "tirx.tvm_warp_shuffle":
-            return f"simd_shuffle({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
-        if op == "tirx.tvm_warp_shuffle_down":
-            return f"simd_shuffle_down({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
-        if op == "tirx.tvm_warp_shuffle_up":
-            return f"simd_shuffle_up({self.expr(args[1])}, (ushort)({self.expr(args[2])}))"
-        if op == "tirx.tvm_warp_activemask":
-            return "0xffffffffu"
+        warp = self.warp_call(op, e)
+        if warp is not None:
+            return warp
         if op.startswith("tirx."):
             short = op[len("tirx.") :]
             if short in MATH_FUNCS:

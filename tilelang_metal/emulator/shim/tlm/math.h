@@ -5,6 +5,21 @@
 
 #include "vector.h"
 
+// Float constants Metal's <metal_math> defines as macros (the printer writes INFINITY / NAN for
+// non-finite literals, e.g. the -inf start of a max reduction).
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
+#ifndef MAXFLOAT
+#define MAXFLOAT (__FLT_MAX__)
+#endif
+#ifndef HUGE_VALF
+#define HUGE_VALF (__builtin_huge_valf())
+#endif
+
 namespace metal {
 
 namespace tlm_detail {

@@ -87,6 +87,30 @@ template <class T> TLM_INLINE T simd_shuffle_down(T v, ushort delta) {
 template <class T> TLM_INLINE T simd_sum(T v) { return tlm_detail::simd_reduce("simd_sum", v, tlm_detail::add<T>); }
 template <class T> TLM_INLINE T simd_max(T v) { return tlm_detail::simd_reduce("simd_max", v, tlm_detail::vmax<T>); }
 template <class T> TLM_INLINE T simd_min(T v) { return tlm_detail::simd_reduce("simd_min", v, tlm_detail::vmin<T>); }
+// Bitwise reductions over the simdgroup (integer types).
+template <class T> TLM_INLINE T simd_and(T v) {
+  return tlm_detail::simd_reduce("simd_and", v, [](const T& a, const T& b) { return static_cast<T>(a & b); });
+}
+template <class T> TLM_INLINE T simd_or(T v) {
+  return tlm_detail::simd_reduce("simd_or", v, [](const T& a, const T& b) { return static_cast<T>(a | b); });
+}
+template <class T> TLM_INLINE T simd_xor(T v) {
+  return tlm_detail::simd_reduce("simd_xor", v, [](const T& a, const T& b) { return static_cast<T>(a ^ b); });
+}
+// simd_ballot: bit n of the vote is lane n's predicate (lanes past a partial simdgroup are 0).
+struct simd_vote {
+  using vote_t = ulong;
+  vote_t bits;
+  explicit constexpr operator vote_t() const { return bits; }
+  constexpr bool any() const { return bits != 0; }
+};
+TLM_INLINE simd_vote simd_ballot(bool v) {
+  const tlm::rt::lane_info& me = tlm::rt::self();
+  const bool* all = tlm_detail::simd_gather("simd_ballot", v, me.lane);
+  simd_vote::vote_t bits = 0;
+  for (uint32_t i = 0; i < me.simd_size; ++i) bits |= static_cast<simd_vote::vote_t>(all[i]) << i;
+  return simd_vote{bits};
+}
 TLM_INLINE bool simd_any(bool v) {
   return tlm_detail::simd_reduce("simd_any", v, [](bool a, bool b) { return a || b; });
 }

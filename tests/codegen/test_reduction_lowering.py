@@ -1,0 +1,56 @@
+"""Lowering-time properties of the plugin's reductions and scans (MSL text and refusals)."""
+
+from __future__ import annotations
+
+import pytest
+import tilelang
+import tilelang.language as T
+from tilelang import tvm
+
+
+def lower(func) -> str:
+    target = tvm.target.Target("metal")
+    with tvm.transform.PassContext(), target:
+        return tilelang.lower(func, target=target).kernel_source
+
+
+def test_negative_infinity_start_prints_as_metal_macro():
+    @T.prim_func
+    def main(A: T.Tensor((8, 16), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32):
+            a = T.alloc_fragment((8, 16), "float32")
+            b = T.alloc_fragment((8,), "float32")
+            T.copy(A, a)
+            T.reduce_max(a, b, dim=1)
+            T.copy(b, B)
+
+    source = lower(main)
+    assert "(-INFINITY)" in source  # Metal's <metal_math> macro (the shim defines it too)
+
+
+def test_reduction_over_two_dimensional_threadgroup_is_refused_clearly():
+    @T.prim_func
+    def main(A: T.Tensor((8, 16), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=(16, 2)):
+            a = T.alloc_fragment((8, 16), "float32")
+            b = T.alloc_fragment((8,), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a, b, dim=1)
+            T.copy(b, B)
+
+    with pytest.raises(Exception, match="1-D threadgroup"):
+        lower(main)
+
+
+def test_reduction_of_a_fragment_slice_is_refused_clearly():
+    @T.prim_func
+    def main(A: T.Tensor((8, 16), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            a = T.alloc_fragment((8, 16), "float32")
+            b = T.alloc_fragment((4,), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a[0:4, :], b, dim=1)
+            T.copy(b, B)
+
+    with pytest.raises(Exception, match="whole buffer|not supported"):
+        lower(main)

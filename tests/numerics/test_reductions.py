@@ -1,0 +1,163 @@
+"""T.reduce_* / T.cumsum / T.cummax on Metal, run in the emulator and compared with torch on CPU.
+
+Each configuration is one kernel doing all five reduction kinds along both axes (see
+reduction_kernels.py). The configurations cover: one simdgroup with a butterfly inside it
+(8x16 / 32 threads), a whole-simdgroup collective plus threadgroup memory across simdgroups
+(64x8 / 128), rows of a whole simdgroup (4x64 / 128), a replicated source (4x8 / 128, slow), a group
+that is not a power of two and threads outside the layout (3x5 / 32), two simdgroups (16x16 / 64),
+and fp16 / bf16 inputs accumulating in fp32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.numerics import reduction_kernels as rk
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def reference(kind: str, a: torch.Tensor, dim: int) -> torch.Tensor:
+    return {
+        "sum": lambda: a.sum(dim),
+        "abssum": lambda: a.abs().sum(dim),
+        "max": lambda: a.amax(dim),
+        "min": lambda: a.amin(dim),
+        "absmax": lambda: a.abs().amax(dim),
+    }[kind]()
+
+
+def fold(kind: str, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    if kind in ("sum", "abssum"):
+        return old + new
+    return torch.maximum(old, new) if kind in ("max", "absmax") else torch.minimum(old, new)
+
+
+CONFIGS = [
+    (8, 16, 32, "float32", True),
+    (64, 8, 128, "float32", False),
+    (4, 64, 128, "float32", True),
+    (3, 5, 32, "float32", True),
+    (16, 16, 64, "float16", False),
+]
+SLOW_CONFIGS = [  # more of the same coverage; tests/slow tier
+    (8, 16, 32, "float32", False),
+    (4, 8, 128, "float32", False),
+    (16, 32, 64, "bfloat16", True),
+]
+
+
+@pytest.mark.parametrize(
+    "M,N,threads,dtype,clear", CONFIGS + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CONFIGS], ids=lambda v: str(v)
+)
+def test_every_kind_along_both_axes_matches_torch(M, N, threads, dtype, clear):
+    kernel = rk.fragment_reductions(M, N, threads, dtype, clear)
+    torch.manual_seed(M * 1000 + N)
+    tdt = TORCH_DTYPES[dtype]
+    a = torch.randn(M, N).to(tdt)
+    i1, i0 = torch.randn(5, M).to(tdt), torch.randn(5, N).to(tdt)
+    r1, r0 = torch.empty(5, M, dtype=tdt), torch.empty(5, N, dtype=tdt)
+    kernel(a, i1, i0, r1, r0)
+    tol = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for k, kind in enumerate(rk.KINDS):
+        for dim, got, init in ((1, r1[k], i1[k]), (0, r0[k], i0[k])):
+            want = reference(kind, a.float(), dim)
+            if not clear:
+                want = fold(kind, init.float(), want)
+            # fp16 / bf16 results are rounded once, at the store (fp32 accumulation)
+            torch.testing.assert_close(got.float(), want.to(tdt).float(), rtol=tol, atol=tol, msg=f"{kind} dim={dim}")
+
+
+def test_fp16_sum_accumulates_in_fp32():
+    """2048 ones plus one 2048: an fp16 accumulator would stall at 2048 (ulp 2); fp32 does not."""
+    kernel = rk.fragment_reductions(16, 16, 64, "float16", False)
+    a = torch.full((16, 16), 0.25, dtype=torch.float16)
+    i1 = torch.full((5, 16), 2048.0, dtype=torch.float16)
+    r1, r0 = torch.empty(5, 16, dtype=torch.float16), torch.empty(5, 16, dtype=torch.float16)
+    kernel(a, i1, i1, r1, r0)
+    assert r1[0].float().tolist() == [2052.0] * 16  # 2048 + 16 * 0.25
+
+
+def test_reduction_in_a_loop_reuses_its_scratch_safely():
+    kernel = rk.row_max_sum_in_loop(64, 8, 3, 128)
+    a = torch.randn(3, 64, 8)
+    out = torch.empty(8)
+    kernel(a, out)
+    torch.testing.assert_close(out, a.amax(1).sum(0))
+    source = kernel.get_kernel_source()
+    assert "threadgroup float col_red_scratch" in source  # rows span the 4 simdgroups
+    assert source.count("threadgroup_barrier") == 2  # read-after-write and write-after-read, no more
+
+
+def test_shared_tile_reductions():
+    kernel = rk.shared_reductions(16, 16, 64)
+    a, i1 = torch.randn(16, 16), torch.randn(16)
+    s1, s0 = torch.empty(16), torch.empty(16)
+    kernel(a, i1, s1, s0)
+    torch.testing.assert_close(s1, i1 + a.sum(1))
+    torch.testing.assert_close(s0, a.amin(0))
+
+
+def test_single_simdgroup_reduction_uses_shuffles_not_threadgroup_memory():
+    source = rk.fragment_reductions(8, 16, 32, "float32", True).get_kernel_source()
+    assert "simd_shuffle_xor" in source
+    assert "threadgroup " not in source and "threadgroup_barrier" not in source
+
+
+def test_whole_simdgroup_groups_use_simd_collectives():
+    source = rk.fragment_reductions(4, 64, 128, "float32", True).get_kernel_source()  # a row per simdgroup
+    for collective in ("simd_sum(", "simd_max(", "simd_min("):
+        assert collective in source
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_scans_match_torch(dtype):
+    kernel = rk.scans(8, 16, 64, dtype)
+    tdt = TORCH_DTYPES[dtype]
+    a = torch.randn(8, 16).to(tdt)
+    c1, c0, x = (torch.empty(8, 16, dtype=tdt) for _ in range(3))
+    kernel(a, c1, c0, x)
+    af = a.float()
+    tol = 1e-5 if dtype == "float32" else 4e-3
+    torch.testing.assert_close(c1.float(), af.cumsum(1).to(tdt).float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(c0.float(), af.flip(0).cumsum(0).flip(0).to(tdt).float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(x.float(), af.cummax(1).values.to(tdt).float())
+
+
+def test_reducer_v2_with_start_value():
+    kernel = rk.reducer_column_max(64, 32, 128, 1.5)
+    a = torch.randn(64, 32)
+    out = torch.empty(32)
+    kernel(a, out)
+    torch.testing.assert_close(out, torch.clamp(a.amax(0), min=1.5))
+
+
+def test_legacy_reducer_all_reduces_over_every_thread():
+    kernel = rk.legacy_reducer_column_sum(64, 32, 128)
+    a = torch.randn(64, 32)
+    out = torch.empty(32)
+    kernel(a, out)
+    torch.testing.assert_close(out, a.sum(0))
+    assert "simd_sum(" in kernel.get_kernel_source()  # 128 replicas: simd collective, then threadgroup memory
+
+
+def test_bitwise_reductions_on_integers():
+    kernel = rk.bitwise_row_reductions(8, 64, 128)
+    a = torch.randint(0, 1 << 20, (8, 64), dtype=torch.int32) | 0x30  # bit 4 and 5 set everywhere
+    r = torch.empty(3, 8, dtype=torch.int32)
+    kernel(a, r)
+    for i in range(8):
+        row = a[i].tolist()
+        band, bor, bxor = -1, 0, 0
+        for x in row:
+            band, bor, bxor = band & x, bor | x, bxor ^ x
+        assert r[:, i].tolist() == [band, bor, bxor]
+
+
+def test_thread_local_reduction():
+    kernel = rk.thread_local_row_sum(32, 6)
+    a = torch.randn(32, 6).half()
+    b = torch.empty(32, dtype=torch.float16)
+    kernel(a, b)
+    torch.testing.assert_close(b.float(), a.float().sum(1).half().float(), rtol=2e-3, atol=2e-3)

@@ -1,0 +1,72 @@
+"""Printing of warp-level calls (CUDA-style shuffles, warp reductions, votes) as simdgroup
+collectives. A mixin of the kernel printer; the MSL text is built in simd_collectives.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir
+from ..errors import CodegenError
+from . import simd_collectives as simd
+
+
+class WarpPrinting:
+    """Needs from the host printer: `expr`, `used_positions`, `position_names`."""
+
+    WARP_SHUFFLES = {
+        # op -> (collective, value arg, lane / delta / mask arg, width arg or None for a whole simdgroup)
+        "tl.shfl_xor_sync": ("xor", 1, 2, 3),
+        "tl.shfl_down_sync": ("down", 1, 2, 3),
+        "tl.shfl_up_sync": ("up", 1, 2, 3),
+        "tl.shfl_sync": ("index", 1, 2, 3),
+        "tirx.tvm_warp_shuffle": ("index", 1, 2, 3),
+        "tirx.tvm_warp_shuffle_down": ("down", 1, 2, 3),
+        "tirx.tvm_warp_shuffle_up": ("up", 1, 2, 3),
+        "tirx.metal.simd_shuffle": ("index", 0, 1, None),
+        "tirx.metal.simd_shuffle_down": ("down", 0, 1, None),
+        "tirx.metal.simd_shuffle_up": ("up", 0, 1, None),
+    }
+
+    def warp_call(self, op: str, e: Any) -> str | None:
+        """CUDA-style warp shuffles / reductions / votes as simdgroup collectives (simd_collectives.py);
+        None when `op` is not one of them."""
+        args = e.args
+        if op in self.WARP_SHUFFLES:
+            kind, value_at, arg_at, width_at = self.WARP_SHUFFLES[op]
+            dtype = str(args[value_at].dtype)
+            if dtype.endswith("64"):
+                raise CodegenError(f"{op} on {dtype}: Metal simd shuffles take 8- to 32-bit values; shuffle the halves as 32-bit values")
+            width: int | str = simd.SIMD_WIDTH
+            if width_at is not None:
+                w = args[width_at]
+                if isinstance(w, tir.IntImm):
+                    try:
+                        simd.check_width(int(w.value))
+                    except ValueError as err:
+                        raise CodegenError(f"{op}: {err}") from None
+                    width = int(w.value)
+                else:
+                    width = f"({self.expr(w)})"
+            lane_attr = "thread_index_in_simdgroup"
+            self.used_positions.add(lane_attr)
+            lane = f"((int){self.position_names[lane_attr]})"
+            build = {"xor": simd.shuffle_xor, "down": simd.shuffle_down, "up": simd.shuffle_up, "index": simd.shuffle_index}[kind]
+            return build(self.expr(args[value_at]), self.expr(args[arg_at]), width, lane)
+        if op.startswith("tl.warp_reduce_"):
+            kind = op[len("tl.warp_reduce_") :]
+            if kind not in simd.WARP_REDUCTIONS:
+                raise CodegenError(f"{op} has no Metal simdgroup equivalent")
+            return simd.warp_reduce(kind, self.expr(args[0]))
+        if op in ("tl.any_sync", "tl.all_sync"):
+            vote = "simd_any" if op == "tl.any_sync" else "simd_all"
+            return f"((int){vote}(({self.expr(args[1])}) != 0))"
+        if op in ("tl.ballot_sync", "tl.ballot"):
+            predicate = self.expr(args[-1])
+            return f"((ulong)((simd_vote::vote_t)simd_ballot(({predicate}) != 0)))"
+        if op == "tl.sync_warp":
+            return "simdgroup_barrier(mem_flags::mem_none)"
+        if op in ("tirx.tvm_warp_activemask", "tl.activemask"):
+            return "0xffffffffu"
+        if op == "tirx.tvm_thread_allreduce":
+            raise CodegenError("tvm_thread_allreduce reached the Metal printer unlowered (LowerThreadAllreduce must run first)")
+        return None

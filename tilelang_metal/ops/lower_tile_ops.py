@@ -1,0 +1,126 @@
+"""`LowerMetalTileOps`: rewrite the tile ops tilelang has no Metal implementation for into plain TIR.
+
+Runs after LayoutInference (which records fragment layouts in the blocks' `layout_map`) and before
+LowerTileOp (which would stop with "requires a target-specific implementation"). What it emits is
+ordinary TIR on the logical buffers plus parallel loops annotated with a fragment layout, which
+LowerTileOp then partitions over threads like any `T.Parallel` loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import (
+    LAYOUT_MAP_ATTR,
+    call_annotations,
+    PARALLEL_LOOP_LAYOUT_ATTR,
+    fragment_view,
+    tile_op_name,
+    tile_region,
+    tir,
+    tvm,
+)
+from ..errors import MetalLoweringError
+from ..transform.function_pass import per_function_pass
+from ..transform.ir_query import find_nodes
+from .cumsum import lower_cumsum
+from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
+from .reducer import lower_finalize_reducer
+
+PLUGIN_TILE_OPS = ("reduce", "cumsum", "cummax", "finalize_reducer")
+
+
+def _launch_thread(body: Any) -> tuple[Any, int]:
+    tx, threads, others = None, 1, 1
+    for node in find_nodes(body, ["tirx.AttrStmt"]):
+        if node.attr_key != "thread_extent" or not isinstance(node.value, tir.IntImm):
+            continue
+        tag = str(node.node.thread_tag)
+        if tag == "threadIdx.x":
+            tx, threads = node.node.var, int(node.value.value)
+        elif tag.startswith("threadIdx"):
+            others *= int(node.value.value)
+    if tx is not None and others != 1:
+        raise MetalLoweringError("reductions and scans on Metal need a 1-D threadgroup: use T.Kernel(..., threads=N) with an int")
+    return tx, threads
+
+
+def _whole(region: Any, what: str) -> Any:
+    if not region.is_whole_buffer():
+        raise MetalLoweringError(
+            f"{what} on a part of {region.buffer.name} is not supported on Metal; pass the whole buffer (or copy the part into its own buffer)"
+        )
+    return region.buffer
+
+
+def _reduce(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[Any, list[Any]]:
+    src = _whole(tile_region(call.args[0]), "T.reduce")
+    dst = _whole(tile_region(call.args[1]), "T.reduce")
+    kind = str(call.args[2].value)
+    if kind not in KINDS:
+        raise MetalLoweringError(f"T.reduce_{kind} is not supported on Metal (supported: {', '.join(KINDS)})")
+    op = ReduceCall(src, dst, kind, int(call.args[3].value), bool(call.args[4].value))
+    scopes = (src.scope(), dst.scope())
+    if scopes[0] == "local" and scopes[1] in ("local", "local.var"):
+        return lower_local_reduce(op)
+    if scopes != ("local.fragment", "local.fragment"):
+        raise MetalLoweringError(f"T.reduce from {scopes[0]} to {scopes[1]} is not supported on Metal")
+    if src not in layouts or dst not in layouts:
+        raise MetalLoweringError(f"T.reduce: layout inference left no layout for {src.name} or {dst.name}")
+    if tx is None:
+        raise MetalLoweringError("T.reduce on fragments needs a thread launch (T.Kernel(..., threads=N))")
+    return lower_fragment_reduce(op, fragment_view(layouts[src]), fragment_view(layouts[dst]), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
+
+
+def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[Any, list[Any]]:
+    reducer = tile_region(call.args[0]).buffer
+    if reducer not in layouts:
+        raise MetalLoweringError(f"T.finalize_reducer: layout inference left no layout for {reducer.name}")
+    if tx is None:
+        raise MetalLoweringError("T.finalize_reducer needs a thread launch (T.Kernel(..., threads=N))")
+    annotations = call_annotations(call)
+    rest = [int(a.value) for a in call.args[2:]]
+    steps = list(zip(rest[0::2], rest[1::2])) if "plan" in annotations else None
+    view = fragment_view(layouts[reducer])
+    return lower_finalize_reducer(reducer, view, int(call.args[1].value), steps, annotations.get("seed"), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
+
+
+def lower_function(func: Any) -> Any:
+    calls = [n for n in find_nodes(func.body, ["tirx.Evaluate"]) if tile_op_name(n.value) in PLUGIN_TILE_OPS]
+    if not calls:
+        return func
+    layouts: dict[Any, Any] = {}
+    for block in find_nodes(func.body, ["tirx.SBlock"]):
+        if LAYOUT_MAP_ATTR in block.annotations:
+            layouts.update(dict(block.annotations[LAYOUT_MAP_ATTR].items()))
+    tx, threads = _launch_thread(func.body)
+    pending: list[Any] = []
+
+    def postorder(node: Any) -> Any:
+        if isinstance(node, tir.Evaluate):
+            name = tile_op_name(node.value)
+            if name == "reduce":
+                stmt, buffers = _reduce(node.value, layouts, tx, threads)
+            elif name == "finalize_reducer":
+                stmt, buffers = _finalize_reducer(node.value, layouts, tx, threads)
+            elif name in ("cumsum", "cummax"):
+                stmt, buffers = lower_cumsum(node.value, name, tx, threads)
+            else:
+                return None
+            pending.extend(buffers)
+            return stmt
+        if isinstance(node, tir.SBlock) and pending:
+            allocs = list(node.alloc_buffers) + pending
+            pending.clear()
+            return tir.SBlock(
+                node.iter_vars, node.reads, node.writes, node.name_hint, node.body, node.init, allocs, node.match_buffers, node.annotations
+            )
+        return None
+
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.Evaluate", "tirx.SBlock"])
+    if pending:
+        raise MetalLoweringError("internal: tile-op scratch buffers found no enclosing block")
+    return func.with_body(body)
+
+
+LowerMetalTileOps = per_function_pass("tilelang_metal.LowerMetalTileOps", lower_function)
