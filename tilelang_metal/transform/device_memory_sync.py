@@ -11,10 +11,13 @@ so this pass inserts `tvm_storage_sync("global")` (printed as
 body whose tail conflicts with its head (the next iteration).
 
 Runs at tile level, before layout inference, on statement sequences outside `T.Parallel` loops
-(whose bodies run per element, not per statement). Conservative: two statements touching the same
-device buffer are ordered even when every thread happens to touch only its own elements; the
-cost is one barrier, the alternative a silent race. Ordering across threadgroups is not possible
-with barriers and is the race checker's business.
+(whose bodies run per element, not per statement). Each access is a box of elements: a tile-op
+region, or the index range of a load / store over the loops of its statement. Two accesses
+conflict unless their boxes are provably disjoint in some dimension (rows k and k+1 of an output,
+the tiles of two T.copy calls). Conservative otherwise: two statements touching overlapping
+elements are ordered even when every thread happens to touch only its own elements; the cost is
+one barrier, the alternative a silent race. Ordering across threadgroups is not possible with
+barriers and is the race checker's business.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._host import REGION_READ, REGION_WRITE, tile_op_region, tir
+from .._host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
@@ -31,17 +34,35 @@ def device_barrier() -> Any:
     return tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm("global")))
 
 
+Box = tuple  # ((min, max inclusive) per dimension), or () when unknown: the whole buffer
+
+
 @dataclass
 class _Accesses:
-    reads: set = field(default_factory=set)
-    writes: set = field(default_factory=set)
-
-    def conflicts(self, later: _Accesses) -> bool:
-        return bool(self.writes & (later.reads | later.writes)) or bool(self.reads & later.writes)
+    reads: list = field(default_factory=list)  # (data var, box)
+    writes: list = field(default_factory=list)
 
     def add(self, other: _Accesses) -> None:
-        self.reads |= other.reads
-        self.writes |= other.writes
+        self.reads += other.reads
+        self.writes += other.writes
+
+
+def _disjoint(a: Box, b: Box, analyzer: Any) -> bool:
+    if not a or not b or len(a) != len(b):
+        return False
+    return any(analyzer.can_prove(x_hi < y_lo) or analyzer.can_prove(y_hi < x_lo) for (x_lo, x_hi), (y_lo, y_hi) in zip(a, b))
+
+
+def _overlap(first: list, second: list, analyzer: Any) -> bool:
+    return any(va.same_as(vb) and not _disjoint(ba, bb, analyzer) for va, ba in first for vb, bb in second)
+
+
+def conflicts(earlier: _Accesses, later: _Accesses, analyzer: Any) -> bool:
+    return (
+        _overlap(earlier.writes, later.reads, analyzer)
+        or _overlap(earlier.writes, later.writes, analyzer)
+        or _overlap(earlier.reads, later.writes, analyzer)
+    )
 
 
 def _is_barrier(stmt: Any) -> bool:
@@ -54,21 +75,48 @@ def _is_barrier(stmt: Any) -> bool:
 class _Planner:
     def __init__(self, device: set):
         self.device = device
+        self.analyzer = tvm.arith.Analyzer()
 
     def accesses(self, stmt: Any) -> _Accesses:
         out = _Accesses()
+        # loops inside the statement: an index is known as an interval over their ranges
+        domain = {
+            loop.loop_var: tvm.arith.IntervalSet(loop.min, loop.min + loop.extent - 1)
+            for loop in find_nodes(stmt, ["tirx.For"])
+        }
         for node in find_nodes(stmt, ["tirx.BufferLoad", "tirx.BufferStore", "tirx.Call"]):
             if isinstance(node, tir.Call):
                 region = tile_op_region(node)
                 if region is None or region[0].data not in self.device:
                     continue
-                if region[1] & REGION_READ:
-                    out.reads.add(region[0].data)
-                if region[1] & REGION_WRITE:
-                    out.writes.add(region[0].data)
+                buf, mask, box = region[0], region[1], self.region_box(node)
+                if mask & REGION_READ:
+                    out.reads.append((buf.data, box))
+                if mask & REGION_WRITE:
+                    out.writes.append((buf.data, box))
             elif node.buffer.data in self.device:
-                (out.writes if isinstance(node, tir.BufferStore) else out.reads).add(node.buffer.data)
+                box = self.index_box(node.indices, domain)
+                (out.writes if isinstance(node, tir.BufferStore) else out.reads).append((node.buffer.data, box))
         return out
+
+    def region_box(self, call: Any) -> Box:
+        origin = call.args[0].indices
+        extents = list(call.args[2:])
+        if len(extents) != len(origin):
+            return ()
+        return tuple((lo, lo + ext - 1) for lo, ext in zip(origin, extents))
+
+    def index_box(self, indices: Any, domain: dict) -> Box:
+        box = []
+        for index in indices:
+            if isinstance(index, tir.Ramp):
+                return ()  # vector indices do not occur at tile level; unknown is safe
+            interval = self.analyzer.int_set(index, domain)
+            lo, hi = interval.min_value, interval.max_value
+            if not (isinstance(lo, tir.PrimExpr) and isinstance(hi, tir.PrimExpr)) or "inf" in str(lo) or "inf" in str(hi):
+                return ()
+            box.append((lo, hi))
+        return tuple(box)
 
     def sequence(self, stmts: list[Any]) -> tuple[list[Any], _Accesses, _Accesses, bool]:
         """(the statements with barriers, accesses before the first barrier, after the last, any barrier)."""
@@ -82,7 +130,7 @@ class _Planner:
                 out.append(stmt)
                 continue
             acc = self.accesses(stmt)
-            if pending.conflicts(acc):
+            if conflicts(pending, acc, self.analyzer):
                 out.append(device_barrier())
                 head, pending = head or pending, _Accesses()
             pending.add(acc)
@@ -97,7 +145,7 @@ class _Planner:
             if stmt.kind == tir.ForKind.PARALLEL:
                 return stmt  # per-element body: ordered as one statement by its neighbours
             stmts, head, tail, _ = self.sequence(_statements(stmt.body))
-            if len(stmts) > 1 and tail.conflicts(head):
+            if len(stmts) > 1 and conflicts(tail, head, self.analyzer):
                 stmts.append(device_barrier())  # the next iteration's head reads what this tail wrote
             body = stmts[0] if len(stmts) == 1 else tir.SeqStmt(stmts)
             return tir.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
