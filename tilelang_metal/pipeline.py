@@ -21,6 +21,7 @@ from ._host import pipeline_options
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
+from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.matrix_storage import RecordMatrixStorage
@@ -124,6 +125,7 @@ def finalize_for_codegen(mod: object) -> object:
     """The device module's last passes, run by the codegen entry after tilelang's own pre-codegen
     passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo them if run earlier:
     Simplify inlines every `Bind`."""
+    mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
