@@ -61,7 +61,7 @@ template <typename T> inline T __tlm_hypot(T x, T y) {
   T r = lo / select(hi, T(1.0f), hi == T(0.0f));
   T h = hi * sqrt(T(1.0f) + r * r);
   h = select(h, ax + ay, isnan(x) || isnan(y));
-  return select(h, T(INFINITY), isinf(x) || isinf(y));
+  return select(h, select(ay, ax, isinf(x)), isinf(x) || isinf(y));
 }
 """
 _NEXTAFTER = """// The float next to x in the direction of y, by stepping x's bit pattern.
