@@ -210,3 +210,54 @@ def test_no_c_library_names_in_source(math_run):
         assert c_name not in source, c_name
     for helper in ("__tlm_log1p", "__tlm_hypot", "__tlm_nextafter"):
         assert source.count(f" {helper}(") >= 1 and source.count(f"inline float {helper}(") + source.count(f"inline T {helper}(") == 1, helper
+
+
+INT_SOURCE = """
+import tilelang.language as T
+
+
+@T.prim_func
+def bit_counts(X: T.Tensor(({n},), "{dtype}"), Pop: T.Tensor(({n},), "{dtype}"), Clz: T.Tensor(({n},), "{dtype}"),
+               Ctz: T.Tensor(({n},), "{dtype}")):
+    with T.Kernel(1, threads={n}) as bx:
+        for i in T.Parallel({n}):
+            Pop[i] = T.popcount(X[i])
+            Clz[i] = T.clz(X[i])
+            Ctz[i] = T.call_pure_extern("{dtype}", "ctz", X[i])  # TileLang has no T.ctz; MSL's name
+"""
+INT_BITS = {"int32": 32, "uint32": 32, "int64": 64}
+
+
+def _bit_reference(values: list[int], bits: int) -> tuple[list[int], list[int], list[int]]:
+    pops, clzs, ctzs = [], [], []
+    for v in values:
+        u = v & ((1 << bits) - 1)
+        pops.append(bin(u).count("1"))
+        clzs.append(bits - u.bit_length())
+        ctzs.append(bits if u == 0 else (u & -u).bit_length() - 1)
+    return pops, clzs, ctzs
+
+
+@pytest.mark.parametrize("dtype", list(INT_BITS))
+def test_integer_bit_counts_match_python(dtype, tmp_path):
+    n, bits = 64, INT_BITS[dtype]
+    path = tmp_path / f"bits_{dtype}.py"
+    path.write_text(INT_SOURCE.format(n=n, dtype=dtype))
+    spec = importlib.util.spec_from_file_location(f"bits_{dtype}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = tilelang.compile(module.bit_counts, target="metal", execution_backend="emulator")
+    source = kernel.get_kernel_source()
+    assert "popcount(" in source and "clz(" in source and "ctz(" in source
+    g = torch.Generator().manual_seed(4)
+    signed = dtype.startswith("int")
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    values = [0, 1, -1 if signed else hi, lo, hi, 1 << (bits - 2), 12345, 6 << 20]
+    values += [int(v) for v in torch.randint(-(2**31), 2**31 - 1, (n - len(values),), generator=g, dtype=torch.int64)]
+    values = [max(lo, min(hi, v)) if signed else v & hi for v in values]
+    torch_dtype = {"int32": torch.int32, "uint32": torch.uint32, "int64": torch.int64}[dtype]
+    x = torch.tensor(values, dtype=torch.int64).to(torch_dtype)
+    outs = [torch.zeros(n, dtype=torch_dtype) for _ in range(3)]
+    kernel(x, *outs)
+    for got, want, what in zip(outs, _bit_reference(values, bits), ("popcount", "clz", "ctz")):
+        assert got.to(torch.int64).tolist() == want, what
