@@ -23,8 +23,8 @@ from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
-from .transform.half_math import PromoteHalfMath
 from .transform.hoist_offsets import HoistPositionOffsets
+from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_indices import UseSimdgroupIndices
@@ -119,7 +119,7 @@ def lower_metal(mod: object, target: object) -> object:
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
     mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
-    mod = PromoteHalfMath(mod)  # plugin: erf on 16-bit floats in float32 (LowerIntrin makes it a polynomial)
+    mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     return mod
 
 

@@ -38,6 +38,12 @@ def _log1p_domain() -> torch.Tensor:
     return torch.cat([small, -small, _lin(-0.9, 0.05)[: N // 4], _lin(0.05, 20.0)[: N // 4]])
 
 
+def _tiny_and(lo: float, hi: float) -> torch.Tensor:
+    """Values down to 1e-7 of both signs (where cancellation in a formula shows), then [lo, hi]."""
+    tiny = torch.logspace(-7, -1, N // 4, dtype=torch.float64)
+    return torch.cat([tiny, -tiny, torch.linspace(lo, hi, N // 2, dtype=torch.float64)])
+
+
 def _rounding_domain() -> torch.Tensor:
     x = _lin(-5.3, 5.3)
     x[:8] = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5], dtype=torch.float64)  # half-way cases
@@ -66,19 +72,19 @@ UNARY = {
     "log1p": ("T.log1p", (_log1p_domain(),), torch.log1p, TRANSCENDENTAL),
     "sqrt": ("T.sqrt", (_lin(0, 20),), torch.sqrt, TRANSCENDENTAL),
     "rsqrt": ("T.rsqrt", (_lin(0.05, 20),), torch.rsqrt, TRANSCENDENTAL),
-    "sin": ("T.sin", (_lin(-6, 6),), torch.sin, TRANSCENDENTAL),
+    "sin": ("T.sin", (_tiny_and(-6, 6),), torch.sin, TRANSCENDENTAL),
     "cos": ("T.cos", (_lin(-6, 6),), torch.cos, TRANSCENDENTAL),
-    "tan": ("T.tan", (_lin(-1.4, 1.4),), torch.tan, TRANSCENDENTAL),
-    "asin": ("T.asin", (_lin(-1, 1),), torch.asin, TRANSCENDENTAL),
+    "tan": ("T.tan", (_tiny_and(-1.4, 1.4),), torch.tan, TRANSCENDENTAL),
+    "asin": ("T.asin", (_tiny_and(-1, 1),), torch.asin, TRANSCENDENTAL),
     "acos": ("T.acos", (_lin(-1, 1),), torch.acos, TRANSCENDENTAL),
-    "atan": ("T.atan", (_lin(-10, 10),), torch.atan, TRANSCENDENTAL),
-    "sinh": ("T.sinh", (_lin(-5, 5),), torch.sinh, TRANSCENDENTAL),
+    "atan": ("T.atan", (_tiny_and(-10, 10),), torch.atan, TRANSCENDENTAL),
+    "sinh": ("T.sinh", (_tiny_and(-5, 5),), torch.sinh, TRANSCENDENTAL),
     "cosh": ("T.cosh", (_lin(-5, 5),), torch.cosh, TRANSCENDENTAL),
-    "tanh": ("T.tanh", (_lin(-6, 6),), torch.tanh, TRANSCENDENTAL),
-    "asinh": ("T.asinh", (_lin(-10, 10),), torch.asinh, TRANSCENDENTAL),
+    "tanh": ("T.tanh", (_tiny_and(-6, 6),), torch.tanh, TRANSCENDENTAL),
+    "asinh": ("T.asinh", (_tiny_and(-10, 10),), torch.asinh, TRANSCENDENTAL),
     "acosh": ("T.acosh", (_lin(1, 10),), torch.acosh, TRANSCENDENTAL),
-    "atanh": ("T.atanh", (_lin(-0.95, 0.95),), torch.atanh, TRANSCENDENTAL),
-    "erf": ("T.erf", (_lin(-3.5, 3.5),), torch.erf, TRANSCENDENTAL),
+    "atanh": ("T.atanh", (_tiny_and(-0.95, 0.95),), torch.atanh, TRANSCENDENTAL),
+    "erf": ("T.erf", (_tiny_and(-3.5, 3.5),), torch.erf, TRANSCENDENTAL),
     "sigmoid": ("T.sigmoid", (_lin(-10, 10),), torch.sigmoid, TRANSCENDENTAL),
     "fast_exp": ("T.__exp", (_lin(-5, 5),), torch.exp, TRANSCENDENTAL),
     "fast_exp10": ("T.__exp10", (_lin(-2, 2),), lambda x: torch.pow(10.0, x), TRANSCENDENTAL),
