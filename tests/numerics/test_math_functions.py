@@ -20,6 +20,7 @@ import math
 import numpy as np
 import pytest
 import tilelang
+import tilelang.language as T
 import torch
 
 N = 128
@@ -95,6 +96,9 @@ UNARY = {
     "fast_cos": ("T.__cos", (_lin(-3, 3),), torch.cos, TRANSCENDENTAL),
     "fast_tan": ("T.__tan", (_lin(-1.2, 1.2),), torch.tan, TRANSCENDENTAL),
     "fast_rcp": ("T.fast_rcp", (_signed(0.1, 10),), torch.reciprocal, TRANSCENDENTAL),
+    "ieee_frcp": ("T.ieee_frcp", (_signed(0.1, 10),), torch.reciprocal, EXACT),
+    "ieee_fsqrt": ("T.ieee_fsqrt", (_lin(0, 20),), torch.sqrt, EXACT),
+    "ieee_frsqrt": ("T.ieee_frsqrt", (_lin(0.05, 20),), torch.rsqrt, TRANSCENDENTAL),
     "floor": ("T.floor", (_rounding_domain(),), torch.floor, EXACT),
     "ceil": ("T.ceil", (_rounding_domain(),), torch.ceil, EXACT),
     "trunc": ("T.trunc", (_rounding_domain(),), torch.trunc, EXACT),
@@ -114,10 +118,16 @@ BINARY = {
     "copysign": ("T.copysign", (_lin(0, 5), _signed(0.1, 1)), torch.copysign, EXACT),
     "ldexp": ("T.ldexp", (_lin(-3, 3), torch.arange(N, dtype=torch.float64) % 9 - 4), lambda x, k: torch.ldexp(x, k), EXACT),
     "max": ("T.max", (_lin(-3, 3), _signed(0, 3)), torch.maximum, EXACT),
+    # IEEE round-to-nearest arithmetic: correctly rounded, so exact against the rounded float64 result
+    "ieee_add": ("T.ieee_add", (_lin(-3, 3), _signed(0.001, 3)), torch.add, EXACT),
+    "ieee_sub": ("T.ieee_sub", (_lin(-3, 3), _signed(0.001, 3)), torch.sub, EXACT),
+    "ieee_mul": ("T.ieee_mul", (_lin(-3, 3), _signed(0.001, 3)), torch.mul, EXACT),
+    "ieee_fdiv": ("T.ieee_fdiv", (_lin(-3, 3), _signed(0.1, 3)), torch.div, EXACT),
     "min": ("T.min", (_lin(-3, 3), _signed(0, 3)), torch.minimum, EXACT),
 }
 TERNARY = {
     "fma": ("T.fma", (_lin(-3, 3), _signed(0.5, 2), _lin(-1, 1)), lambda a, b, c: a * b + c, TRANSCENDENTAL),
+    "ieee_fmaf": ("T.ieee_fmaf", (_lin(-3, 3), _signed(0.5, 2), _lin(-1, 1)), lambda a, b, c: a * b + c, TRANSCENDENTAL),
     "clamp": ("T.clamp", (_lin(-3, 3), _lin(-2, -0.5), _lin(0.25, 1.5)), lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi), EXACT),
 }
 FUNCTIONS = {**UNARY, **BINARY, **TERNARY}
@@ -216,6 +226,38 @@ def test_no_c_library_names_in_source(math_run):
         assert c_name not in source, c_name
     for helper in ("__tlm_log1p", "__tlm_hypot", "__tlm_nextafter"):
         assert source.count(f" {helper}(") >= 1 and source.count(f"inline float {helper}(") + source.count(f"inline T {helper}(") == 1, helper
+
+
+@T.prim_func
+def packed_x2(A: T.Tensor((2 * N,), "float32"), B: T.Tensor((2 * N,), "float32"), C: T.Tensor((2 * N,), "float32"), D: T.Tensor((2 * N,), "float32")):
+    with T.Kernel(1, threads=N) as bx:
+        for i in T.Parallel(N):
+            C[T.Ramp(2 * i, 1, 2)] = T.add2(T.max2(A[T.Ramp(2 * i, 1, 2)], B[T.Ramp(2 * i, 1, 2)]), T.abs2(T.sub2(A[T.Ramp(2 * i, 1, 2)], B[T.Ramp(2 * i, 1, 2)])))
+            D[T.Ramp(2 * i, 1, 2)] = T.fma2(T.min2(A[T.Ramp(2 * i, 1, 2)], B[T.Ramp(2 * i, 1, 2)]), T.mul2(A[T.Ramp(2 * i, 1, 2)], B[T.Ramp(2 * i, 1, 2)]), A[T.Ramp(2 * i, 1, 2)])
+
+
+def test_packed_x2_arithmetic():
+    kernel = tilelang.compile(packed_x2, target="metal", execution_backend="emulator")
+    assert "float2" in kernel.get_kernel_source()
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(2 * N, generator=g), torch.randn(2 * N, generator=g)
+    c, d = torch.zeros(2 * N), torch.zeros(2 * N)
+    kernel(a, b, c, d)
+    torch.testing.assert_close(c, torch.maximum(a, b) + (a - b).abs(), rtol=0, atol=0)
+    torch.testing.assert_close(d, torch.minimum(a, b) * (a * b) + a, rtol=1e-6, atol=1e-6)
+
+
+def test_ieee_rounding_modes_other_than_nearest_are_refused():
+    from tilelang_metal.errors import CodegenError
+
+    @T.prim_func
+    def toward_zero(A: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N) as bx:
+            for i in T.Parallel(N):
+                C[i] = T.ieee_add(A[i], A[i], "rz")
+
+    with pytest.raises(CodegenError, match="rounding_mode='rn'"):
+        tilelang.compile(toward_zero, target="metal", execution_backend="emulator")
 
 
 INT_SOURCE = """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import CodegenError
 from .msl_types import float_literal, split_dtype
 
 # MSL builtins (metal_math / metal_integer / metal_relational), by the name TileLang uses.
@@ -30,6 +31,14 @@ _BUILTINS.update({"nearbyint": "rint", "round": "rint"})
 _C_FLOAT_NAMES = {f"{name}f": name for name in list(_BUILTINS) + ["log1p", "hypot", "nextafter", "ldexp", "erf"]}
 # tilelang fast-math intrinsics: MSL's `fast::` variants exist for float only.
 _FAST = {"__exp": "exp", "__exp10": "exp10", "__log": "log", "__log2": "log2", "__log10": "log10", "__sin": "sin", "__cos": "cos", "__tan": "tan"}
+
+# tilelang's packed x2 arithmetic (2-lane vectors: float2, half2) and plain fmul: MSL vectors do it.
+_PACKED_OPERATORS = {"add2": "+", "sub2": "-", "mul2": "*", "fmul": "*"}
+_PACKED_FUNCTIONS = {"max2": "max", "min2": "min", "abs2": "fabs", "fma2": "fma"}
+# IEEE round-to-nearest arithmetic: basic operators are correctly rounded on Metal; division and
+# square roots need `precise::` (fast math approximates them), which exists for float only.
+_IEEE_OPERATORS = {"ieee_add": "+", "ieee_sub": "-", "ieee_mul": "*"}
+_IEEE_PRECISE = {"ieee_fdiv": "divide", "ieee_frcp": "divide", "ieee_fsqrt": "sqrt", "ieee_frsqrt": "rsqrt", "ieee_fmaf": "fma"}
 
 _FLOAT_VECTORS = ("float", "float2", "float3", "float4")
 
@@ -131,12 +140,34 @@ def math_call(name: str, args: list[str], arg_dtypes: list[str], dtype: str) -> 
         return MathCall(f"fast::{base}({joined})" if split_dtype(dtype)[0] == "float32" else f"metal::{base}({joined})")
     if fn == "fast_rcp":
         return MathCall(f"({float_literal(1.0, dtype)} / {args[0]})")
+    if fn in _PACKED_OPERATORS:
+        return MathCall(f"({args[0]} {_PACKED_OPERATORS[fn]} {args[1]})")
+    if fn in _PACKED_FUNCTIONS:
+        return MathCall(f"metal::{_PACKED_FUNCTIONS[fn]}({joined})")
+    if fn in _IEEE_OPERATORS or fn in _IEEE_PRECISE:
+        return _ieee(fn, args, dtype)
     if fn == "sigmoid":
         one = float_literal(1.0, dtype)
         return MathCall(f"({one} / ({one} + exp(-({args[0]}))))")
     if fn in _BUILTINS:
         return MathCall(f"metal::{_BUILTINS[fn]}({joined})")
     return None
+
+
+def _ieee(fn: str, args: list[str], dtype: str) -> MathCall:
+    if fn != "ieee_frsqrt":
+        mode, args = args[-1], args[:-1]
+        if mode != '"rn"':
+            raise CodegenError(f"T.{fn} with rounding mode {mode}: Metal has no per-operation rounding modes; use rounding_mode='rn'")
+    if fn in _IEEE_OPERATORS:
+        return MathCall(f"({args[0]} {_IEEE_OPERATORS[fn]} {args[1]})")
+    if fn == "ieee_frcp":
+        args = [float_literal(1.0, dtype), *args]
+    space = "precise" if split_dtype(dtype)[0] == "float32" and fn != "ieee_fmaf" else "metal"
+    name = _IEEE_PRECISE[fn]
+    if space == "metal" and name == "divide":
+        return MathCall(f"({args[0]} / {args[1]})")
+    return MathCall(f"{space}::{name}({', '.join(args)})")
 
 
 def helper_definitions(names: set[str]) -> list[str]:

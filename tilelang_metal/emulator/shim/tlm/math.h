@@ -113,6 +113,7 @@ TLM_MATH_BINARY(pow, (R(__builtin_powf(static_cast<float>(a), static_cast<float>
 TLM_MATH_BINARY(powr, (R(__builtin_powf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(fmod, (R(__builtin_fmodf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(atan2, (R(__builtin_atan2f(static_cast<float>(a), static_cast<float>(b)))))
+TLM_MATH_BINARY(divide, (a / b))
 TLM_MATH_BINARY(copysign, (R(__builtin_copysignf(static_cast<float>(a), static_cast<float>(b)))))
 #undef TLM_MATH_BINARY
 
@@ -204,7 +205,7 @@ using metal::cos; using metal::exp; using metal::exp2; using metal::log; using m
 using metal::pow; using metal::rsqrt; using metal::sin; using metal::sqrt; using metal::tan;
 using metal::tanh; using metal::fmax; using metal::fmin; using metal::max; using metal::min;
 using metal::fabs; using metal::abs; using metal::exp10; using metal::log10; using metal::sinh;
-using metal::cosh; using metal::powr;
+using metal::cosh; using metal::powr; using metal::divide;
 }  // namespace precise
 namespace fast {
 using namespace metal::precise;
