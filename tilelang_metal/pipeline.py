@@ -25,8 +25,10 @@ from .ops import LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
+from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
+from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_indices import UseSimdgroupIndices
@@ -122,6 +124,7 @@ def lower_metal(mod: object, target: object) -> object:
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
     mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
+    mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     return mod
 
 
@@ -129,6 +132,7 @@ def finalize_for_codegen(mod: object) -> object:
     """The device module's last passes, run by the codegen entry after tilelang's own pre-codegen
     passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo them if run earlier:
     Simplify inlines every `Bind`."""
+    mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices

@@ -6,6 +6,7 @@ from typing import Any
 
 from .._host import make_source_module, tir
 from ..version import __version__
+from .math_functions import helper_definitions
 from .printer import print_kernel
 
 BANNER_PREFIX = "// tilelang_metal"
@@ -24,16 +25,19 @@ def _include_lines(headers: set[str]) -> list[str]:
 
 def generate_msl(mod: Any) -> str:
     """MSL for every kernel of the module in one file: the banner, one header holding the union of
-    the kernels' includes, then the kernels (sorted by name: the launchers find them by name)."""
+    the kernels' includes, the math helpers any kernel calls (each once), then the kernels (sorted
+    by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
+    helpers: set[str] = set()
     bodies = []
     for name, func in kernels:
-        text, needs = print_kernel(func, name)
+        text, needs, calls = print_kernel(func, name)
         headers |= needs
+        helpers |= calls
         bodies.append(text)
     head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
-    return "\n".join(head + bodies)
+    return "\n".join(head + helper_definitions(helpers) + bodies)
 
 
 def build_metal(mod: Any, target: Any) -> Any:

@@ -1,4 +1,4 @@
-"""TIR operators and math intrinsics and their MSL spellings (tables only)."""
+"""TIR operators and their MSL spellings (tables only; math functions: math_functions.py)."""
 
 from __future__ import annotations
 
@@ -25,37 +25,4 @@ BIT_OPS = {
     "tirx.bitwise_and": "&",
     "tirx.bitwise_or": "|",
     "tirx.bitwise_xor": "^",
-}
-MATH_FUNCS = {
-    "exp": "exp",
-    "exp2": "exp2",
-    "exp10": "exp10",
-    "log": "log",
-    "log2": "log2",
-    "log10": "log10",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "tanh": "tanh",
-    "sin": "sin",
-    "cos": "cos",
-    "tan": "tan",
-    "asin": "asin",
-    "acos": "acos",
-    "atan": "atan",
-    "sinh": "sinh",
-    "cosh": "cosh",
-    "fabs": "fabs",
-    "floor": "floor",
-    "ceil": "ceil",
-    "round": "round",
-    "nearbyint": "rint",
-    "trunc": "trunc",
-    "pow": "pow",
-    "fmod": "fmod",
-    "atan2": "atan2",
-    "isnan": "isnan",
-    "isinf": "isinf",
-    "isfinite": "isfinite",
-    "fma": "fma",
-    "copysign": "copysign",
 }

@@ -15,10 +15,11 @@ from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from .math_functions import math_call
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
-from .operators import BINARY_OPS, BIT_OPS, MATH_FUNCS
+from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
 from .warp_printer import WarpPrinting
 
@@ -59,6 +60,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
         self.thread_arrays: dict[Any, str] = {}
         self.storage = storage_of(func)
         self.mpp_ops: list[tuple[int, int, int]] = []
+        self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.declared: set = set()
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.analyzer = tvm.arith.Analyzer()
@@ -91,8 +93,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
         self.lines.append("  " * self.indent + text)
 
     # ---------------------------------------------------------------- top level
-    def print_kernel(self) -> tuple[str, set[str]]:
-        """(the kernel function's text, the headers it needs)."""
+    def print_kernel(self) -> tuple[str, set[str], set[str]]:
+        """(the kernel function's text, the headers it needs, the math helpers it calls)."""
         func = self.func
         attrs = func.attrs or {}
         readonly = {int(i) for i in attrs.get("tl.readonly_param_indices", [])}
@@ -124,7 +126,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
         bound = "" if threads is None else f", max_total_threads_per_threadgroup({threads})"
         sig = f"[[kernel{bound}]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
         body = ["  " + line for line in self.prelude] + self.lines
-        return "\n".join([sig] + body + ["}", ""]), headers
+        return "\n".join([sig] + body + ["}", ""]), headers, self.helpers
 
     # ---------------------------------------------------------------- statements
     def visit(self, stmt: Any) -> None:
@@ -442,20 +444,24 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
-            return f"{name}({', '.join(self.expr(a) for a in args[1:])})"
+            return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
         warp = self.warp_call(op, e)
         if warp is not None:
             return warp
-        if op.startswith("tirx."):
-            short = op[len("tirx.") :]
-            if short in MATH_FUNCS:
-                return f"metal::{MATH_FUNCS[short]}({', '.join(self.expr(a) for a in args)})"
-            if short == "sigmoid":
-                x = self.expr(args[0])
-                return f"(1.0f / (1.0f + metal::exp(-({x}))))"
+        text = self.math(op, args, e)
+        if text is not None:
+            return text
         raise CodegenError(f"the Metal printer does not support the call {op}: {e}")
+
+    def math(self, name: str, args: Any, call: Any) -> str | None:
+        """A math function call in MSL (codegen/math_functions.py), or None if `name` is none."""
+        printed = math_call(name, [self.expr(a) for a in args], [str(a.dtype) for a in args], str(call.dtype))
+        if printed is None:
+            return None
+        self.helpers |= printed.helpers
+        return printed.text
 
 
 def _add_terms(e: Any) -> list[Any]:
@@ -464,6 +470,6 @@ def _add_terms(e: Any) -> list[Any]:
     return [e]
 
 
-def print_kernel(func: Any, name: str) -> tuple[str, set[str]]:
-    """(MSL text of one kernel function, the headers it includes)."""
+def print_kernel(func: Any, name: str) -> tuple[str, set[str], set[str]]:
+    """(MSL text of one kernel function, the headers it includes, the math helpers it calls)."""
     return KernelPrinter(func, name).print_kernel()

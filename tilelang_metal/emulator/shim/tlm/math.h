@@ -70,6 +70,9 @@ TLM_MATH_UNARY(tan, __builtin_tanf)
 TLM_MATH_UNARY(asin, __builtin_asinf)
 TLM_MATH_UNARY(acos, __builtin_acosf)
 TLM_MATH_UNARY(atan, __builtin_atanf)
+TLM_MATH_UNARY(acosh, __builtin_acoshf)
+TLM_MATH_UNARY(asinh, __builtin_asinhf)
+TLM_MATH_UNARY(atanh, __builtin_atanhf)
 TLM_MATH_UNARY(fabs, __builtin_fabsf)
 TLM_MATH_UNARY(floor, __builtin_floorf)
 TLM_MATH_UNARY(ceil, __builtin_ceilf)
@@ -125,6 +128,8 @@ TLM_MATH_BINARY(pow, (R(__builtin_powf(static_cast<float>(a), static_cast<float>
 TLM_MATH_BINARY(powr, (R(__builtin_powf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(fmod, (R(__builtin_fmodf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(atan2, (R(__builtin_atan2f(static_cast<float>(a), static_cast<float>(b)))))
+TLM_MATH_BINARY(divide, (a / b))
+TLM_MATH_BINARY(copysign, (R(__builtin_copysignf(static_cast<float>(a), static_cast<float>(b)))))
 #undef TLM_MATH_BINARY
 
 template <class A, class B, class C,
@@ -137,6 +142,16 @@ template <class T, int N>
 TLM_INLINE tlm::vec<T, N> fma(const tlm::vec<T, N>& a, const tlm::vec<T, N>& b, const tlm::vec<T, N>& c) {
   tlm::vec<T, N> r;
   for (int i = 0; i < N; ++i) r.e_[i] = static_cast<T>(fma(a.e_[i], b.e_[i], c.e_[i]));
+  return r;
+}
+
+// ldexp(x, k): x * 2^k with an integer exponent (MSL has no float-exponent form).
+template <class T, class K, std::enable_if_t<tlm::is_floating_v<T> && std::is_integral_v<K>, int> = 0>
+TLM_INLINE T ldexp(T x, K k) { return static_cast<T>(__builtin_ldexpf(static_cast<float>(x), static_cast<int>(k))); }
+template <class T, class K, int N>
+TLM_INLINE tlm::vec<T, N> ldexp(const tlm::vec<T, N>& x, const tlm::vec<K, N>& k) {
+  tlm::vec<T, N> r;
+  for (int i = 0; i < N; ++i) r.e_[i] = ldexp(x.e_[i], k.e_[i]);
   return r;
 }
 
@@ -154,6 +169,8 @@ template <class T, int N>
 TLM_INLINE tlm::vec<bool, N> isnan(const tlm::vec<T, N>& v) { return tlm_detail::map<bool>(v, [](T x) { return isnan(x); }); }
 template <class T, int N>
 TLM_INLINE tlm::vec<bool, N> isinf(const tlm::vec<T, N>& v) { return tlm_detail::map<bool>(v, [](T x) { return isinf(x); }); }
+template <class T, int N>
+TLM_INLINE tlm::vec<bool, N> isfinite(const tlm::vec<T, N>& v) { return tlm_detail::map<bool>(v, [](T x) { return isfinite(x); }); }
 
 // select(a, b, c) = c ? b : a, lane-wise for vectors.
 template <class A, class B, std::enable_if_t<tlm::is_scalar_v<A> && tlm::is_scalar_v<B>, int> = 0>
@@ -203,10 +220,18 @@ using metal::cos; using metal::exp; using metal::exp2; using metal::log; using m
 using metal::pow; using metal::rsqrt; using metal::sin; using metal::sqrt; using metal::tan;
 using metal::tanh; using metal::fmax; using metal::fmin; using metal::max; using metal::min;
 using metal::fabs; using metal::abs; using metal::exp10; using metal::log10; using metal::sinh;
-using metal::cosh; using metal::powr;
+using metal::cosh; using metal::powr; using metal::divide;
 }  // namespace precise
 namespace fast {
 using namespace metal::precise;
 }  // namespace fast
 
 }  // namespace metal
+
+// MSL's float constants (metal_math macros); guarded in case an earlier header defined them.
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
