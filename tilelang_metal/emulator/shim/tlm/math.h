@@ -228,10 +228,3 @@ using namespace metal::precise;
 
 }  // namespace metal
 
-// MSL's float constants (metal_math macros); guarded in case an earlier header defined them.
-#ifndef INFINITY
-#define INFINITY (__builtin_inff())
-#endif
-#ifndef NAN
-#define NAN (__builtin_nanf(""))
-#endif
