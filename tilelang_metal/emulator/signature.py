@@ -83,12 +83,32 @@ class ThreadgroupArray:
 
 
 @dataclass(frozen=True)
+class ThreadgroupView:
+    """A typed view into a merged threadgroup pool; its extent ends at the next view (or the pool end)."""
+
+    name: str
+    elem_type: str
+    pool: str
+    offset: str  # byte offset, C++ expression as written
+    end: int | None  # byte offset of the next view in the pool; None = the end of the pool
+    line: int
+
+
+def _int_literal(text: str) -> int | None:
+    t = text.strip()
+    while t.startswith("(") and t.endswith(")"):
+        t = t[1:-1].strip()
+    return int(t) if re.fullmatch(r"\d+", t) else None
+
+
+@dataclass(frozen=True)
 class KernelSignature:
     name: str
     cxx_name: str  # the function name in the compiled C++ (differs only for `main`)
     params: tuple[BufferParam | PositionParam, ...]
     max_total_threads: int | None
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
+    threadgroup_views: tuple[ThreadgroupView, ...] = ()
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
@@ -112,6 +132,12 @@ _POSITION_RE = re.compile(
 _TG_DECL_RE = re.compile(
     r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*"
     r"\[(?P<count>[^\]\[]+)\]\s*(?:__attribute__\s*\(\(.*\)\)\s*|alignas\s*\([^)]*\)\s*)?;(?P<tail>\s*(?://.*)?)$"
+)
+# A typed view into a merged threadgroup pool: `threadgroup T* NAME = (threadgroup T*)(POOL + OFF);`
+_TG_VIEW_RE = re.compile(
+    r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*=\s*"
+    r"\(\s*threadgroup\s+(?P=type)\s*\*\s*\)\s*\(\s*(?P<pool>[A-Za-z_]\w*)\s*\+\s*(?P<off>[^;]+?)\s*\)\s*;"
+    r"(?P<tail>\s*(?://.*)?)$"
 )
 # Anything that looks like a threadgroup variable declaration (type then name), anywhere on a line.
 _TG_ANY_DECL_RE = re.compile(r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_]\w*\s+[A-Za-z_]\w*")
@@ -242,6 +268,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     # Threadgroup arrays: every `threadgroup` declaration line after the signature.
     body_start = close_pos + 1
     tg_arrays: list[ThreadgroupArray] = []
+    views: list[tuple[re.Match[str], int, int, int]] = []
     lines = msl.splitlines(keepends=True)
     offset = 0
     line_edits: list[tuple[int, int, str]] = []
@@ -251,6 +278,10 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
         if start < body_start:
             continue
         content = ln.rstrip("\r\n")
+        vm = _TG_VIEW_RE.match(content)
+        if vm and any(a.name == vm.group("pool") for a in tg_arrays):
+            views.append((vm, lineno, start, len(content)))
+            continue
         dm = _TG_DECL_RE.match(content)
         if not dm:
             if not _TG_ANY_DECL_RE.search(content.split("//", 1)[0]):
@@ -276,6 +307,17 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
             )
         line_edits.append((start, start + len(content), rep))
 
+    tg_views = _threadgroup_views(views)
+    if checked:
+        for (vm, _lineno, start, length), view in zip(views, tg_views):
+            end = -1 if view.end is None else view.end
+            line_edits.append((
+                start,
+                start + length,
+                f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
+                f'{view.pool}, ({view.offset}), {end}, "{view.name}");{vm.group("tail")}',
+            ))
+
     out = msl
     for s, e, rep in sorted(edits + line_edits, key=lambda t: t[0], reverse=True):
         out = out[:s] + rep + out[e:]
@@ -283,6 +325,30 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     sig = KernelSignature(
         name=name,
         cxx_name=cxx_name,
-        params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays)
+        params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays),
+        threadgroup_views=tuple(tg_views),
     )
     return RewrittenSource(signature=sig, text=out)
+
+
+def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list[ThreadgroupView]:
+    """Each view's extent ends where the next view of the same pool starts (by literal byte offset);
+    views at the same offset (lifetimes the storage planner overlapped) share the span up to the next one."""
+    offsets: dict[str, set[int]] = {}
+    for vm, *_ in found:
+        off = _int_literal(vm.group("off"))
+        if off is not None:
+            offsets.setdefault(vm.group("pool"), set()).add(off)
+    views = []
+    for vm, lineno, _start, _len in found:
+        off = _int_literal(vm.group("off"))
+        later = [o for o in offsets.get(vm.group("pool"), ()) if off is not None and o > off]
+        views.append(ThreadgroupView(
+            name=vm.group("name"),
+            elem_type=vm.group("type"),
+            pool=vm.group("pool"),
+            offset=vm.group("off").strip(),
+            end=min(later) if later else None,
+            line=lineno,
+        ))
+    return views

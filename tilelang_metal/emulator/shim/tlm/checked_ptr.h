@@ -16,9 +16,10 @@ struct checked_ptr {
   int64_t offset;     // elements from base this pointer designates
   const char* name;   // parameter / array name, for messages
   const char* space;  // "device buffer" or "threadgroup array"
+  int64_t align0;     // element offset of `base` from an aligned origin (a view inside a threadgroup pool)
 
-  checked_ptr(T* b, int64_t n, const char* nm, const char* sp)
-      : base(b), extent(n), offset(0), name(nm), space(sp) {}
+  checked_ptr(T* b, int64_t n, const char* nm, const char* sp, int64_t a0 = 0)
+      : base(b), extent(n), offset(0), name(nm), space(sp), align0(a0) {}
 
   TLM_INLINE T& operator[](int64_t i) const {
     int64_t j = offset + i;
@@ -44,7 +45,7 @@ struct checked_ptr {
       return static_cast<V*>(rt::out_of_bounds(space, name, offset, lanes, extent));
     if constexpr (lanes > 1 && (lanes & (lanes - 1)) == 0) {
       // MSL aligns an N-lane vector to N elements (buffers themselves are aligned).
-      if (__builtin_expect((offset & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
+      if (__builtin_expect(((align0 + offset) & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
     }
     return reinterpret_cast<V*>(const_cast<E*>(base + offset));
   }
@@ -62,6 +63,30 @@ TLM_INLINE checked_ptr<T> threadgroup_array(uint32_t slot, int64_t count, const 
 template <class T>
 TLM_INLINE T* threadgroup_array_raw(uint32_t slot, int64_t count) {
   return static_cast<T*>(rt::threadgroup_slot(slot, sizeof(T) * static_cast<uint64_t>(count)));
+}
+
+// `threadgroup T* NAME = (threadgroup T*)(POOL + byte_off);`: a typed view into a merged threadgroup
+// pool (`shared.dyn`). The view covers [byte_off, byte_end) of the pool, byte_end being the next view's
+// offset (computed by the rewrite) or, when negative, the end of the pool. It is checked against its
+// own extent, so an access that would land in a neighbouring view is reported.
+template <class T, class P>
+inline checked_ptr<T> threadgroup_view(const checked_ptr<P>& pool, int64_t byte_off, int64_t byte_end,
+                                       const char* name) {
+  const int64_t pool_bytes = pool.extent * static_cast<int64_t>(sizeof(P));
+  if (byte_end < 0 || byte_end > pool_bytes) byte_end = pool_bytes;
+  const bool outside = byte_off < 0 || byte_off > pool_bytes;
+  if (outside || byte_off % static_cast<int64_t>(sizeof(T)) != 0) {
+    char msg[240];
+    __builtin_snprintf(msg, sizeof msg, "threadgroup view '%s' starts at byte %lld of pool '%s' (%lld bytes): %s %d",
+                       name, static_cast<long long>(byte_off), pool.name, static_cast<long long>(pool_bytes),
+                       outside ? "outside the pool; element size" : "not a multiple of its element size",
+                       static_cast<int>(sizeof(T)));
+    rt::fatal(msg);
+  }
+  const int64_t n = byte_end > byte_off ? (byte_end - byte_off) / static_cast<int64_t>(sizeof(T)) : 0;
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(pool.base) + byte_off;
+  return checked_ptr<T>(reinterpret_cast<T*>(bytes), n, name, "threadgroup array",
+                        byte_off / static_cast<int64_t>(sizeof(T)));
 }
 
 template <class T>
