@@ -20,8 +20,9 @@ from .errors import (
     EmulatorError,
     EmulatorLaunchError,
     EmulatorRuntimeError,
+    EmulatorStackError,
 )
-from .kernel import EmulatedKernel
+from .kernel import EmulatedKernel, stack_bytes
 from .signature import KernelSignature, rewrite
 from .version import SHIM_VERSION
 
@@ -32,6 +33,7 @@ __all__ = [
     "EmulatorError",
     "EmulatorLaunchError",
     "EmulatorRuntimeError",
+    "EmulatorStackError",
     "KernelSignature",
     "build_stats",
     "check_source",
@@ -64,6 +66,7 @@ def compile_kernel(msl: str, *, checked: bool = True) -> EmulatedKernel:
         toolchain.bump("memory_hits")
         return hit
     sig, unit = _unit(msl, checked)
+    stack_bytes(sig)  # refuse thread arrays the fiber stacks cannot host before spending a build
     lib = toolchain.kernel_library(unit, checked)
     kernel = EmulatedKernel(sig, lib, unit.text, checked)
     with _memo_lock:

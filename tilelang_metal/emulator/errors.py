@@ -17,3 +17,7 @@ class EmulatorRuntimeError(EmulatorError, RuntimeError):
 
 class EmulatorLaunchError(EmulatorRuntimeError, ValueError):
     """The arguments of `EmulatedKernel.launch` do not match the kernel (checked before running)."""
+
+
+class EmulatorStackError(EmulatorCompileError):
+    """The kernel's thread-private arrays do not fit the emulator's fiber stack limit (refused before building)."""

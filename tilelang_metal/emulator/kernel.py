@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EmulatorLaunchError, EmulatorRuntimeError
+from .errors import EmulatorLaunchError, EmulatorRuntimeError, EmulatorStackError
 from .signature import KernelSignature
 
 if TYPE_CHECKING:
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 # Metal: at most 1024 threads per threadgroup and 32 KiB of threadgroup memory on Apple GPUs.
 MAX_THREADS_PER_THREADGROUP = 1024
 THREADGROUP_MEMORY_LIMIT = 32 * 1024
-DEFAULT_STACK_BYTES = 256 * 1024
+DEFAULT_STACK_BYTES = 256 * 1024  # fiber stack of a kernel without big thread arrays
+DEFAULT_STACK_LIMIT_KB = 16 * 1024  # the most a fiber stack may grow to (TILELANG_METAL_EMULATOR_STACK_KB)
+STACK_MARGIN_BYTES = 128 * 1024  # frames and compiler temporaries on top of the declared thread arrays
 _ERROR_BYTES = 4096
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -56,6 +58,28 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+def stack_limit_bytes() -> int:
+    return int(os.environ.get("TILELANG_METAL_EMULATOR_STACK_KB", "0")) * 1024 or DEFAULT_STACK_LIMIT_KB * 1024
+
+
+def stack_bytes(signature: KernelSignature, *, array_scale: float = 1.0) -> int:
+    """Fiber stack for `signature`: its thread arrays plus a margin (at least the default), within the limit.
+
+    Raises EmulatorStackError (one line, naming the size and the setting) when the arrays do not fit.
+    `array_scale` > 1 for builds that keep shadow state next to every thread-array element."""
+    need = int(signature.thread_array_bytes * array_scale) + STACK_MARGIN_BYTES
+    limit = stack_limit_bytes()
+    if need > limit:
+        big = max(signature.thread_arrays, key=lambda a: a.bytes)
+        raise EmulatorStackError(
+            f"kernel {signature.name}: thread-private arrays need {need // 1024} KiB of stack per GPU thread "
+            f"(largest: {big.elem_type} {big.name}[{big.count}], line {big.line}; margin included), above the "
+            f"emulator's limit of {limit // 1024} KiB: raise TILELANG_METAL_EMULATOR_STACK_KB"
+        )
+    granule = 64 * 1024
+    return min(limit, (max(DEFAULT_STACK_BYTES, need) + granule - 1) // granule * granule)
 
 
 def _dims(value: Sequence[int], what: str) -> tuple[int, int, int]:
@@ -130,7 +154,7 @@ class EmulatedKernel:
         grid_arr = (ctypes.c_uint32 * 3)(*g)
         block_arr = (ctypes.c_uint32 * 3)(*b)
         err = ctypes.create_string_buffer(_ERROR_BYTES)
-        stack = int(os.environ.get("TILELANG_METAL_EMULATOR_STACK_KB", "0")) * 1024 or DEFAULT_STACK_BYTES
+        stack = stack_bytes(self.signature)
         # ctypes releases the GIL for the duration of the call.
         rc = self._lib.tlm_launch(
             ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES

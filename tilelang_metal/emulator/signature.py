@@ -102,6 +102,17 @@ def _int_literal(text: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class ThreadArray:
+    """A thread-private array declared in the kernel body (lives on the GPU thread's fiber stack)."""
+
+    name: str
+    elem_type: str
+    count: int
+    bytes: int
+    line: int
+
+
+@dataclass(frozen=True)
 class KernelSignature:
     name: str
     cxx_name: str  # the function name in the compiled C++ (differs only for `main`)
@@ -109,6 +120,12 @@ class KernelSignature:
     max_total_threads: int | None
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
     threadgroup_views: tuple[ThreadgroupView, ...] = ()
+    thread_arrays: tuple[ThreadArray, ...] = ()
+
+    @property
+    def thread_array_bytes(self) -> int:
+        """Upper bound of the thread-private arrays' stack use (all of them, as if live at once)."""
+        return sum(a.bytes for a in self.thread_arrays)
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
@@ -139,6 +156,29 @@ _TG_VIEW_RE = re.compile(
     r"\(\s*threadgroup\s+(?P=type)\s*\*\s*\)\s*\(\s*(?P<pool>[A-Za-z_]\w*)\s*\+\s*(?P<off>[^;]+?)\s*\)\s*;"
     r"(?P<tail>\s*(?://.*)?)$"
 )
+# A thread-private array: `T NAME[COUNT];` (the printer's T.alloc_local / fragments).
+_THREAD_ARRAY_RE = re.compile(
+    r"^\s*(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
+)
+SCALAR_BYTES: dict[str, int] = {
+    "bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2,
+    "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8,
+}
+
+
+def type_bytes(type_name: str) -> int | None:
+    """Size in the emulator of a scalar, vector (`half4`) or simdgroup matrix (`simdgroup_float8x8`) type."""
+    if type_name in SCALAR_BYTES:
+        return SCALAR_BYTES[type_name]
+    m = re.fullmatch(r"([a-z]+)([234])", type_name)
+    if m and m.group(1) in SCALAR_BYTES:
+        return SCALAR_BYTES[m.group(1)] * int(m.group(2))
+    m = re.fullmatch(r"simdgroup_([a-z]+)8x8", type_name)
+    if m and m.group(1) in SCALAR_BYTES:
+        return 2 * SCALAR_BYTES[m.group(1)]  # two elements per lane
+    return None
+
+
 # Anything that looks like a threadgroup variable declaration (type then name), anywhere on a line.
 _TG_ANY_DECL_RE = re.compile(r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_]\w*\s+[A-Za-z_]\w*")
 
@@ -269,6 +309,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     body_start = close_pos + 1
     tg_arrays: list[ThreadgroupArray] = []
     views: list[tuple[re.Match[str], int, int, int]] = []
+    thread_arrays: list[ThreadArray] = []
     lines = msl.splitlines(keepends=True)
     offset = 0
     line_edits: list[tuple[int, int, str]] = []
@@ -278,6 +319,12 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
         if start < body_start:
             continue
         content = ln.rstrip("\r\n")
+        am = _THREAD_ARRAY_RE.match(content)
+        if am:
+            count, size = _int_literal(am.group("count")), type_bytes(am.group("type"))
+            if count is not None and size is not None:
+                thread_arrays.append(ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno))
+            continue
         vm = _TG_VIEW_RE.match(content)
         if vm and any(a.name == vm.group("pool") for a in tg_arrays):
             views.append((vm, lineno, start, len(content)))
@@ -326,7 +373,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
         name=name,
         cxx_name=cxx_name,
         params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays),
-        threadgroup_views=tuple(tg_views),
+        threadgroup_views=tuple(tg_views), thread_arrays=tuple(thread_arrays),
     )
     return RewrittenSource(signature=sig, text=out)
 
