@@ -21,3 +21,7 @@ class EmulatorLaunchError(EmulatorRuntimeError, ValueError):
 
 class EmulatorStackError(EmulatorCompileError):
     """The kernel's thread-private arrays do not fit the emulator's fiber stack limit (refused before building)."""
+
+
+class EmulatorRaceError(EmulatorRuntimeError):
+    """racecheck found a data race, an uninitialized read or schedule-dependent outputs."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EmulatorLaunchError, EmulatorRuntimeError, EmulatorStackError
+from .errors import EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError, EmulatorStackError
 from .signature import KernelSignature
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ def _load(path: Path) -> ctypes.CDLL:
                 ctypes.c_char_p,
                 ctypes.c_uint64,
             ]
+            if hasattr(lib, "tlm_instrument"):
+                lib.tlm_instrument.restype = None
+                lib.tlm_instrument.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64]
             _libs[key] = lib
         return lib
 
@@ -95,13 +99,19 @@ def _dims(value: Sequence[int], what: str) -> tuple[int, int, int]:
 class EmulatedKernel:
     """An MSL kernel compiled for the CPU; `launch` runs it on torch CPU tensors in place."""
 
-    def __init__(self, signature: KernelSignature, library: Path, source: str, checked: bool) -> None:
+    def __init__(
+        self, signature: KernelSignature, library: Path, source: str, checked: bool, *,
+        instrument: str | None = None, stack: int | None = None,
+    ) -> None:
         self.signature = signature
         self.name = signature.name
         self.library_path = library
         self.source = source  # the C++ that was compiled (rewritten kernel + driver)
         self.checked = checked
+        self.instrument = instrument  # None, "counters" or "racecheck" (instrument.py)
+        self._stack = stack
         self._lib = _load(library)
+        self._instrument_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"EmulatedKernel({self.name!r}, checked={self.checked}, library={str(self.library_path)!r})"
@@ -135,8 +145,11 @@ class EmulatedKernel:
         block: tuple[int, int, int],
         *,
         workers: int | None = None,
+        _instrumentation: tuple[int, int, int] | None = None,
     ) -> None:
-        """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors."""
+        """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors.
+
+        (`_instrumentation` = (mode, counters address, seed) is instrument.py's, for instrumented builds.)"""
         self._check_tensors(tensors)
         g = _dims(grid, "grid")
         b = _dims(block, "block")
@@ -154,10 +167,18 @@ class EmulatedKernel:
         grid_arr = (ctypes.c_uint32 * 3)(*g)
         block_arr = (ctypes.c_uint32 * 3)(*b)
         err = ctypes.create_string_buffer(_ERROR_BYTES)
-        stack = stack_bytes(self.signature)
-        # ctypes releases the GIL for the duration of the call.
-        rc = self._lib.tlm_launch(
-            ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
-        )
+        stack = self._stack or stack_bytes(self.signature)
+        mode, counters, seed = _instrumentation or (0, 0, 0)
+        if mode and self.instrument is None:
+            raise EmulatorLaunchError(f"kernel {self.name}: instrumented launch of a plain build")
+        with self._instrument_lock if self.instrument else contextlib.nullcontext():  # setting is per library
+            if self.instrument is not None:
+                self._lib.tlm_instrument(mode, counters or None, seed)
+            # ctypes releases the GIL for the duration of the call.
+            rc = self._lib.tlm_launch(
+                ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
+            )
+        if rc == 2:
+            raise EmulatorRaceError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
         if rc != 0:
             raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))

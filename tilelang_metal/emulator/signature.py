@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .access_marks import mark_line
 from .errors import EmulatorCompileError
 
 # MSL element type -> torch dtype name (looked up lazily so that parsing does not need torch).
@@ -230,8 +231,16 @@ class RewrittenSource:
     text: str  # same number of lines as the input, kernel part rewritten
 
 
-def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
-    """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations."""
+INSTRUMENTS = ("counters", "racecheck")
+
+
+def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> RewrittenSource:
+    """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations.
+
+    `instrument` ("counters" / "racecheck", checked builds only) also marks stores and predicated
+    accesses (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
+    if instrument is not None and (instrument not in INSTRUMENTS or not checked):
+        raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
     kernels = list(_KERNEL_RE.finditer(msl))
     if not kernels:
         raise EmulatorCompileError("no kernel found: expected `[[kernel, ...]] void NAME(` (docs/msl_contract.md)")
@@ -310,6 +319,8 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     tg_arrays: list[ThreadgroupArray] = []
     views: list[tuple[re.Match[str], int, int, int]] = []
     thread_arrays: list[ThreadArray] = []
+    decl_lines: set[int] = set()
+    tracked_locals: set[str] = set()
     lines = msl.splitlines(keepends=True)
     offset = 0
     line_edits: list[tuple[int, int, str]] = []
@@ -323,11 +334,19 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
         if am:
             count, size = _int_literal(am.group("count")), type_bytes(am.group("type"))
             if count is not None and size is not None:
-                thread_arrays.append(ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno))
+                arr_t = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
+                thread_arrays.append(arr_t)
+                if instrument == "racecheck" and not arr_t.elem_type.startswith("simdgroup_"):
+                    indent = content[: len(content) - len(content.lstrip())]
+                    line_edits.append((start, start + len(content),
+                                       f'{indent}tlm::local_array<{arr_t.elem_type}, {count}> {arr_t.name}("{arr_t.name}");'))
+                    tracked_locals.add(arr_t.name)
+            decl_lines.add(lineno)
             continue
         vm = _TG_VIEW_RE.match(content)
         if vm and any(a.name == vm.group("pool") for a in tg_arrays):
             views.append((vm, lineno, start, len(content)))
+            decl_lines.add(lineno)
             continue
         dm = _TG_DECL_RE.match(content)
         if not dm:
@@ -338,6 +357,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
                 msl,
                 lineno,
             )
+        decl_lines.add(lineno)
         elem = dm.group("type")
         slot = len(tg_arrays)
         arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=elem, count=dm.group("count").strip(), line=lineno)
@@ -368,6 +388,15 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     out = msl
     for s, e, rep in sorted(edits + line_edits, key=lambda t: t[0], reverse=True):
         out = out[:s] + rep + out[e:]
+    if instrument is not None:
+        names = {b.name for b in buffers} | {a.name for a in tg_arrays} | {v.name for v in tg_views} | tracked_locals
+        first_body_line = _line_of(msl, body_start)
+        out_lines = out.split("\n")
+        for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
+            if i + 1 in decl_lines:
+                continue
+            out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
+        out = "\n".join(out_lines)
     assert out.count("\n") == msl.count("\n"), "rewrite must keep line numbers"
     sig = KernelSignature(
         name=name,

@@ -219,8 +219,12 @@ def format_diagnostics(unit: SourceUnit, stderr: str, build_dir: Path) -> str:
     return text
 
 
-def _kernel_cmd(cxx: str, src: Path, extra: list[str]) -> list[str]:
-    return [cxx, *COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), "-I", str(SHIM_DIR), "-x", "c++", str(src), *extra]
+INSTRUMENT_DEFINES = {None: [], "counters": ["-DTLM_COUNTERS"], "racecheck": ["-DTLM_RACECHECK"]}
+
+
+def _kernel_cmd(cxx: str, src: Path, extra: list[str], instrument: str | None = None) -> list[str]:
+    return [cxx, *COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], "-I", str(SHIM_DIR),
+            "-x", "c++", str(src), *extra]
 
 
 def syntax_check(unit: SourceUnit) -> None:
@@ -237,10 +241,10 @@ def syntax_check(unit: SourceUnit) -> None:
             )
 
 
-def kernel_library(unit: SourceUnit, checked: bool) -> Path:
+def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = None) -> Path:
     """Path of the shared library for `unit`, compiled unless already cached."""
     cxx = compiler()
-    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines()])
+    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]])
     key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.text)
     kdir = cache_dir() / "kernels"
     final = kdir / f"{unit.kernel_name[:48]}-{key[:32]}.so"
@@ -254,7 +258,7 @@ def kernel_library(unit: SourceUnit, checked: bool) -> Path:
         src = tmp / unit.file_name
         src.write_text(unit.text)
         lib = tmp / "kernel.so"
-        cmd = _kernel_cmd(cxx, src, ["-shared", "-o", str(lib), "-x", "none", str(rt)])
+        cmd = _kernel_cmd(cxx, src, ["-shared", "-o", str(lib), "-x", "none", str(rt)], instrument)
         r = _run(cmd, tmp)
         if r.returncode != 0:
             raise EmulatorCompileError(

@@ -16,3 +16,8 @@
 #define constant
 
 #define TLM_INLINE inline __attribute__((always_inline))
+
+// Instrumented flavours (tilelang_metal/emulator/instrument.py): counters or race detection.
+#if defined(TLM_COUNTERS) || defined(TLM_RACECHECK)
+#define TLM_INSTRUMENTED 1
+#endif
