@@ -48,9 +48,25 @@ def _recording_compile(msl, **kwargs):
 _emulator.compile_kernel = _recording_compile
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--racecheck",
+        action="store_true",
+        help="run every emulator launch of a JIT kernel under tilelang_metal.emulator.racecheck (2 schedules)",
+    )
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_source_check: the test makes MSL that is meant not to compile")
     config.addinivalue_line("markers", "slow: long-running numeric sweeps")
+    if config.getoption("--racecheck"):
+        from tilelang_metal.emulator import racecheck
+        from tilelang_metal.execution.emulator_adapter import EmulatorKernelAdapter
+
+        def make_runner(self):
+            return lambda *args: racecheck(self, *args, seeds=(0, 1))
+
+        EmulatorKernelAdapter.make_runner = make_runner
 
 
 @pytest.fixture(autouse=True)
