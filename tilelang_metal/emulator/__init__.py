@@ -79,6 +79,7 @@ def compile_kernel(msl: str, *, checked: bool = True, instrument: str | None = N
         hit = _memo.get(memo_key)
     if hit is not None and hit.library_path.exists():
         toolchain.bump("memory_hits")
+        hit._stack = stack_bytes(hit.signature, array_scale=_array_scale(instrument))  # the limit may have moved
         return hit
     sig, unit = _unit(msl, checked, instrument)
     kernel_stack = stack_bytes(sig, array_scale=_array_scale(instrument))  # refuse before spending a build
