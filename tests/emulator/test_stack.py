@@ -71,3 +71,32 @@ def test_absurd_thread_array_is_refused_with_the_setting(monkeypatch):
     b = torch.zeros(32)
     compile_kernel(small).launch([b], (1, 1, 1), (32, 1, 1))
     assert torch.equal(b, torch.arange(32, dtype=torch.float32))
+
+
+def test_stack_overflow_is_an_error_not_a_crash():
+    # `(1 << 20)` is not a literal, so the sizing does not see the 4 MiB array: the fiber overflows
+    # its default stack, faults on the guard page, and the launch reports it.
+    src = (
+        "#include <metal_stdlib>\nusing namespace metal;\n"
+        "[[kernel, max_total_threads_per_threadgroup(32)]] void overflow(\n"
+        "  device float* __restrict B [[ buffer(0) ]],\n"
+        "  ushort __lane [[thread_index_in_simdgroup]]) {\n"
+        "  float loc[(1 << 20)];\n"
+        "  for (int i = 0; i < (1 << 20); ++i) {\n"
+        "    loc[i] = ((float)(i + ((int)__lane)));\n"
+        "  }\n"
+        "  B[((int)__lane)] = loc[((((int)__lane) * 7919) & 1048575)];\n"
+        "}\n"
+    )
+    from tilelang_metal.emulator import EmulatorRuntimeError
+
+    k = compile_kernel(src)
+    b = torch.zeros(32)
+    for workers in (1, 2):
+        with pytest.raises(EmulatorRuntimeError, match=r"stack overflow of a GPU thread \(256 KiB stack\): threadgroup \(0,0,0\), thread \(\d+,0,0\).*raise TILELANG_METAL_EMULATOR_STACK_KB"):
+            k.launch([b], (2, 1, 1), (32, 1, 1), workers=workers)
+    # the process is fine and the same library still runs other launches
+    k2 = compile_kernel(src.replace("(1 << 20)", "1048576").replace("1048575", "1048575"))
+    k2.launch([b], (1, 1, 1), (32, 1, 1))
+    lane = torch.arange(32)
+    assert torch.equal(b, (((lane * 7919) & 1048575) + lane).float())

@@ -9,6 +9,7 @@
 // Only C headers and <atomic> on purpose: this file is compiled on first use of the emulator.
 #undef _FORTIFY_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -100,6 +101,8 @@ struct worker {
   fiber_t* fibers;
   char* stacks;
   size_t stacks_bytes;
+  size_t stack_span;  // one stack plus its guard page
+  size_t page;
   fiber_t* cur;
   uint32_t* rq;  // run queue: ring buffer of fiber indices
   uint32_t rq_head, rq_count;
@@ -288,6 +291,8 @@ bool setup_worker(worker& w, launch_state* L) {
   const size_t stack = (L->stack_bytes + page - 1) / page * page;
   const size_t span = stack + page;  // guard page below every stack
   w.stacks_bytes = span * n;
+  w.stack_span = span;
+  w.page = page;
   w.stacks = static_cast<char*>(map_anon(w.stacks_bytes));
   w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
   w.fibers = alloc_array<fiber_t>(n);
@@ -396,12 +401,91 @@ struct worker_arg {
   worker* w;
 };
 
+// ---------------------------------------------------------------- stack overflow -> error
+// A fiber that overflows its stack faults on the guard page below it (kernels are built with
+// -fstack-clash-protection, so big frames probe page by page). During a launch a SIGSEGV/SIGBUS
+// handler, running on a per-worker alternate stack, recognises such a fault, records an error and
+// abandons the threadgroup; every other fault goes to the handler that was installed before.
+
+constexpr size_t kAltStack = 64 * 1024;
+pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+int g_guard_users = 0;
+struct sigaction g_prev_segv, g_prev_bus;
+
+void chain(int sig, siginfo_t* info, void* uc) {
+  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, uc);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler == SIG_DFL || prev.sa_handler == nullptr) {
+    signal(sig, SIG_DFL);  // returning re-executes the faulting access, which now ends the process
+    return;
+  }
+  prev.sa_handler(sig);
+}
+
+void on_fault(int sig, siginfo_t* info, void* uc) {
+  worker* w = tl_w;
+  if (w && w->stacks && w->cur && info) {
+    const char* a = static_cast<const char*>(info->si_addr);
+    if (a >= w->stacks && a < w->stacks + w->stacks_bytes) {
+      const size_t off = static_cast<size_t>(a - w->stacks);
+      if (off % w->stack_span < w->page) {
+        char pos[200], msg[kMessage];
+        const uint32_t victim = static_cast<uint32_t>(off / w->stack_span);
+        // the guard page below stack i lies at the start of span i; it is overflowed by fiber i
+        where(*w, w->fibers[victim].info, pos, sizeof pos);
+        std::snprintf(msg, sizeof msg,
+                      "stack overflow of a GPU thread (%zu KiB stack): %s; raise TILELANG_METAL_EMULATOR_STACK_KB",
+                      (w->stack_span - w->page) / 1024, pos);
+        record_error(w->L, w->group, msg);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        abandon(*w);  // leaves the signal frame for good: the worker goes on with its loop's exit
+      }
+    }
+  }
+  chain(sig, info, uc);
+}
+
+void guard_install() {
+  pthread_mutex_lock(&g_guard_mu);
+  if (g_guard_users++ == 0) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+  }
+  pthread_mutex_unlock(&g_guard_mu);
+}
+
+void guard_remove() {
+  pthread_mutex_lock(&g_guard_mu);
+  if (--g_guard_users == 0) {
+    sigaction(SIGSEGV, &g_prev_segv, nullptr);
+    sigaction(SIGBUS, &g_prev_bus, nullptr);
+  }
+  pthread_mutex_unlock(&g_guard_mu);
+}
+
 void* worker_main(void* p) {
   worker_arg* a = static_cast<worker_arg*>(p);
   launch_state* L = a->L;
   worker* w = a->w;
   worker* saved = tl_w;
   tl_w = w;
+  // The fault handler needs a stack of its own: the faulting one is exhausted.
+  stack_t alt{}, old_alt{};
+  alt.ss_sp = map_anon(kAltStack);
+  alt.ss_size = kAltStack;
+  const bool have_alt = alt.ss_sp && sigaltstack(&alt, &old_alt) == 0;
   if (setup_worker(*w, L)) {
     for (;;) {
       uint64_t g = L->next.fetch_add(1, std::memory_order_relaxed);
@@ -413,6 +497,8 @@ void* worker_main(void* p) {
     }
   }
   teardown_worker(*w);
+  if (have_alt) sigaltstack(&old_alt, nullptr);
+  if (alt.ss_sp) munmap(alt.ss_sp, kAltStack);
   tl_w = saved;
   return nullptr;
 }
@@ -766,11 +852,13 @@ int launch(const launch_params& p) noexcept {
   }
   for (uint64_t i = 0; i < nworkers; ++i) args[i] = worker_arg{L, &workers[i]};
   if (L->ngroups > 0) {
+    guard_install();
     for (uint64_t i = 1; i < nworkers; ++i)  // fewer workers than asked is still correct
       started[i] = pthread_create(&threads[i], nullptr, worker_main, &args[i]) == 0;
     worker_main(&args[0]);  // the calling thread is worker 0
     for (uint64_t i = 1; i < nworkers; ++i)
       if (started[i]) pthread_join(threads[i], nullptr);
+    guard_remove();
   }
   int rc = L->has_error ? fail(L->error) : 0;
   if (!L->has_error && L->has_race) {
