@@ -155,8 +155,8 @@ def test_schedule_dependent_outputs_are_reported():
         t = [a, torch.zeros(512, dtype=torch.float16), torch.zeros(512, dtype=torch.float16)]
         return t, t
 
-    with pytest.raises(EmulatorRaceError, match=r"outputs depend on the schedule: parameter 0 \('A'\) element 0 is 0.0 with seed 0 and 1.0 with seed 1"):
-        _race_runs(add_half4(), bind, ["A", "B", "C"], (1, 1, 1), (128, 1, 1), (0, 1))
+    with pytest.raises(EmulatorRaceError, match=r"outputs depend on the schedule: launch tensor 0 element 0 is 0.0 with seed 0 and 1.0 with seed 1"):
+        _race_runs(add_half4(), bind, "launch tensor", (1, 1, 1), (128, 1, 1), (0, 1))
 
 
 def test_other_errors_stay_runtime_errors():

@@ -113,8 +113,8 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         return adapter.call.bind(copies, "cpu", poison=True)
 
-    names = [str(getattr(p, "name", f"#{i}")) for i, p in enumerate(adapter.call.params)]
-    runs = _race_runs(adapter.kernel_global_source, bind, names, adapter.call.launch.grid, adapter.call.launch.block, seeds)
+    what = "host parameter"  # host order, outputs included
+    runs = _race_runs(adapter.kernel_global_source, bind, what, adapter.call.launch.grid, adapter.call.launch.block, seeds)
     originals = iter(args)
     for i, t in enumerate(runs[0]):
         if i in adapter.call.outputs:
@@ -134,12 +134,14 @@ def launch_racecheck(
         copies = [t.clone() for t in tensors]
         return copies, copies
 
-    runs = _race_runs(msl, bind, [f"#{i}" for i in range(len(tensors))], grid, block, seeds)
+    runs = _race_runs(msl, bind, "launch tensor", grid, block, seeds)
     for t, r in zip(tensors, runs[0]):
         t.copy_(r)
 
 
-def _race_runs(msl: str, bind: Any, names: list[str], grid: Sequence[int], block: Sequence[int], seeds: Sequence[int]) -> list[list[Any]]:
+def _race_runs(msl: str, bind: Any, what: str, grid: Sequence[int], block: Sequence[int], seeds: Sequence[int]) -> list[list[Any]]:
+    """Run under racecheck once per seed (`bind(seed)` -> (tensors to compare, launch buffers)) and
+    compare the tensors of every schedule bitwise with the first's; `what` names a tensor's position."""
     from . import compile_kernel
 
     if not seeds:
@@ -158,7 +160,7 @@ def _race_runs(msl: str, bind: Any, names: list[str], grid: Sequence[int], block
             diff = _first_difference(first, other)
             if diff is not None:
                 raise EmulatorRaceError(
-                    f"kernel {emulated.name}: outputs depend on the schedule: parameter {i} ('{names[i]}') element "
+                    f"kernel {emulated.name}: outputs depend on the schedule: {what} {i} element "
                     f"{diff[0]} is {diff[1]!r} with seed {seeds[0]} and {diff[2]!r} with seed {seed}"
                 )
     return runs
