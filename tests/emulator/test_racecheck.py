@@ -201,3 +201,29 @@ def test_gemm_kernels_have_no_races(which, shape):
         kern = jit(examples.gemm_shared(m, n, k), target)
         c = racecheck(kern, a, b, torch.zeros(n), seeds=(0, 1))
     torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_racy_tilelang_kernels_are_caught():
+    import tilelang.language as T
+
+    from tilelang_metal import examples
+
+    @T.prim_func
+    def last_writer_wins(A: T.Tensor((128,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(4, threads=32) as bx:
+            tx = T.get_thread_binding()
+            B[bx] = A[bx * 32 + tx]  # 32 threads write one element
+
+    @T.prim_func
+    def shared_rows(A: T.Tensor((128,), "float32"), B: T.Tensor((32,), "float32")):
+        with T.Kernel(4, threads=32) as bx:
+            tx = T.get_thread_binding()
+            B[tx] = A[bx * 32 + tx]  # 4 threadgroups write the same 32 elements
+
+    a = torch.randn(128)
+    k = jit(last_writer_wins, examples.metal4_target())
+    with pytest.raises(EmulatorRaceError, match=r"data race on device buffer 'B' element \d: write by threadgroup \((\d),0,0\) thread \(\d+,0,0\) \[simdgroup 0, lane \d+\], then write by threadgroup \(\1,0,0\) .*mem_device"):
+        racecheck(k, a)
+    k = jit(shared_rows, examples.metal4_target())
+    with pytest.raises(EmulatorRaceError, match=r"data race on device buffer 'B' element \d+: write by .*different threadgroups"):
+        racecheck(k, a)
