@@ -331,17 +331,17 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
             continue
         content = ln.rstrip("\r\n")
         am = _THREAD_ARRAY_RE.match(content)
-        if am:
-            count, size = _int_literal(am.group("count")), type_bytes(am.group("type"))
-            if count is not None and size is not None:
-                arr_t = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
-                thread_arrays.append(arr_t)
-                if instrument == "racecheck" and not arr_t.elem_type.startswith("simdgroup_"):
-                    indent = content[: len(content) - len(content.lstrip())]
-                    line_edits.append((start, start + len(content),
-                                       f'{indent}tlm::local_array<{arr_t.elem_type}, {count}> {arr_t.name}("{arr_t.name}");'))
-                    tracked_locals.add(arr_t.name)
+        count = _int_literal(am.group("count")) if am else None
+        size = type_bytes(am.group("type")) if am else None
+        if am and count is not None and size is not None:
+            arr_t = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
+            thread_arrays.append(arr_t)
             decl_lines.add(lineno)
+            if instrument == "racecheck" and not arr_t.elem_type.startswith("simdgroup_"):
+                indent = content[: len(content) - len(content.lstrip())]
+                line_edits.append((start, start + len(content),
+                                   f'{indent}tlm::local_array<{arr_t.elem_type}, {count}> {arr_t.name}("{arr_t.name}");'))
+                tracked_locals.add(arr_t.name)
             continue
         vm = _TG_VIEW_RE.match(content)
         if vm and any(a.name == vm.group("pool") for a in tg_arrays):
