@@ -5,7 +5,7 @@ The GEMM is a hand-written MSL kernel in the printer's shape (tests/emulator/emu
 cooperative tensors, threadgroup tile 64x128, 128 threads = 4 simdgroups each owning 32x64 = 2x2
 destination tensors, K loop in steps of 16. Goal: <= 5 s execution on 2 cores.
 
-    python benchmark/bench_emulator.py [--size 1024] [--repeat 3] [--workers N]
+    python benchmark/bench_emulator.py [--size 1024] [--repeat 3] [--workers N] [--no-racecheck]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024, help="M = N = K (multiple of 128)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None, help="worker threads (default: cores)")
+    ap.add_argument("--no-racecheck", dest="racecheck", action="store_false", help="skip the racecheck timing")
     args = ap.parse_args()
     n = args.size
     src = emu_msl_kernels.mpp_gemm_bench(n, n, n)
@@ -59,7 +60,13 @@ def main() -> int:
         print(f"compile cold (kernel only)     : {cold_kernel:8.3f} s")
         print(f"compile cached (disk)          : {cached_disk * 1e3:8.2f} ms")
         print(f"compile cached (in process)    : {cached_mem * 1e6:8.1f} us")
-        print(f"builds: {stats['kernel_builds']} kernel, {stats['runtime_builds']} runtime")
+        print(f"builds: {stats['kernel_builds']} kernel, {stats['runtime_builds']} runtime, {stats.get('prelude_builds', 0)} precompiled prelude")
+        # Per-kernel cost once the runtime and the prelude exist: median of a few distinct kernels.
+        kernel_times = []
+        for extra in (128, 256, 384):
+            other = emu_msl_kernels.mpp_gemm_bench(n, n + extra, n)
+            kernel_times.append(timed(lambda: emu.compile_kernel(other, checked=False))[1])
+        print(f"compile cold (further kernels) : {statistics.median(kernel_times):8.3f} s (median of 3)")
 
         torch.manual_seed(0)
         a = torch.randn(n, n, dtype=torch.float16)
@@ -84,6 +91,19 @@ def main() -> int:
             if not err < 1e-2:
                 print("ERROR: result differs from torch", file=sys.stderr)
                 return 1
+            if checked:
+                checked_best = min(times)
+        if args.racecheck:
+            emu.compile_kernel(src, instrument="racecheck")  # build outside the timing
+            c = torch.zeros(n, n)
+            seeds = (0, 1)
+            _, rc_seconds = timed(lambda: emu.launch_racecheck(src, [a, b, c], grid, (128, 1, 1), seeds=seeds))
+            per_schedule = rc_seconds / len(seeds)
+            print(
+                f"racecheck {n}x{n}x{n}, {len(seeds)} schedules (1 worker each): {rc_seconds:.3f} s, "
+                f"{per_schedule:.3f} s per schedule = {per_schedule / checked_best:.1f}x the checked run "
+                f"({workers} worker(s)), max |err| {(c - ref).abs().max().item():.2e}"
+            )
     return plugin_kernel(n, args.repeat)
 
 

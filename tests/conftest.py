@@ -58,9 +58,25 @@ _emulator.compile_kernel = _recording_compile
 SLOW_TIER = os.path.join(TESTS, "slow")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--racecheck",
+        action="store_true",
+        help="run every emulator launch of a JIT kernel under tilelang_metal.emulator.racecheck (2 schedules)",
+    )
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_source_check: the test makes MSL that is meant not to compile")
     config.addinivalue_line("markers", "slow: long-running sweeps and large shapes (tests/slow; skipped by scripts/test.sh --quick)")
+    if config.getoption("--racecheck"):
+        from tilelang_metal.emulator import racecheck
+        from tilelang_metal.execution.emulator_adapter import EmulatorKernelAdapter
+
+        def make_runner(self):
+            return lambda *args: racecheck(self, *args, seeds=(0, 1))
+
+        EmulatorKernelAdapter.make_runner = make_runner
 
 
 def pytest_collection_modifyitems(config, items):

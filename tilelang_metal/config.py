@@ -174,7 +174,8 @@ def emulator_workers() -> int | None:
 
 
 def emulator_stack_kb() -> int:
-    """Fiber stack size in KiB; 0 means the runtime's default."""
+    """Upper limit of a GPU thread's fiber stack in KiB (the stack is sized from the kernel's thread
+    arrays up to this limit); 0 means the emulator's default limit."""
     return _integer(PREFIX + "EMULATOR_STACK_KB", 0) or 0
 
 

@@ -19,9 +19,11 @@ from .errors import (
     EmulatorCompileError,
     EmulatorError,
     EmulatorLaunchError,
+    EmulatorRaceError,
     EmulatorRuntimeError,
+    EmulatorStackError,
 )
-from .kernel import EmulatedKernel
+from .kernel import EmulatedKernel, stack_bytes
 from .signature import KernelSignature, rewrite, split_kernels
 from .version import SHIM_VERSION
 
@@ -31,21 +33,33 @@ __all__ = [
     "EmulatorCompileError",
     "EmulatorError",
     "EmulatorLaunchError",
+    "EmulatorRaceError",
     "EmulatorRuntimeError",
+    "EmulatorStackError",
     "KernelSignature",
     "build_stats",
     "check_source",
     "clear_memory_cache",
     "compile_kernel",
     "split_kernels",
+    "counters",
+    "launch_counters",
+    "launch_racecheck",
+    "racecheck",
+    "KernelCounters",
+    "COUNTER_NAMES",
 ]
 
-_memo: dict[tuple[str, bool, str, str, str], EmulatedKernel] = {}
+_memo: dict[tuple[str, bool, str, str, str, str | None], EmulatedKernel] = {}
+
+
+def _array_scale(instrument: str | None) -> float:
+    return 2.0 if instrument == "racecheck" else 1.0  # local_array keeps a written flag per element
 _memo_lock = threading.Lock()
 
 
-def _unit(msl: str, checked: bool) -> tuple[KernelSignature, toolchain.SourceUnit]:
-    rw = rewrite(msl, checked=checked)
+def _unit(msl: str, checked: bool, instrument: str | None = None) -> tuple[KernelSignature, toolchain.SourceUnit]:
+    rw = rewrite(msl, checked=checked, instrument=instrument)
     driver = _generate_driver(rw.signature, checked=checked)
     return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
 
@@ -58,17 +72,22 @@ def check_source(msl: str) -> None:
         toolchain.syntax_check(unit)
 
 
-def compile_kernel(msl: str, *, checked: bool = True) -> EmulatedKernel:
-    """Compile `msl` (or fetch it from the cache) into a launchable CPU kernel."""
-    memo_key = (msl, checked, str(toolchain.cache_dir()), toolchain.fiber_flavour(), toolchain.compiler())
+def compile_kernel(msl: str, *, checked: bool = True, instrument: str | None = None) -> EmulatedKernel:
+    """Compile `msl` (or fetch it from the cache) into a launchable CPU kernel.
+
+    `instrument` builds a separate flavour ("counters" or "racecheck", see instrument.py); plain builds
+    contain no instrumentation at all."""
+    memo_key = (msl, checked, str(toolchain.cache_dir()), toolchain.fiber_flavour(), toolchain.compiler(), instrument)
     with _memo_lock:
         hit = _memo.get(memo_key)
     if hit is not None and hit.library_path.exists():
         toolchain.bump("memory_hits")
+        hit._stack = stack_bytes(hit.signature, array_scale=_array_scale(instrument))  # the limit may have moved
         return hit
-    sig, unit = _unit(msl, checked)
-    lib = toolchain.kernel_library(unit, checked)
-    kernel = EmulatedKernel(sig, lib, unit.text, checked)
+    sig, unit = _unit(msl, checked, instrument)
+    kernel_stack = stack_bytes(sig, array_scale=_array_scale(instrument))  # refuse before spending a build
+    lib = toolchain.kernel_library(unit, checked, instrument)
+    kernel = EmulatedKernel(sig, lib, unit.text, checked, instrument=instrument, stack=kernel_stack)
     with _memo_lock:
         _memo[memo_key] = kernel
     return kernel
@@ -84,3 +103,13 @@ def clear_memory_cache() -> None:
     """Forget kernels compiled in this process (the disk cache stays); used by tests."""
     with _memo_lock:
         _memo.clear()
+
+
+from .instrument import (  # noqa: E402  (uses compile_kernel)
+    COUNTER_NAMES,
+    KernelCounters,
+    counters,
+    launch_counters,
+    launch_racecheck,
+    racecheck,
+)

@@ -22,7 +22,7 @@ def _position_expr(p: PositionParam) -> str:
 def _buffer_expr(b: BufferParam, checked: bool) -> str:
     const = "const " if b.is_const else ""
     if checked:
-        return f'tlm::device_buffer<{const}{b.elem_type}>(__buf[{b.index}], __n[{b.index}], "{b.name}")'
+        return f'tlm::device_buffer<{const}{b.elem_type}>(__buf[{b.index}], __n[{b.index}], "{b.name}", {b.index})'
     return f"static_cast<{const}{b.elem_type}*>(__buf[{b.index}])"
 
 

@@ -17,3 +17,11 @@ class EmulatorRuntimeError(EmulatorError, RuntimeError):
 
 class EmulatorLaunchError(EmulatorRuntimeError, ValueError):
     """The arguments of `EmulatedKernel.launch` do not match the kernel (checked before running)."""
+
+
+class EmulatorStackError(EmulatorCompileError):
+    """The kernel's thread-private arrays do not fit the emulator's fiber stack limit (refused before building)."""
+
+
+class EmulatorRaceError(EmulatorRuntimeError):
+    """racecheck found a data race, an uninitialized read or schedule-dependent outputs."""

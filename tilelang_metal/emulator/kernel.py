@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
-from .errors import EmulatorLaunchError, EmulatorRuntimeError
+from .errors import EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError, EmulatorStackError
 from .signature import KernelSignature, ScalarParam
 
 if TYPE_CHECKING:
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
 # Metal: at most 1024 threads per threadgroup and 32 KiB of threadgroup memory on Apple GPUs.
 MAX_THREADS_PER_THREADGROUP = 1024
 THREADGROUP_MEMORY_LIMIT = 32 * 1024
-DEFAULT_STACK_BYTES = 256 * 1024
+DEFAULT_STACK_BYTES = 256 * 1024  # fiber stack of a kernel without big thread arrays
+DEFAULT_STACK_LIMIT_KB = 16 * 1024  # the most a fiber stack may grow to (TILELANG_METAL_EMULATOR_STACK_KB)
+STACK_MARGIN_BYTES = 128 * 1024  # frames and compiler temporaries on top of the declared thread arrays
 _ERROR_BYTES = 4096
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -45,6 +48,9 @@ def _load(path: Path) -> ctypes.CDLL:
                 ctypes.c_char_p,
                 ctypes.c_uint64,
             ]
+            if hasattr(lib, "tlm_instrument"):
+                lib.tlm_instrument.restype = None
+                lib.tlm_instrument.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64]
             _libs[key] = lib
         return lib
 
@@ -57,6 +63,29 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+def stack_limit_bytes() -> int:
+    """The largest fiber stack the emulator gives a GPU thread (TILELANG_METAL_EMULATOR_STACK_KB)."""
+    return config.emulator_stack_kb() * 1024 or DEFAULT_STACK_LIMIT_KB * 1024
+
+
+def stack_bytes(signature: KernelSignature, *, array_scale: float = 1.0) -> int:
+    """Fiber stack for `signature`: its thread arrays plus a margin (at least the default), within the limit.
+
+    Raises EmulatorStackError (one line, naming the size and the setting) when the arrays do not fit.
+    `array_scale` > 1 for builds that keep shadow state next to every thread-array element."""
+    need = int(signature.thread_array_bytes * array_scale) + STACK_MARGIN_BYTES
+    limit = stack_limit_bytes()
+    if need > limit:
+        big = max(signature.thread_arrays, key=lambda a: a.bytes)
+        raise EmulatorStackError(
+            f"kernel {signature.name}: thread-private arrays need {need // 1024} KiB of stack per GPU thread "
+            f"(largest: {big.elem_type} {big.name}[{big.count}], line {big.line}; margin included), above the "
+            f"emulator's limit of {limit // 1024} KiB: raise TILELANG_METAL_EMULATOR_STACK_KB"
+        )
+    granule = 64 * 1024
+    return min(limit, (max(DEFAULT_STACK_BYTES, need) + granule - 1) // granule * granule)
 
 
 def _dims(value: Sequence[int], what: str) -> tuple[int, int, int]:
@@ -72,13 +101,19 @@ def _dims(value: Sequence[int], what: str) -> tuple[int, int, int]:
 class EmulatedKernel:
     """An MSL kernel compiled for the CPU; `launch` runs it on torch CPU tensors in place."""
 
-    def __init__(self, signature: KernelSignature, library: Path, source: str, checked: bool) -> None:
+    def __init__(
+        self, signature: KernelSignature, library: Path, source: str, checked: bool, *,
+        instrument: str | None = None, stack: int | None = None,
+    ) -> None:
         self.signature = signature
         self.name = signature.name
         self.library_path = library
         self.source = source  # the C++ that was compiled (rewritten kernel + driver)
         self.checked = checked
+        self.instrument = instrument  # None, "counters" or "racecheck" (instrument.py)
+        self._stack = stack
         self._lib = _load(library)
+        self._instrument_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"EmulatedKernel({self.name!r}, checked={self.checked}, library={str(self.library_path)!r})"
@@ -141,11 +176,13 @@ class EmulatedKernel:
         block: tuple[int, int, int],
         *,
         workers: int | None = None,
+        _instrumentation: tuple[int, int, int] | None = None,
     ) -> None:
         """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors.
 
         `tensors` holds one entry per [[ buffer(i) ]] in index order: a tensor for a device buffer, a
         number (or one-element tensor) for a `constant T&` scalar."""
+        (`_instrumentation` = (mode, counters address, seed) is instrument.py's, for instrumented builds.)
         tensors = self._bind_arguments(tensors)
         g = _dims(grid, "grid")
         b = _dims(block, "block")
@@ -163,10 +200,18 @@ class EmulatedKernel:
         grid_arr = (ctypes.c_uint32 * 3)(*g)
         block_arr = (ctypes.c_uint32 * 3)(*b)
         err = ctypes.create_string_buffer(_ERROR_BYTES)
-        stack = config.emulator_stack_kb() * 1024 or DEFAULT_STACK_BYTES
-        # ctypes releases the GIL for the duration of the call.
-        rc = self._lib.tlm_launch(
-            ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
-        )
+        stack = self._stack or stack_bytes(self.signature)
+        mode, counters, seed = _instrumentation or (0, 0, 0)
+        if mode and self.instrument is None:
+            raise EmulatorLaunchError(f"kernel {self.name}: instrumented launch of a plain build")
+        with self._instrument_lock if self.instrument else contextlib.nullcontext():  # setting is per library
+            if self.instrument is not None:
+                self._lib.tlm_instrument(mode, counters or None, seed)
+            # ctypes releases the GIL for the duration of the call.
+            rc = self._lib.tlm_launch(
+                ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
+            )
+        if rc == 2:
+            raise EmulatorRaceError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
         if rc != 0:
             raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .access_marks import mark_line
 from .errors import EmulatorCompileError
 
 # MSL element type -> torch dtype name (looked up lazily so that parsing does not need torch).
@@ -99,12 +100,49 @@ class ThreadgroupArray:
 
 
 @dataclass(frozen=True)
+class ThreadgroupView:
+    """A typed view into a merged threadgroup pool; its extent ends at the next view (or the pool end)."""
+
+    name: str
+    elem_type: str
+    pool: str
+    offset: str  # byte offset, C++ expression as written
+    end: int | None  # byte offset of the next view in the pool; None = the end of the pool
+    line: int
+
+
+def _int_literal(text: str) -> int | None:
+    t = text.strip()
+    while t.startswith("(") and t.endswith(")"):
+        t = t[1:-1].strip()
+    return int(t) if re.fullmatch(r"\d+", t) else None
+
+
+@dataclass(frozen=True)
+class ThreadArray:
+    """A thread-private array declared in the kernel body (lives on the GPU thread's fiber stack)."""
+
+    name: str
+    elem_type: str
+    count: int
+    bytes: int
+    line: int
+
+
+@dataclass(frozen=True)
 class KernelSignature:
     name: str
     cxx_name: str  # the function name in the compiled C++ (differs only for `main`)
     params: tuple[BufferParam | ScalarParam | PositionParam, ...]
     max_total_threads: int | None
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
+    threadgroup_views: tuple[ThreadgroupView, ...] = ()
+    thread_arrays: tuple[ThreadArray, ...] = ()
+
+    @property
+    def thread_array_bytes(self) -> int:
+        """Upper bound of the thread-private arrays' stack use (all of them, as if live at once)."""
+        return sum(a.bytes for a in self.thread_arrays)
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
@@ -138,6 +176,35 @@ _TG_DECL_RE = re.compile(
     r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*"
     r"\[(?P<count>[^\]\[]+)\]\s*(?:__attribute__\s*\(\(.*\)\)\s*|alignas\s*\([^)]*\)\s*)?;(?P<tail>\s*(?://.*)?)$"
 )
+# A typed view into a merged threadgroup pool: `threadgroup T* NAME = (threadgroup T*)(POOL + OFF);`
+_TG_VIEW_RE = re.compile(
+    r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*=\s*"
+    r"\(\s*threadgroup\s+(?P=type)\s*\*\s*\)\s*\(\s*(?P<pool>[A-Za-z_]\w*)\s*\+\s*(?P<off>[^;]+?)\s*\)\s*;"
+    r"(?P<tail>\s*(?://.*)?)$"
+)
+# A thread-private array: `T NAME[COUNT];` (the printer's T.alloc_local / fragments).
+_THREAD_ARRAY_RE = re.compile(
+    r"^\s*(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
+)
+SCALAR_BYTES: dict[str, int] = {
+    "bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2,
+    "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8,
+}
+
+
+def type_bytes(type_name: str) -> int | None:
+    """Size in the emulator of a scalar, vector (`half4`) or simdgroup matrix (`simdgroup_float8x8`) type."""
+    if type_name in SCALAR_BYTES:
+        return SCALAR_BYTES[type_name]
+    m = re.fullmatch(r"([a-z]+)([234])", type_name)
+    if m and m.group(1) in SCALAR_BYTES:
+        return SCALAR_BYTES[m.group(1)] * int(m.group(2))
+    m = re.fullmatch(r"simdgroup_([a-z]+)8x8", type_name)
+    if m and m.group(1) in SCALAR_BYTES:
+        return 2 * SCALAR_BYTES[m.group(1)]  # two elements per lane
+    return None
+
+
 # Anything that looks like a threadgroup variable declaration (type then name), anywhere on a line.
 _TG_ANY_DECL_RE = re.compile(r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_]\w*\s+[A-Za-z_]\w*")
 
@@ -204,8 +271,16 @@ class RewrittenSource:
     text: str  # same number of lines as the input, kernel part rewritten
 
 
-def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
-    """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations."""
+INSTRUMENTS = ("counters", "racecheck")
+
+
+def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> RewrittenSource:
+    """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations.
+
+    `instrument` ("counters" / "racecheck", checked builds only) also marks stores and predicated
+    accesses (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
+    if instrument is not None and (instrument not in INSTRUMENTS or not checked):
+        raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
     kernels = list(_KERNEL_RE.finditer(msl))
     if not kernels:
         raise EmulatorCompileError("no kernel found: expected `[[kernel, ...]] void NAME(` (docs/msl_contract.md)")
@@ -292,6 +367,10 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
     # Threadgroup arrays: every `threadgroup` declaration line after the signature.
     body_start = close_pos + 1
     tg_arrays: list[ThreadgroupArray] = []
+    views: list[tuple[re.Match[str], int, int, int]] = []
+    thread_arrays: list[ThreadArray] = []
+    decl_lines: set[int] = set()
+    tracked_locals: set[str] = set()
     lines = msl.splitlines(keepends=True)
     offset = 0
     line_edits: list[tuple[int, int, str]] = []
@@ -301,6 +380,24 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
         if start < body_start:
             continue
         content = ln.rstrip("\r\n")
+        am = _THREAD_ARRAY_RE.match(content)
+        count = _int_literal(am.group("count")) if am else None
+        size = type_bytes(am.group("type")) if am else None
+        if am and count is not None and size is not None:
+            arr_t = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
+            thread_arrays.append(arr_t)
+            decl_lines.add(lineno)
+            if instrument == "racecheck" and not arr_t.elem_type.startswith("simdgroup_"):
+                indent = content[: len(content) - len(content.lstrip())]
+                line_edits.append((start, start + len(content),
+                                   f'{indent}tlm::local_array<{arr_t.elem_type}, {count}> {arr_t.name}("{arr_t.name}");'))
+                tracked_locals.add(arr_t.name)
+            continue
+        vm = _TG_VIEW_RE.match(content)
+        if vm and any(a.name == vm.group("pool") for a in tg_arrays):
+            views.append((vm, lineno, start, len(content)))
+            decl_lines.add(lineno)
+            continue
         dm = _TG_DECL_RE.match(content)
         if not dm:
             if not _TG_ANY_DECL_RE.search(content.split("//", 1)[0]):
@@ -310,6 +407,7 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
                 msl,
                 lineno,
             )
+        decl_lines.add(lineno)
         elem = dm.group("type")
         slot = len(tg_arrays)
         arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=elem, count=dm.group("count").strip(), line=lineno)
@@ -326,13 +424,57 @@ def rewrite(msl: str, *, checked: bool) -> RewrittenSource:
             )
         line_edits.append((start, start + len(content), rep))
 
+    tg_views = _threadgroup_views(views)
+    if checked:
+        for (vm, _lineno, start, length), view in zip(views, tg_views):
+            end = -1 if view.end is None else view.end
+            line_edits.append((
+                start,
+                start + length,
+                f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
+                f'{view.pool}, ({view.offset}), {end}, "{view.name}");{vm.group("tail")}',
+            ))
+
     out = msl
     for s, e, rep in sorted(edits + line_edits, key=lambda t: t[0], reverse=True):
         out = out[:s] + rep + out[e:]
+    if instrument is not None:
+        names = {b.name for b in buffers} | {a.name for a in tg_arrays} | {v.name for v in tg_views} | tracked_locals
+        first_body_line = _line_of(msl, body_start)
+        out_lines = out.split("\n")
+        for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
+            if i + 1 in decl_lines:
+                continue
+            out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
+        out = "\n".join(out_lines)
     assert out.count("\n") == msl.count("\n"), "rewrite must keep line numbers"
     sig = KernelSignature(
         name=name,
         cxx_name=cxx_name,
-        params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays)
+        params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays),
+        threadgroup_views=tuple(tg_views), thread_arrays=tuple(thread_arrays),
     )
     return RewrittenSource(signature=sig, text=out)
+
+
+def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list[ThreadgroupView]:
+    """Each view's extent ends where the next view of the same pool starts (by literal byte offset);
+    views at the same offset (lifetimes the storage planner overlapped) share the span up to the next one."""
+    offsets: dict[str, set[int]] = {}
+    for vm, *_ in found:
+        off = _int_literal(vm.group("off"))
+        if off is not None:
+            offsets.setdefault(vm.group("pool"), set()).add(off)
+    views = []
+    for vm, lineno, _start, _len in found:
+        off = _int_literal(vm.group("off"))
+        later = [o for o in offsets.get(vm.group("pool"), ()) if off is not None and o > off]
+        views.append(ThreadgroupView(
+            name=vm.group("name"),
+            elem_type=vm.group("type"),
+            pool=vm.group("pool"),
+            offset=vm.group("off").strip(),
+            end=min(later) if later else None,
+            line=lineno,
+        ))
+    return views

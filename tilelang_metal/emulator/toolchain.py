@@ -38,12 +38,14 @@ COMMON_FLAGS = (
     "-fvisibility=hidden",
     "-pthread",
 )
-KERNEL_FLAGS = ("-O2", "-fno-exceptions", "-fno-rtti", "-Wno-attributes", "-Wno-unused", "-Wno-unused-parameter")
+# -fstack-clash-protection: a frame bigger than a page probes every page, so it faults on the guard
+# page below the fiber stack instead of jumping over it into a neighbour's stack.
+KERNEL_FLAGS = ("-O2", "-fstack-clash-protection", "-fno-exceptions", "-fno-rtti", "-Wno-attributes", "-Wno-unused", "-Wno-unused-parameter")
 RUNTIME_FLAGS = ("-O2",)
 
 # Counters for tests and benchmarks: how many compiler invocations this process made.
 _stats_lock = threading.Lock()
-STATS = {"kernel_builds": 0, "runtime_builds": 0, "disk_hits": 0, "memory_hits": 0}
+STATS = {"kernel_builds": 0, "runtime_builds": 0, "prelude_builds": 0, "disk_hits": 0, "memory_hits": 0}
 
 
 def bump(counter: str) -> None:
@@ -214,8 +216,63 @@ def format_diagnostics(unit: SourceUnit, stderr: str, build_dir: Path) -> str:
     return text
 
 
-def _kernel_cmd(cxx: str, src: Path, extra: list[str]) -> list[str]:
-    return [cxx, *COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), "-I", str(SHIM_DIR), "-x", "c++", str(src), *extra]
+INSTRUMENT_DEFINES = {None: [], "counters": ["-DTLM_COUNTERS"], "racecheck": ["-DTLM_RACECHECK"]}
+
+
+def _kernel_cmd(cxx: str, src: Path, extra: list[str], instrument: str | None = None, prelude: Path | None = None) -> list[str]:
+    pch = ["-include", str(prelude)] if prelude is not None else []
+    return [cxx, *COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], "-I", str(SHIM_DIR),
+            *pch, "-x", "c++", str(src), *extra]
+
+
+# ---------------------------------------------------------------- precompiled shim prelude
+
+PRELUDE_NAME = "tlm_prelude.h"
+PRELUDE_TEXT = "// Precompiled prelude of emulated kernels (toolchain.py).\n#ifndef TLM_PRELUDE_H\n#define TLM_PRELUDE_H\n#include <metal_stdlib>\n#endif\n"
+_LEADING_RE = re.compile(r"\A(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*#include <metal_stdlib>")
+
+
+def _starts_with_stdlib(text: str) -> bool:
+    """The prelude may be injected only where it changes nothing: the source's first directive
+    (after comments and blank lines) already is `#include <metal_stdlib>` (every printed kernel)."""
+    return bool(_LEADING_RE.match(text))
+
+
+def prelude_header(instrument: str | None = None) -> Path | None:
+    """The shim prelude with its precompiled header (`.gch`, built once per shim sources, compiler and
+    flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
+    cxx = compiler()
+    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]
+    key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
+    final = cache_dir() / "prelude" / key[:32]
+    header = final / PRELUDE_NAME
+    if (final / (PRELUDE_NAME + ".gch")).exists():
+        return header
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        (tmp / PRELUDE_NAME).write_text(PRELUDE_TEXT)
+        cmd = [cxx, *flags, "-I", str(SHIM_DIR), "-x", "c++-header", str(tmp / PRELUDE_NAME), "-o", str(tmp / (PRELUDE_NAME + ".gch"))]
+        if _run(cmd, tmp).returncode != 0:
+            return None  # builds go on without it
+        bump("prelude_builds")
+        try:
+            os.rename(tmp, final)  # atomic publish of the directory; a concurrent build may have won
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return header if (final / (PRELUDE_NAME + ".gch")).exists() else None
+
+
+@functools.cache
+def _linker_flags(cxx: str) -> tuple[str, ...]:
+    """gold links a kernel library ~10x faster than bfd (~0.01 s instead of ~0.1 s); used when present."""
+    try:
+        r = subprocess.run([cxx, "-fuse-ld=gold", "-Wl,--version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return ()
+    return ("-fuse-ld=gold",) if r.returncode == 0 and "gold" in r.stdout.lower() else ()
 
 
 def syntax_check(unit: SourceUnit) -> None:
@@ -231,7 +288,8 @@ def syntax_check(unit: SourceUnit) -> None:
         build = Path(d)
         src = build / unit.file_name
         src.write_text(unit.text)
-        r = _run(_kernel_cmd(cxx, src, ["-fsyntax-only"]), build)
+        prelude = prelude_header() if _starts_with_stdlib(unit.text) else None
+        r = _run(_kernel_cmd(cxx, src, ["-fsyntax-only"], prelude=prelude), build)
         if r.returncode != 0:
             raise EmulatorCompileError(
                 f"MSL kernel '{unit.kernel_name}' does not compile:\n" + format_diagnostics(unit, r.stderr, build)
@@ -240,10 +298,10 @@ def syntax_check(unit: SourceUnit) -> None:
     stamp.touch()
 
 
-def kernel_library(unit: SourceUnit, checked: bool) -> Path:
+def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = None) -> Path:
     """Path of the shared library for `unit`, compiled unless already cached."""
     cxx = compiler()
-    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines()])
+    flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *_linker_flags(cxx)])
     key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.text)
     kdir = cache_dir() / "kernels"
     final = kdir / f"{unit.kernel_name[:48]}-{key[:32]}.so"
@@ -257,7 +315,9 @@ def kernel_library(unit: SourceUnit, checked: bool) -> Path:
         src = tmp / unit.file_name
         src.write_text(unit.text)
         lib = tmp / "kernel.so"
-        cmd = _kernel_cmd(cxx, src, ["-shared", "-o", str(lib), "-x", "none", str(rt)])
+        prelude = prelude_header(instrument) if _starts_with_stdlib(unit.text) else None
+        link = ["-shared", *_linker_flags(cxx), "-o", str(lib), "-x", "none", str(rt)]
+        cmd = _kernel_cmd(cxx, src, link, instrument, prelude)
         r = _run(cmd, tmp)
         if r.returncode != 0:
             raise EmulatorCompileError(

@@ -9,6 +9,7 @@
 // Only C headers and <atomic> on purpose: this file is compiled on first use of the emulator.
 #undef _FORTIFY_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,6 +36,22 @@ constexpr size_t kMessage = 1024;
 
 enum class fstate : uint8_t { runnable, at_barrier, at_simd, done };
 
+// Instrumentation of one launch (set by tlm_instrument just before it; plain launches: none).
+enum class imode : int { none = 0, counters = 1, racecheck = 2 };
+constexpr uint32_t kMaxBuffers = 256;
+
+// Racecheck shadow state of one element (device) or byte (threadgroup memory): the last writer and
+// up to two readers since; `group1` = threadgroup linear index + 1 (0 = nobody).
+struct who {
+  uint32_t group1;
+  uint32_t epoch;
+  uint16_t thread;
+};
+struct shadow_cell {
+  who w;
+  who r[2];
+};
+
 struct worker;
 
 struct fiber_t {
@@ -43,6 +60,9 @@ struct fiber_t {
   fstate state;
   uint32_t index;
   worker* w;
+  uint32_t pred_depth;  // open `if` blocks (counters)
+  uint32_t tg_epoch;    // threadgroup barriers passed that order threadgroup memory (racecheck)
+  uint32_t dev_epoch;   // ... that order device memory
 };
 
 struct simd_state {
@@ -66,6 +86,13 @@ struct launch_state {
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   bool has_error = false;
   char error[kMessage] = {0};
+  imode mode = imode::none;
+  uint64_t seed = 0;
+  uint64_t* counters = nullptr;  // counters mode: ngroups rows of c_counter_count
+  uint64_t* order = nullptr;     // racecheck: the (seeded, shuffled) order threadgroups run in
+  shadow_cell* dev_shadow[kMaxBuffers] = {};
+  bool has_race = false;
+  char race[kMessage] = {0};
 };
 
 struct worker {
@@ -74,6 +101,8 @@ struct worker {
   fiber_t* fibers;
   char* stacks;
   size_t stacks_bytes;
+  size_t stack_span;  // one stack plus its guard page
+  size_t page;
   fiber_t* cur;
   uint32_t* rq;  // run queue: ring buffer of fiber indices
   uint32_t rq_head, rq_count;
@@ -88,6 +117,9 @@ struct worker {
   uint64_t group;
   uint32_t tg[3];
   bool aborted;
+  uint64_t rng;                       // racecheck: seeded schedule
+  shadow_cell* tg_shadow;             // racecheck: one cell per byte of threadgroup memory
+  uint64_t counts[c_counter_count];   // counters of the running threadgroup
   alignas(64) unsigned char oob_scratch[256];
 };
 
@@ -120,8 +152,25 @@ inline void rq_push(worker& w, uint32_t i) {
   w.fibers[i].state = fstate::runnable;
 }
 
+inline uint64_t next_random(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
 inline fiber_t* rq_pop(worker& w) {
   if (w.rq_count == 0) return nullptr;
+  if (w.L->mode == imode::racecheck && w.rq_count > 1) {
+    // Randomized schedule: any runnable thread may go next.
+    const uint32_t n = w.L->nthreads;
+    uint32_t k = static_cast<uint32_t>(next_random(w.rng) % w.rq_count);
+    uint32_t& a = w.rq[w.rq_head];
+    uint32_t& b = w.rq[(w.rq_head + k) % n];
+    uint32_t t = a;
+    a = b;
+    b = t;
+  }
   uint32_t i = w.rq[w.rq_head];
   w.rq_head = (w.rq_head + 1) % w.L->nthreads;
   --w.rq_count;
@@ -242,6 +291,8 @@ bool setup_worker(worker& w, launch_state* L) {
   const size_t stack = (L->stack_bytes + page - 1) / page * page;
   const size_t span = stack + page;  // guard page below every stack
   w.stacks_bytes = span * n;
+  w.stack_span = span;
+  w.page = page;
   w.stacks = static_cast<char*>(map_anon(w.stacks_bytes));
   w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
   w.fibers = alloc_array<fiber_t>(n);
@@ -256,6 +307,14 @@ bool setup_worker(worker& w, launch_state* L) {
     return false;
   }
   for (uint32_t s = 0; s < kMaxSlots; ++s) w.slot_off[s] = -1;
+  if (L->mode == imode::racecheck) {
+    w.rng = (L->seed + 1) * 0x9E3779B97F4A7C15ull | 1;
+    w.tg_shadow = alloc_array<shadow_cell>(L->p->threadgroup_limit);
+    if (!w.tg_shadow) {
+      record_error(L, 0, "emulator: out of memory for the racecheck shadow of threadgroup memory");
+      return false;
+    }
+  }
   const uint32_t* b = L->p->block;
   for (uint32_t i = 0; i < n; ++i) {
     fiber_t& f = w.fibers[i];
@@ -293,6 +352,7 @@ void teardown_worker(worker& w) {
   std::free(w.rq);
   std::free(w.bar_waiters);
   std::free(w.simd);
+  std::free(w.tg_shadow);
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
   if (w.arena) munmap(w.arena, kArenaCapacity);
 }
@@ -315,7 +375,11 @@ void run_group(worker& w, uint64_t g) {
     w.simd[s].nwait = 0;
     w.simd[s].op = nullptr;
   }
+  if (w.tg_shadow && w.arena_used) std::memset(static_cast<void*>(w.tg_shadow), 0, sizeof(shadow_cell) * w.arena_used);
   for (uint32_t i = 0; i < L->nthreads; ++i) {
+    w.fibers[i].pred_depth = 0;
+    w.fibers[i].tg_epoch = 0;
+    w.fibers[i].dev_epoch = 0;
     lane_info& li = w.fibers[i].info;
     li.tg[0] = w.tg[0];
     li.tg[1] = w.tg[1];
@@ -326,6 +390,10 @@ void run_group(worker& w, uint64_t g) {
   w.cur = first;
   fiber::switch_to(w.sched, first->ctx);
   // back here when the threadgroup finished or was abandoned
+  if (L->counters) {
+    std::memcpy(L->counters + g * c_counter_count, w.counts, sizeof w.counts);
+    std::memset(w.counts, 0, sizeof w.counts);
+  }
 }
 
 struct worker_arg {
@@ -333,23 +401,104 @@ struct worker_arg {
   worker* w;
 };
 
+// ---------------------------------------------------------------- stack overflow -> error
+// A fiber that overflows its stack faults on the guard page below it (kernels are built with
+// -fstack-clash-protection, so big frames probe page by page). During a launch a SIGSEGV/SIGBUS
+// handler, running on a per-worker alternate stack, recognises such a fault, records an error and
+// abandons the threadgroup; every other fault goes to the handler that was installed before.
+
+constexpr size_t kAltStack = 64 * 1024;
+pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+int g_guard_users = 0;
+struct sigaction g_prev_segv, g_prev_bus;
+
+void chain(int sig, siginfo_t* info, void* uc) {
+  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, uc);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler == SIG_DFL || prev.sa_handler == nullptr) {
+    signal(sig, SIG_DFL);  // returning re-executes the faulting access, which now ends the process
+    return;
+  }
+  prev.sa_handler(sig);
+}
+
+void on_fault(int sig, siginfo_t* info, void* uc) {
+  worker* w = tl_w;
+  if (w && w->stacks && w->cur && info) {
+    const char* a = static_cast<const char*>(info->si_addr);
+    if (a >= w->stacks && a < w->stacks + w->stacks_bytes) {
+      const size_t off = static_cast<size_t>(a - w->stacks);
+      if (off % w->stack_span < w->page) {
+        char pos[200], msg[kMessage];
+        const uint32_t victim = static_cast<uint32_t>(off / w->stack_span);
+        // the guard page below stack i lies at the start of span i; it is overflowed by fiber i
+        where(*w, w->fibers[victim].info, pos, sizeof pos);
+        std::snprintf(msg, sizeof msg,
+                      "stack overflow of a GPU thread (%zu KiB stack): %s; raise TILELANG_METAL_EMULATOR_STACK_KB",
+                      (w->stack_span - w->page) / 1024, pos);
+        record_error(w->L, w->group, msg);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        abandon(*w);  // leaves the signal frame for good: the worker goes on with its loop's exit
+      }
+    }
+  }
+  chain(sig, info, uc);
+}
+
+void guard_install() {
+  pthread_mutex_lock(&g_guard_mu);
+  if (g_guard_users++ == 0) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+  }
+  pthread_mutex_unlock(&g_guard_mu);
+}
+
+void guard_remove() {
+  pthread_mutex_lock(&g_guard_mu);
+  if (--g_guard_users == 0) {
+    sigaction(SIGSEGV, &g_prev_segv, nullptr);
+    sigaction(SIGBUS, &g_prev_bus, nullptr);
+  }
+  pthread_mutex_unlock(&g_guard_mu);
+}
+
 void* worker_main(void* p) {
   worker_arg* a = static_cast<worker_arg*>(p);
   launch_state* L = a->L;
   worker* w = a->w;
   worker* saved = tl_w;
   tl_w = w;
+  // The fault handler needs a stack of its own: the faulting one is exhausted.
+  stack_t alt{}, old_alt{};
+  alt.ss_sp = map_anon(kAltStack);
+  alt.ss_size = kAltStack;
+  const bool have_alt = alt.ss_sp && sigaltstack(&alt, &old_alt) == 0;
   if (setup_worker(*w, L)) {
     for (;;) {
       uint64_t g = L->next.fetch_add(1, std::memory_order_relaxed);
       if (g >= L->ngroups) break;
       // After an error only lower threadgroups still matter (they may hold an earlier error).
       if (g > L->error_group.load(std::memory_order_relaxed)) break;
-      run_group(*w, g);
+      run_group(*w, L->order ? L->order[g] : g);
       if (w->aborted) break;
     }
   }
   teardown_worker(*w);
+  if (have_alt) sigaltstack(&old_alt, nullptr);
+  if (alt.ss_sp) munmap(alt.ss_sp, kAltStack);
   tl_w = saved;
   return nullptr;
 }
@@ -360,12 +509,200 @@ void* worker_main(void* p) {
 
 const lane_info& self() noexcept { return tl_w->cur->info; }
 
+// ---------------------------------------------------------------- instrumentation
+
+namespace {
+
+struct instrument_config {
+  imode mode;
+  uint64_t* counters;
+  uint64_t seed;
+};
+instrument_config g_instrument{imode::none, nullptr, 0};
+
+void count_simd_op(worker& w, const char* op) {
+  if (std::strcmp(op, "matmul2d::run") == 0) ++w.counts[c_matmul2d_16x32x16];
+  else if (std::strcmp(op, "simdgroup_multiply_accumulate") == 0) ++w.counts[c_simdgroup_multiply_accumulate_8x8x8];
+  else if (std::strcmp(op, "simdgroup_multiply") == 0) ++w.counts[c_simdgroup_multiply_8x8x8];
+  else if (std::strcmp(op, "simdgroup_barrier") == 0) ++w.counts[c_simdgroup_barriers];
+  else ++w.counts[c_simd_collectives];
+}
+
+void describe_thread(const launch_state& L, uint32_t group, uint32_t thread, char* out, size_t n) {
+  const uint32_t* gr = L.p->grid;
+  const uint32_t* b = L.p->block;
+  std::snprintf(out, n, "threadgroup (%u,%u,%u) thread (%u,%u,%u) [simdgroup %u, lane %u]", group % gr[0],
+                (group / gr[0]) % gr[1], group / (gr[0] * gr[1]), thread % b[0], (thread / b[0]) % b[1],
+                thread / (b[0] * b[1]), thread / kSimdWidth, thread % kSimdWidth);
+}
+
+const char* space_name(space_kind k) {
+  return k == space_kind::device_memory ? "device buffer" : k == space_kind::threadgroup_memory ? "threadgroup array" : "thread array";
+}
+
+// The first race of the launch is reported (the run goes on, so the outputs are complete).
+void report_race(worker& w, const access& a, int64_t element, const who& other, bool other_write, const who& me,
+                 bool my_write) {
+  launch_state* L = w.L;
+  if (L->has_race) return;
+  char first[160], second[160];
+  describe_thread(*L, other.group1 - 1, other.thread, first, sizeof first);
+  describe_thread(*L, me.group1 - 1, me.thread, second, sizeof second);
+  const char* why = other.group1 != me.group1 ? "different threadgroups are not ordered within a launch"
+                    : a.kind == space_kind::device_memory
+                        ? "no threadgroup_barrier(mem_flags::mem_device) between them"
+                        : "no threadgroup_barrier(mem_flags::mem_threadgroup) between them";
+  std::snprintf(L->race, sizeof L->race, "data race on %s '%s' element %lld: %s by %s, then %s by %s; %s",
+                space_name(a.kind), a.name, static_cast<long long>(element), other_write ? "write" : "read", first,
+                my_write ? "write" : "read", second, why);
+  L->has_race = true;
+}
+
+void report_uninitialized(worker& w, const access& a, int64_t element) {
+  launch_state* L = w.L;
+  if (L->has_race) return;
+  char me[160];
+  describe_thread(*L, static_cast<uint32_t>(w.group), w.cur->index, me, sizeof me);
+  std::snprintf(L->race, sizeof L->race, "uninitialized read of %s '%s' element %lld by %s (never written before)",
+                space_name(a.kind), a.name, static_cast<long long>(element), me);
+  L->has_race = true;
+}
+
+inline bool unordered(const who& o, const who& me) {
+  if (o.group1 == 0) return false;
+  if (o.group1 != me.group1) return true;  // other threadgroup: never ordered
+  return o.thread != me.thread && o.epoch == me.epoch;
+}
+
+inline bool same_thread(const who& o, const who& me) { return o.group1 == me.group1 && o.thread == me.thread; }
+
+// Returns false when the cell shows a race (reported once per access).
+bool check_cell(worker& w, shadow_cell& c, const access& a, int64_t element, const who& me, bool store) {
+  bool ok = true;
+  if (unordered(c.w, me)) {
+    report_race(w, a, element, c.w, true, me, store);
+    ok = false;
+  }
+  if (store) {
+    for (const who& r : c.r)
+      if (ok && unordered(r, me)) {
+        report_race(w, a, element, r, false, me, true);
+        ok = false;
+      }
+    c.w = me;
+    c.r[0] = c.r[1] = who{0, 0, 0};
+    return ok;
+  }
+  // Keep two distinct readers that a later writer may conflict with (a stale reader of this
+  // threadgroup from an earlier epoch can be replaced by this one).
+  for (who& r : c.r) {
+    if (r.group1 == 0 || same_thread(r, me) || (r.group1 == me.group1 && r.epoch != me.epoch)) {
+      r = me;
+      break;
+    }
+  }
+  return ok;
+}
+
+void race_access(worker& w, const access& a) {
+  launch_state* L = w.L;
+  fiber_t* f = w.cur;
+  const bool store = (a.flags & access_store) != 0;
+  if (a.kind == space_kind::thread_memory) {
+    if (!a.init) return;
+    for (uint32_t j = 0; j < a.lanes; ++j) {
+      if (store) a.init[j] = 1;
+      else if (!a.init[j]) {
+        report_uninitialized(w, a, a.index + j);
+        return;
+      }
+    }
+    return;
+  }
+  who me{static_cast<uint32_t>(w.group + 1), 0, static_cast<uint16_t>(f->index)};
+  if (a.kind == space_kind::device_memory) {
+    if (a.buf < 0 || a.buf >= static_cast<int32_t>(kMaxBuffers) || a.elem_bytes == 0) return;
+    shadow_cell*& sh = L->dev_shadow[a.buf];
+    const int64_t count = L->p->counts[a.buf];
+    if (!sh) {
+      sh = alloc_array<shadow_cell>(static_cast<size_t>(count > 0 ? count : 1));
+      if (!sh) return;
+    }
+    me.epoch = f->dev_epoch;
+    const int64_t e0 = (static_cast<const char*>(a.addr) - static_cast<const char*>(L->p->buffers[a.buf])) / a.elem_bytes;
+    for (uint32_t j = 0; j < a.lanes; ++j) {
+      if (e0 + j < 0 || e0 + j >= count) continue;
+      if (!check_cell(w, sh[e0 + j], a, a.index + j, me, store)) return;
+    }
+    return;
+  }
+  // threadgroup memory: one cell per byte (views of a pool may have different element types)
+  me.epoch = f->tg_epoch;
+  const int64_t off = static_cast<const unsigned char*>(a.addr) - w.arena;
+  for (uint32_t j = 0; j < a.lanes; ++j) {
+    for (uint32_t b = 0; b < a.elem_bytes; ++b) {
+      const int64_t byte = off + static_cast<int64_t>(j) * a.elem_bytes + b;
+      if (byte < 0 || static_cast<uint64_t>(byte) >= L->p->threadgroup_limit) continue;
+      shadow_cell& c = w.tg_shadow[byte];
+      if (!store && c.w.group1 == 0) {
+        report_uninitialized(w, a, a.index + j);
+        return;
+      }
+      if (!check_cell(w, c, a, a.index + j, me, store)) return;
+    }
+  }
+}
+
+}  // namespace
+
+void on_access(const access& a) noexcept {
+  worker& w = *tl_w;
+  if (w.L->mode == imode::racecheck) {
+    race_access(w, a);
+    return;
+  }
+  if (w.L->mode != imode::counters) return;
+  const uint64_t bytes = static_cast<uint64_t>(a.lanes) * a.elem_bytes;
+  const bool store = (a.flags & access_store) != 0;
+  if (a.kind == space_kind::device_memory) {
+    const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
+    if (store) {
+      ++w.counts[c_device_store_instructions];
+      w.counts[c_device_store_bytes] += bytes;
+      w.counts[c_predicated_device_stores] += predicated;
+    } else {
+      ++w.counts[c_device_load_instructions];
+      w.counts[c_device_load_bytes] += bytes;
+      w.counts[c_predicated_device_loads] += predicated;
+    }
+  } else if (a.kind == space_kind::threadgroup_memory) {
+    if (store) {
+      ++w.counts[c_threadgroup_store_instructions];
+      w.counts[c_threadgroup_store_bytes] += bytes;
+    } else {
+      ++w.counts[c_threadgroup_load_instructions];
+      w.counts[c_threadgroup_load_bytes] += bytes;
+    }
+  }
+}
+
+void predicate_enter() noexcept { ++tl_w->cur->pred_depth; }
+void predicate_exit() noexcept { --tl_w->cur->pred_depth; }
+
+void threadgroup_barrier_flags(unsigned mem_flags) noexcept {
+  threadgroup_barrier();
+  fiber_t* f = tl_w->cur;
+  if (mem_flags & 2u) ++f->tg_epoch;   // mem_threadgroup
+  if (mem_flags & 1u) ++f->dev_epoch;  // mem_device
+}
+
 void threadgroup_barrier() noexcept {
   worker& w = *tl_w;
   fiber_t* f = w.cur;
   if (++w.bar_arrived == w.L->nthreads) {
     // Last arrival: everyone else becomes runnable, in arrival order; the caller goes on.
     w.bar_arrived = 0;
+    ++w.counts[c_threadgroup_barriers];
     for (uint32_t i = 0, n = w.L->nthreads - 1; i < n; ++i) rq_push(w, w.bar_waiters[i]);
     return;
   }
@@ -400,6 +737,7 @@ const void* simd_arrive() noexcept {
   if (++s.arrived == s.size) {
     s.arrived = 0;
     ++s.round;
+    if (w.L->mode == imode::counters) count_simd_op(w, s.op);
     for (uint32_t i = 0; i < s.nwait; ++i) rq_push(w, s.waiters[i]);
     s.nwait = 0;
   } else {
@@ -481,7 +819,27 @@ int launch(const launch_params& p) noexcept {
   L->nsimd = (L->nthreads + kSimdWidth - 1) / kSimdWidth;
   L->ngroups = static_cast<uint64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
   L->stack_bytes = p.stack_bytes ? p.stack_bytes : 256 * 1024;
+  L->mode = g_instrument.mode;
+  L->seed = g_instrument.seed;
+  L->counters = L->mode == imode::counters ? g_instrument.counters : nullptr;
   uint64_t nworkers = p.workers > 0 ? static_cast<uint64_t>(p.workers) : 1;
+  if (L->mode == imode::racecheck) {
+    // One worker (the shadow state is not shared between OS threads), threadgroups in seeded order.
+    nworkers = 1;
+    L->order = alloc_array<uint64_t>(L->ngroups ? L->ngroups : 1);
+    if (!L->order) {
+      delete L;
+      return fail("emulator: out of memory");
+    }
+    uint64_t x = g_instrument.seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    for (uint64_t i = 0; i < L->ngroups; ++i) L->order[i] = i;
+    for (uint64_t i = L->ngroups; i > 1; --i) {
+      uint64_t j = next_random(x) % i;
+      uint64_t t = L->order[i - 1];
+      L->order[i - 1] = L->order[j];
+      L->order[j] = t;
+    }
+  }
   if (nworkers > L->ngroups) nworkers = L->ngroups ? L->ngroups : 1;
   worker* workers = static_cast<worker*>(std::aligned_alloc(64, sizeof(worker) * nworkers));
   worker_arg* args = alloc_array<worker_arg>(nworkers);
@@ -494,13 +852,21 @@ int launch(const launch_params& p) noexcept {
   }
   for (uint64_t i = 0; i < nworkers; ++i) args[i] = worker_arg{L, &workers[i]};
   if (L->ngroups > 0) {
+    guard_install();
     for (uint64_t i = 1; i < nworkers; ++i)  // fewer workers than asked is still correct
       started[i] = pthread_create(&threads[i], nullptr, worker_main, &args[i]) == 0;
     worker_main(&args[0]);  // the calling thread is worker 0
     for (uint64_t i = 1; i < nworkers; ++i)
       if (started[i]) pthread_join(threads[i], nullptr);
+    guard_remove();
   }
   int rc = L->has_error ? fail(L->error) : 0;
+  if (!L->has_error && L->has_race) {
+    if (p.error && p.error_len) std::snprintf(p.error, p.error_len, "%s", L->race);
+    rc = 2;  // a race or uninitialized read (racecheck)
+  }
+  std::free(L->order);
+  for (shadow_cell* sh : L->dev_shadow) std::free(sh);
   std::free(workers), std::free(args), std::free(threads), std::free(started);
   pthread_mutex_destroy(&L->mu);
   delete L;
@@ -510,3 +876,9 @@ int launch(const launch_params& p) noexcept {
 }  // namespace tlm::rt
 
 extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers() { return tlm::fiber::flavour(); }
+
+// Instrumentation of the next launch of this library: mode 0 none, 1 counters (into `counters`,
+// one row of c_counter_count per threadgroup), 2 racecheck with schedule `seed`.
+extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, uint64_t* counters, uint64_t seed) {
+  tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), counters, seed};
+}

@@ -16,14 +16,43 @@ struct checked_ptr {
   int64_t offset;     // elements from base this pointer designates
   const char* name;   // parameter / array name, for messages
   const char* space;  // "device buffer" or "threadgroup array"
+  int64_t align0;     // element offset of `base` from an aligned origin (a view inside a threadgroup pool)
 
-  checked_ptr(T* b, int64_t n, const char* nm, const char* sp)
-      : base(b), extent(n), offset(0), name(nm), space(sp) {}
+#ifdef TLM_INSTRUMENTED
+  rt::space_kind kind = rt::space_kind::device_memory;
+  uint8_t flags = 0;      // rt::access_flags of accesses through this pointer (set by the rewrite)
+  int32_t buf = -1;       // device buffer index
+  uint8_t* init = nullptr;  // thread arrays (racecheck): written flags, parallel to base
+#endif
+
+  checked_ptr(T* b, int64_t n, const char* nm, const char* sp, int64_t a0 = 0)
+      : base(b), extent(n), offset(0), name(nm), space(sp), align0(a0) {}
+
+  // Instrumented builds: the rewrite marks stores (`C.w()[i] = ...`) and accesses under a `?:`
+  // (`c ? A.p()[i] : 0`). Plain builds never see these calls.
+  TLM_INLINE checked_ptr w() const { return with_flags(1); }
+  TLM_INLINE checked_ptr p() const { return with_flags(2); }
+  TLM_INLINE checked_ptr wp() const { return with_flags(3); }
+  TLM_INLINE checked_ptr with_flags([[maybe_unused]] uint8_t f) const {
+    checked_ptr r = *this;
+#ifdef TLM_INSTRUMENTED
+    r.flags |= f;
+#endif
+    return r;
+  }
+
+  TLM_INLINE void note([[maybe_unused]] int64_t j, [[maybe_unused]] int64_t lanes) const {
+#ifdef TLM_INSTRUMENTED
+    rt::on_access(rt::access{base + j, name, j, init ? init + j : nullptr, buf, static_cast<uint16_t>(lanes),
+                             static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags});
+#endif
+  }
 
   TLM_INLINE T& operator[](int64_t i) const {
     int64_t j = offset + i;
     if (__builtin_expect(static_cast<uint64_t>(j) >= static_cast<uint64_t>(extent), 0))
       return *static_cast<T*>(rt::out_of_bounds(space, name, j, 1, extent));
+    note(j, 1);
     return base[j];
   }
   TLM_INLINE T& operator*() const { return (*this)[0]; }
@@ -44,8 +73,9 @@ struct checked_ptr {
       return static_cast<V*>(rt::out_of_bounds(space, name, offset, lanes, extent));
     if constexpr (lanes > 1 && (lanes & (lanes - 1)) == 0) {
       // MSL aligns an N-lane vector to N elements (buffers themselves are aligned).
-      if (__builtin_expect((offset & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
+      if (__builtin_expect(((align0 + offset) & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
     }
+    note(offset, lanes);
     return reinterpret_cast<V*>(const_cast<E*>(base + offset));
   }
 };
@@ -56,17 +86,81 @@ template <class T> using raw_ptr = T*;
 // Storage for the slot-th `threadgroup T NAME[COUNT];` declaration of the kernel.
 template <class T>
 TLM_INLINE checked_ptr<T> threadgroup_array(uint32_t slot, int64_t count, const char* name) {
-  return checked_ptr<T>(static_cast<T*>(rt::threadgroup_slot(slot, sizeof(T) * static_cast<uint64_t>(count))),
-                        count, name, "threadgroup array");
+  checked_ptr<T> r(static_cast<T*>(rt::threadgroup_slot(slot, sizeof(T) * static_cast<uint64_t>(count))), count, name,
+                   "threadgroup array");
+#ifdef TLM_INSTRUMENTED
+  r.kind = rt::space_kind::threadgroup_memory;
+#endif
+  return r;
 }
 template <class T>
 TLM_INLINE T* threadgroup_array_raw(uint32_t slot, int64_t count) {
   return static_cast<T*>(rt::threadgroup_slot(slot, sizeof(T) * static_cast<uint64_t>(count)));
 }
 
-template <class T>
-TLM_INLINE checked_ptr<T> device_buffer(void* p, int64_t count, const char* name) {
-  return checked_ptr<T>(static_cast<T*>(p), count, name, "device buffer");
+// `threadgroup T* NAME = (threadgroup T*)(POOL + byte_off);`: a typed view into a merged threadgroup
+// pool (`shared.dyn`). The view covers [byte_off, byte_end) of the pool, byte_end being the next view's
+// offset (computed by the rewrite) or, when negative, the end of the pool. It is checked against its
+// own extent, so an access that would land in a neighbouring view is reported.
+template <class T, class P>
+inline checked_ptr<T> threadgroup_view(const checked_ptr<P>& pool, int64_t byte_off, int64_t byte_end,
+                                       const char* name) {
+  const int64_t pool_bytes = pool.extent * static_cast<int64_t>(sizeof(P));
+  if (byte_end < 0 || byte_end > pool_bytes) byte_end = pool_bytes;
+  const bool outside = byte_off < 0 || byte_off > pool_bytes;
+  if (outside || byte_off % static_cast<int64_t>(sizeof(T)) != 0) {
+    char msg[240];
+    __builtin_snprintf(msg, sizeof msg, "threadgroup view '%s' starts at byte %lld of pool '%s' (%lld bytes): %s %d",
+                       name, static_cast<long long>(byte_off), pool.name, static_cast<long long>(pool_bytes),
+                       outside ? "outside the pool; element size" : "not a multiple of its element size",
+                       static_cast<int>(sizeof(T)));
+    rt::fatal(msg);
+  }
+  const int64_t n = byte_end > byte_off ? (byte_end - byte_off) / static_cast<int64_t>(sizeof(T)) : 0;
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(pool.base) + byte_off;
+  checked_ptr<T> r(reinterpret_cast<T*>(bytes), n, name, "threadgroup array", byte_off / static_cast<int64_t>(sizeof(T)));
+#ifdef TLM_INSTRUMENTED
+  r.kind = rt::space_kind::threadgroup_memory;
+#endif
+  return r;
 }
+
+template <class T>
+TLM_INLINE checked_ptr<T> device_buffer(void* p, int64_t count, const char* name, [[maybe_unused]] int32_t index = -1) {
+  checked_ptr<T> r(static_cast<T*>(p), count, name, "device buffer");
+#ifdef TLM_INSTRUMENTED
+  r.buf = index;
+#endif
+  return r;
+}
+
+#ifdef TLM_INSTRUMENTED
+// Racecheck builds: a thread-private array `T NAME[N];` with a "written" flag per element, so reads
+// of never-written elements are reported. Accessed like a checked pointer.
+template <class T, int64_t N>
+struct local_array {
+  T data[N];
+  uint8_t written[N];
+  const char* name;
+  explicit local_array(const char* nm) : name(nm) { __builtin_memset(written, 0, sizeof written); }
+  TLM_INLINE checked_ptr<T> ptr() {
+    checked_ptr<T> r(data, N, name, "thread array");
+    r.kind = rt::space_kind::thread_memory;
+    r.init = written;
+    return r;
+  }
+  TLM_INLINE T& operator[](int64_t i) { return ptr()[i]; }
+  TLM_INLINE checked_ptr<T> operator+(int64_t d) { return ptr() + d; }
+  TLM_INLINE checked_ptr<T> w() { return ptr().w(); }
+  TLM_INLINE checked_ptr<T> p() { return ptr().p(); }
+  TLM_INLINE checked_ptr<T> wp() { return ptr().wp(); }
+};
+
+// `if (...) {` blocks of the kernel (counters: accesses inside are predicated).
+struct predicated_scope {
+  predicated_scope() { rt::predicate_enter(); }
+  ~predicated_scope() { rt::predicate_exit(); }
+};
+#endif
 
 }  // namespace tlm

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 // Bumped whenever the shim's semantics change; part of every build-cache key.
-#define TLM_SHIM_VERSION "1.0.0"
+#define TLM_SHIM_VERSION "1.1.0"
 
 // MSL address spaces carry no meaning on the CPU: every pointer is a plain host pointer.
 #define device
@@ -16,3 +16,8 @@
 #define constant
 
 #define TLM_INLINE inline __attribute__((always_inline))
+
+// Instrumented flavours (tilelang_metal/emulator/instrument.py): counters or race detection.
+#if defined(TLM_COUNTERS) || defined(TLM_RACECHECK)
+#define TLM_INSTRUMENTED 1
+#endif

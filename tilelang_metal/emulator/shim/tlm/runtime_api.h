@@ -66,4 +66,52 @@ void misaligned(const char* space, const char* name, int64_t index, int64_t lane
 // Storage of the `slot`-th threadgroup array of the kernel for the current threadgroup.
 void* threadgroup_slot(uint32_t slot, uint64_t bytes) noexcept;
 
+// ---------------------------------------------------------------- instrumented builds
+// Kernels built with TLM_COUNTERS or TLM_RACECHECK (TLM_INSTRUMENTED) report every access of a
+// device buffer, threadgroup array and (racecheck) thread array; plain builds never call these.
+
+enum class space_kind : uint8_t { device_memory = 0, threadgroup_memory = 1, thread_memory = 2 };  // (device, threadgroup, thread are macros)
+enum access_flags : uint8_t { access_store = 1, access_predicated = 2 };
+
+struct access {
+  const void* addr;   // first byte accessed
+  const char* name;   // buffer / array name
+  int64_t index;      // element index inside that buffer / array
+  uint8_t* init;      // thread arrays: one "written" flag per element (racecheck), else null
+  int32_t buf;        // device buffer index
+  uint16_t lanes;     // elements accessed (vector width)
+  uint16_t elem_bytes;
+  space_kind kind;
+  uint8_t flags;      // access_flags
+};
+void on_access(const access& a) noexcept;
+
+// Accesses inside `if`/`else` blocks of the kernel count as predicated (counters).
+void predicate_enter() noexcept;
+void predicate_exit() noexcept;
+
+// threadgroup_barrier with its mem_flags (racecheck: opens a new epoch per ordered memory kind).
+void threadgroup_barrier_flags(unsigned mem_flags) noexcept;
+
+// Counters, one row per threadgroup (names in tilelang_metal/emulator/instrument.py, same order).
+enum counter : uint32_t {
+  c_device_load_instructions,
+  c_device_load_bytes,
+  c_device_store_instructions,
+  c_device_store_bytes,
+  c_predicated_device_loads,
+  c_predicated_device_stores,
+  c_threadgroup_load_instructions,
+  c_threadgroup_load_bytes,
+  c_threadgroup_store_instructions,
+  c_threadgroup_store_bytes,
+  c_threadgroup_barriers,
+  c_simdgroup_barriers,
+  c_simd_collectives,
+  c_matmul2d_16x32x16,
+  c_simdgroup_multiply_accumulate_8x8x8,
+  c_simdgroup_multiply_8x8x8,
+  c_counter_count
+};
+
 }  // namespace tlm::rt

@@ -37,6 +37,10 @@ TLM_INLINE simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T value) {
 }
 
 namespace tlm_detail {
+// A store through a checked pointer is marked as one (instrumented builds count / race-check it).
+template <class P> TLM_INLINE P for_store(const P& p) { return p; }
+template <class T> TLM_INLINE tlm::checked_ptr<T> for_store(const tlm::checked_ptr<T>& p) { return p.w(); }
+
 // Linear element offset of matrix position (r, c) in memory (origin = (column, row) of the source).
 TLM_INLINE int64_t sg8_offset(int r, int c, uint64_t stride, ulong2 origin, bool transpose) {
   int64_t base = static_cast<int64_t>(origin.y) * static_cast<int64_t>(stride) + static_cast<int64_t>(origin.x);
@@ -70,7 +74,7 @@ TLM_INLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint6
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = tlm::layout::sg8_row(lane), c = tlm::layout::sg8_col(lane);
   for (int j = 0; j < 2; ++j) {
-    auto& slot = dst[tlm_detail::sg8_offset(r, c + j, elements_per_row, matrix_origin, transpose_matrix)];
+    auto& slot = tlm_detail::for_store(dst)[tlm_detail::sg8_offset(r, c + j, elements_per_row, matrix_origin, transpose_matrix)];
     slot = static_cast<std::remove_reference_t<decltype(slot)>>(s.elems.e_[j]);
   }
 }

@@ -19,7 +19,13 @@ constexpr mem_flags operator|(mem_flags a, mem_flags b) {
   return static_cast<mem_flags>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
 
+#ifdef TLM_INSTRUMENTED
+TLM_INLINE void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
+  tlm::rt::threadgroup_barrier_flags(static_cast<unsigned>(f));
+}
+#else
 TLM_INLINE void threadgroup_barrier(mem_flags = mem_flags::mem_none) { tlm::rt::threadgroup_barrier(); }
+#endif
 
 TLM_INLINE void simdgroup_barrier(mem_flags = mem_flags::mem_none) {
   tlm::rt::simd_deposit("simdgroup_barrier");

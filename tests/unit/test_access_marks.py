@@ -1,0 +1,64 @@
+"""The instrumented flavours' source marks: stores, `?:`-predicated accesses, `if` blocks."""
+
+from __future__ import annotations
+
+from tilelang_metal.emulator.access_marks import mark_line
+from tilelang_metal.emulator.signature import rewrite
+
+NAMES = {"A", "C", "A_s", "A_frag"}
+
+
+def mark(line: str, blocks: bool = True) -> str:
+    return mark_line(line, NAMES, predicated_blocks=blocks)
+
+
+def test_stores_are_marked_loads_are_not():
+    assert mark("  C[i] = (A[j] + C[i]);") == "  C.w()[i] = (A[j] + C[i]);"
+    assert mark("  *(device half4*)(C + (o + 4)) = *(const device half4*)(A + o);") == (
+        "  *(device half4*)(C.w() + (o + 4)) = *(const device half4*)(A + o);"
+    )
+    assert mark("  C[i] += 1.0f;") == "  C.w()[i] += 1.0f;"
+    assert mark("  x = (C[i] == A[i]);") == "  x = (C[i] == A[i]);"
+    # names are whole identifiers: C_acc, blockIdx.A and calls are left alone
+    assert mark("  C_acc[0] = s.A[1] + A(2);") == "  C_acc[0] = s.A[1] + A(2);"
+
+
+def test_ternary_branches_are_predicated():
+    line = "  *(threadgroup half4*)(A_s + o) = ((r < 25) ? *(const device half4*)(A + (o + 4)) : half4(z));"
+    assert mark(line) == "  *(threadgroup half4*)(A_s.w() + o) = ((r < 25) ? *(const device half4*)(A.p() + (o + 4)) : half4(z));"
+    assert mark("  C[i] = (c ? A[i] : A[0]) + A[1];") == "  C.w()[i] = (c ? A.p()[i] : A.p()[0]) + A[1];"
+
+
+def test_if_blocks_open_a_predicated_scope():
+    assert mark("  if ((r < 25) && (c < 9)) {") == "  if ((r < 25) && (c < 9)) { tlm::predicated_scope __tlm_pred_scope;"
+    assert mark("  } else {") == "  } else { tlm::predicated_scope __tlm_pred_scope;"
+    assert mark("  for (int i = 0; i < 4; ++i) {") == "  for (int i = 0; i < 4; ++i) {"
+    assert mark("  {") == "  {"
+    assert mark("  if (c) {", blocks=False) == "  if (c) {"
+
+
+SRC = """#include <metal_stdlib>
+using namespace metal;
+[[kernel]] void k(
+  const device float* __restrict A [[ buffer(0) ]],
+  device float* __restrict C [[ buffer(1) ]],
+  uint3 threadIdx [[thread_position_in_threadgroup]]) {
+  threadgroup float S[64];
+  float loc[4];
+  S[((int)threadIdx.x)] = A[((int)threadIdx.x)];
+  loc[0] = S[0];
+  C[((int)threadIdx.x)] = loc[0];
+}
+"""
+
+
+def test_flavours_rewrite_only_what_they_need():
+    plain = rewrite(SRC, checked=True).text
+    assert ".w()" not in plain and "local_array" not in plain
+    counting = rewrite(SRC, checked=True, instrument="counters").text.splitlines()
+    assert counting[8] == "  S.w()[((int)threadIdx.x)] = A[((int)threadIdx.x)];"
+    assert counting[9] == "  loc[0] = S[0];"  # thread arrays are registers for the counters
+    race = rewrite(SRC, checked=True, instrument="racecheck").text.splitlines()
+    assert race[7] == '  tlm::local_array<float, 4> loc("loc");'
+    assert race[9] == "  loc.w()[0] = S[0];"
+    assert len(race) == len(SRC.splitlines())
