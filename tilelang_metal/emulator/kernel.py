@@ -181,8 +181,8 @@ class EmulatedKernel:
         """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors.
 
         `tensors` holds one entry per [[ buffer(i) ]] in index order: a tensor for a device buffer, a
-        number (or one-element tensor) for a `constant T&` scalar."""
-        (`_instrumentation` = (mode, counters address, seed) is instrument.py's, for instrumented builds.)
+        number (or one-element tensor) for a `constant T&` scalar. (`_instrumentation` = (mode,
+        counters address, seed) is instrument.py's, for instrumented builds.)"""
         tensors = self._bind_arguments(tensors)
         g = _dims(grid, "grid")
         b = _dims(block, "block")
