@@ -91,9 +91,9 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             PREFIX + "EMULATOR_STACK_KB",
-            "0 (the emulator's default, 256 KiB)",
+            "0 (default limit 16384 KiB)",
             "an integer >= 0",
-            "stack size of each emulated GPU thread (fiber), in KiB; 0 means the default",
+            "upper limit of each emulated GPU thread's (fiber's) stack, in KiB: the stack is sized from the kernel's thread arrays; 0 means the default",
             False,
         ),
     )

@@ -10,7 +10,7 @@ import torch
 from test_errors import BLOCK_IDX, LANE, SIMD_ID, THREAD_IDX, kernel
 
 from tilelang_metal.emulator import EmulatorRaceError, EmulatorRuntimeError, launch_racecheck, racecheck
-from tilelang_metal.emulator.instrument import _race_runs
+from tilelang_metal.emulator.instrument import _compare_schedules, _race_launch
 
 TID = "((int)threadIdx.x)"
 IN = "const device float* __restrict A [[ buffer(0) ]]"
@@ -150,13 +150,14 @@ def test_schedule_dependent_outputs_are_reported():
     # comparison of the outputs of the schedules reports it.
     from emu_msl_kernels import add_half4
 
-    def bind(seed):
+    def run(seed):
         a = torch.full((512,), float(seed), dtype=torch.float16)
         t = [a, torch.zeros(512, dtype=torch.float16), torch.zeros(512, dtype=torch.float16)]
-        return t, t
+        _race_launch(add_half4(), t, (1, 1, 1), (128, 1, 1), seed)
+        return t
 
     with pytest.raises(EmulatorRaceError, match=r"outputs depend on the schedule: launch tensor 0 element 0 is 0.0 with seed 0 and 1.0 with seed 1"):
-        _race_runs(add_half4(), bind, "launch tensor", (1, 1, 1), (128, 1, 1), (0, 1))
+        _compare_schedules(run, "launch tensor", (0, 1))
 
 
 def test_other_errors_stay_runtime_errors():

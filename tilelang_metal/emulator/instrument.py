@@ -59,11 +59,37 @@ def _adapter(kernel: Any) -> Any:
     return adapter
 
 
+def _launches(adapter: Any, args: tuple, run_one: Any) -> Any:
+    """Bind `args` as a call of the adapter's kernel does (checks, outputs) and pass every launch
+    of the module, in host order, to `run_one(kernel source, launch values, grid, block)`."""
+    from ..execution.emulator_adapter import CPU
+    from .signature import split_kernels
+
+    sources = split_kernels(adapter.kernel_global_source)
+    bound = adapter.call.bind(args, CPU, poison=True)
+    for launch in adapter.call.launches:
+        shape = launch.shape(bound)
+        if not shape.empty:
+            run_one(sources[launch.kernel_name], launch.values(bound), shape.grid, shape.block)
+    return bound
+
+
 def counters(kernel: Any, *args: Any) -> KernelCounters:
-    """Run `kernel(*args)` once in the counting flavour and return what it did."""
+    """Run `kernel(*args)` once in the counting flavour and return what it did. A module with
+    several kernels adds up their counts (per threadgroup position too)."""
     adapter = _adapter(kernel)
-    _, buffers = adapter.call.bind(args, "cpu", poison=True)
-    return launch_counters(adapter.kernel_global_source, buffers, adapter.call.launch.grid, adapter.call.launch.block)
+    measured: list[KernelCounters] = []
+    _launches(adapter, args, lambda msl, values, grid, block: measured.append(launch_counters(msl, values, grid, block)))
+    total = dict.fromkeys(COUNTER_NAMES, 0)
+    groups: dict[tuple[int, int, int], dict[str, int]] = {}
+    for one in measured:
+        for k, v in one.total.items():
+            total[k] += v
+        for pos, row in one.threadgroups.items():
+            acc = groups.setdefault(pos, dict.fromkeys(COUNTER_NAMES, 0))
+            for k, v in row.items():
+                acc[k] += v
+    return KernelCounters(total=total, threadgroups=groups)
 
 
 def launch_counters(msl: str, tensors: Sequence[Any], grid: Sequence[int], block: Sequence[int]) -> KernelCounters:
@@ -104,25 +130,28 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
 
     Raises EmulatorRaceError for a data race, an uninitialized read of threadgroup memory or of a
     thread array, or outputs that differ bitwise between schedules. Inputs are copied for every
-    schedule; the first schedule's results are written back to in-place arguments."""
+    schedule; the first schedule's results are written back to in-place arguments. Every kernel of
+    a module runs, in host order."""
     import torch
 
     adapter = _adapter(kernel)
 
-    def bind(seed: int) -> tuple[list[Any], list[Any]]:
+    def run(seed: int) -> list[Any]:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-        return adapter.call.bind(copies, "cpu", poison=True)
+        bound = _launches(adapter, copies, lambda msl, values, grid, block: _race_launch(msl, values, grid, block, seed))
+        return [v for v in bound.values]
 
-    what = "host parameter"  # host order, outputs included
-    runs = _race_runs(adapter.kernel_global_source, bind, what, adapter.call.launch.grid, adapter.call.launch.block, seeds)
+    runs = _compare_schedules(run, "host parameter", seeds)  # host order, outputs included
     originals = iter(args)
-    for i, t in enumerate(runs[0]):
-        if i in adapter.call.outputs:
+    first = runs[0]
+    for i, t in enumerate(first):
+        if i in adapter.call.signature.outputs:
             continue
         a = next(originals)
         if isinstance(a, torch.Tensor) and a is not t:
             a.copy_(t)
-    return adapter.call.results(runs[0])
+    outs = [first[i] for i in adapter.call.signature.outputs]
+    return None if not outs else outs[0] if len(outs) == 1 else outs
 
 
 def launch_racecheck(
@@ -130,37 +159,42 @@ def launch_racecheck(
 ) -> None:
     """`racecheck` for MSL source and explicit launch tensors (the first schedule's results land in them)."""
 
-    def bind(seed: int) -> tuple[list[Any], list[Any]]:
+    def run(seed: int) -> list[Any]:
         copies = [t.clone() for t in tensors]
-        return copies, copies
+        _race_launch(msl, copies, grid, block, seed)
+        return copies
 
-    runs = _race_runs(msl, bind, "launch tensor", grid, block, seeds)
+    runs = _compare_schedules(run, "launch tensor", seeds)
     for t, r in zip(tensors, runs[0]):
         t.copy_(r)
 
 
-def _race_runs(msl: str, bind: Any, what: str, grid: Sequence[int], block: Sequence[int], seeds: Sequence[int]) -> list[list[Any]]:
-    """Run under racecheck once per seed (`bind(seed)` -> (tensors to compare, launch buffers)) and
-    compare the tensors of every schedule bitwise with the first's; `what` names a tensor's position."""
+def _race_launch(msl: str, buffers: Sequence[Any], grid: Sequence[int], block: Sequence[int], seed: int) -> None:
     from . import compile_kernel
+
+    emulated = compile_kernel(msl, instrument="racecheck")
+    try:
+        emulated.launch(buffers, grid, block, workers=1, _instrumentation=(_MODE_RACECHECK, 0, int(seed)))
+    except EmulatorRaceError as e:
+        raise EmulatorRaceError(f"{e} (schedule seed {seed})") from None
+
+
+def _compare_schedules(run: Any, what: str, seeds: Sequence[int]) -> list[list[Any]]:
+    """`run(seed)` once per seed (-> the tensors to compare); the tensors of every schedule must
+    equal the first's bitwise. `what` names a tensor's position in reports."""
+    import torch
 
     if not seeds:
         raise ValueError("racecheck needs at least one seed")
-    emulated = compile_kernel(msl, instrument="racecheck")
-    runs: list[list[Any]] = []
-    for seed in seeds:
-        tensors, buffers = bind(seed)
-        try:
-            emulated.launch(buffers, grid, block, workers=1, _instrumentation=(_MODE_RACECHECK, 0, int(seed)))
-        except EmulatorRaceError as e:
-            raise EmulatorRaceError(f"{e} (schedule seed {seed})") from None
-        runs.append(tensors)
-    for seed, tensors in zip(seeds[1:], runs[1:]):
-        for i, (first, other) in enumerate(zip(runs[0], tensors)):
+    runs = [run(seed) for seed in seeds]
+    for seed, values in zip(seeds[1:], runs[1:]):
+        for i, (first, other) in enumerate(zip(runs[0], values)):
+            if not isinstance(first, torch.Tensor):
+                continue
             diff = _first_difference(first, other)
             if diff is not None:
                 raise EmulatorRaceError(
-                    f"kernel {emulated.name}: outputs depend on the schedule: {what} {i} element "
+                    f"outputs depend on the schedule: {what} {i} element "
                     f"{diff[0]} is {diff[1]!r} with seed {seeds[0]} and {diff[2]!r} with seed {seed}"
                 )
     return runs

@@ -439,7 +439,7 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     for s, e, rep in sorted(edits + line_edits, key=lambda t: t[0], reverse=True):
         out = out[:s] + rep + out[e:]
     if instrument is not None:
-        names = {b.name for b in buffers} | {a.name for a in tg_arrays} | {v.name for v in tg_views} | tracked_locals
+        names = {p.name for p in params if isinstance(p, BufferParam)} | {a.name for a in tg_arrays} | {v.name for v in tg_views} | tracked_locals
         first_body_line = _line_of(msl, body_start)
         out_lines = out.split("\n")
         for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
