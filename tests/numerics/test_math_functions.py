@@ -2,14 +2,14 @@
 
 One kernel per dtype computes every function (row f of the output holds function f applied to
 row f of the inputs, each row drawn from that function's domain), so the file compiles two float
-kernels, one integer kernel per dtype and one division kernel.
+kernels, one integer kernel per dtype and one packed-x2 kernel.
 
 Tolerances allow for Metal's fast math on a real GPU (the runtime compiles with fast math on): the
 emulator computes with the host's libm, but the checks must hold on both. fp32 transcendental
 functions: rtol 1e-3 (fast-math `exp`/`log`/trig are accurate to a few 1e-6 relative over these
-domains; 1e-3 leaves room and still catches a wrong function or a wrong formula); fp16: rtol 4e-3
-(two half ulps, 2 * 2^-10 relative... plus the rounding of the input). Exact functions (rounding,
-sign, min/max, clamp, classification, ldexp, nextafter) compare exactly.
+domains; 1e-3 leaves room and still catches a wrong function or a wrong formula); fp16: rtol 4e-3,
+atol 2e-3 (a few half ulps: 2^-10 relative each). Exact functions (rounding, sign, min/max, clamp,
+classification, ldexp, fmod, IEEE round-to-nearest arithmetic) compare exactly; nextafter bit for bit.
 """
 
 from __future__ import annotations

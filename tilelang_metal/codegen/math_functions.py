@@ -174,5 +174,3 @@ def helper_definitions(names: set[str]) -> list[str]:
     """The helper functions' MSL, in a fixed order."""
     return [HELPERS[n] for n in sorted(names)]
 
-
-__all__ = ["HELPERS", "HELPER_ACCURACY", "MathCall", "canonical_name", "helper_definitions", "math_call"]
