@@ -9,26 +9,12 @@ rewrites keep every line where it was, so compiler diagnostics point at the orig
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..dtypes import DTYPE_OF_MSL
 
 from .access_marks import mark_line
 from .errors import EmulatorCompileError
-
-# MSL element type -> torch dtype name (looked up lazily so that parsing does not need torch).
-SCALAR_TYPES: dict[str, str] = {
-    "bool": "bool",
-    "char": "int8",
-    "uchar": "uint8",
-    "short": "int16",
-    "ushort": "uint16",
-    "int": "int32",
-    "uint": "uint32",
-    "long": "int64",
-    "ulong": "uint64",
-    "half": "float16",
-    "bfloat": "bfloat16",
-    "float": "float32",
-}
 
 # attribute -> (lane_info field expression per component, number of components)
 POSITION_ATTRIBUTES: dict[str, tuple[tuple[str, ...], int]] = {
@@ -60,7 +46,7 @@ class BufferParam:
 
     @property
     def torch_dtype_name(self) -> str:
-        return SCALAR_TYPES[self.elem_type]
+        return DTYPE_OF_MSL[self.elem_type]
 
     def describe(self) -> str:
         const = "const " if self.is_const else ""
@@ -77,7 +63,7 @@ class ScalarParam:
 
     @property
     def torch_dtype_name(self) -> str:
-        return SCALAR_TYPES[self.elem_type]
+        return DTYPE_OF_MSL[self.elem_type]
 
     def describe(self) -> str:
         return f"parameter '{self.name}' (buffer {self.index}, constant {self.elem_type}&)"
@@ -152,10 +138,6 @@ class KernelSignature:
     def bound(self) -> tuple[BufferParam | ScalarParam, ...]:
         """What the caller passes, in [[ buffer(i) ]] order: device buffers and scalar values."""
         return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam)))
-
-    @property
-    def positions(self) -> tuple[PositionParam, ...]:
-        return tuple(p for p in self.params if isinstance(p, PositionParam))
 
 
 _KERNEL_RE = re.compile(r"(\[\[\s*kernel\b(?:[^\]]|\](?!\]))*\]\]|\bkernel)\s+void\s+([A-Za-z_]\w*)\s*\(")
@@ -273,6 +255,33 @@ class RewrittenSource:
 
 INSTRUMENTS = ("counters", "racecheck")
 
+Param = BufferParam | ScalarParam | PositionParam
+_Edit = tuple[int, int, str]  # (start, end, replacement) on the original source
+
+
+@dataclass(frozen=True)
+class _KernelHeader:
+    """The kernel's name, attribute and parameter-list span, and the edits to its declaration line."""
+
+    name: str
+    cxx_name: str  # `main` is reserved in C++
+    max_total_threads: int | None
+    open_pos: int  # the parameter list's `(`
+    close_pos: int  # its matching `)`
+    edits: tuple[_Edit, ...]
+
+
+@dataclass
+class _BodyDeclarations:
+    """What the body declares (arrays, pool views) and the edits rewriting those declarations."""
+
+    threadgroup_arrays: list[ThreadgroupArray] = field(default_factory=list)
+    threadgroup_views: list[ThreadgroupView] = field(default_factory=list)
+    thread_arrays: list[ThreadArray] = field(default_factory=list)
+    decl_lines: set[int] = field(default_factory=set)  # 1-based lines holding a declaration
+    tracked_locals: set[str] = field(default_factory=set)  # thread arrays racecheck tracks
+    edits: list[_Edit] = field(default_factory=list)
+
 
 def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> RewrittenSource:
     """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations.
@@ -281,6 +290,27 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     accesses (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
     if instrument is not None and (instrument not in INSTRUMENTS or not checked):
         raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
+    header = _parse_kernel_header(msl)
+    params, param_edits = _rewrite_params(msl, header, checked=checked)
+    body_start = header.close_pos + 1
+    body = _rewrite_declarations(msl, body_start, checked=checked, racecheck=instrument == "racecheck")
+    out = _apply_edits(msl, [*header.edits, *param_edits, *body.edits])
+    if instrument is not None:
+        names = _instrumented_names(params, body)
+        out = _instrument_body(out, _line_of(msl, body_start), names, body.decl_lines, instrument)
+    assert out.count("\n") == msl.count("\n"), "rewrite must keep line numbers"
+    sig = KernelSignature(
+        name=header.name,
+        cxx_name=header.cxx_name,
+        params=tuple(params), max_total_threads=header.max_total_threads,
+        threadgroup_arrays=tuple(body.threadgroup_arrays),
+        threadgroup_views=tuple(body.threadgroup_views), thread_arrays=tuple(body.thread_arrays),
+    )
+    return RewrittenSource(signature=sig, text=out)
+
+
+def _parse_kernel_header(msl: str) -> _KernelHeader:
+    """Find the single kernel, its attribute and parameter list; the attribute becomes `static`."""
     kernels = list(_KERNEL_RE.finditer(msl))
     if not kernels:
         raise EmulatorCompileError("no kernel found: expected `[[kernel, ...]] void NAME(` (docs/msl_contract.md)")
@@ -291,170 +321,224 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     name = m.group(2)
     attr = m.group(1)
     mt = _MAX_THREADS_RE.search(attr)
-    max_threads = int(mt.group(1)) if mt else None
     open_pos = m.end() - 1
-    close_pos = _matching_paren(msl, open_pos)
-
-    params: list[BufferParam | ScalarParam | PositionParam] = []
-    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) on msl
     # The kernel attribute becomes `static` (keeping the line count). C++ reserves `main`.
-    edits.append((m.start(1), m.end(1), "static" + "\n" * attr.count("\n")))
+    edits: list[_Edit] = [(m.start(1), m.end(1), "static" + "\n" * attr.count("\n"))]
     cxx_name = "tlm_kernel_main" if name == "main" else name
     if cxx_name != name:
         edits.append((m.start(2), m.end(2), cxx_name))
-    for s, e in _split_params(msl, open_pos + 1, close_pos):
-        raw = msl[s:e]
-        text = " ".join(raw.split())
-        lead = len(raw) - len(raw.lstrip())
-        trail = len(raw) - len(raw.rstrip())
-        ps, pe = s + lead, e - trail
-        line = _line_of(msl, ps)
-        bm = _BUFFER_RE.match(text)
-        if bm:
-            elem = bm.group("type")
-            if elem not in SCALAR_TYPES:
-                raise _fail(f"device buffer '{bm.group('name')}': unsupported element type '{elem}'", msl, line)
-            bp = BufferParam(
-                index=int(bm.group("index")),
-                name=bm.group("name"),
-                elem_type=elem,
-                is_const=bool(bm.group("const") or bm.group("const2")),
-            )
-            params.append(bp)
-            const = "const " if bp.is_const else ""
-            if checked:
-                rep = f"tlm::checked_ptr<{const}{elem}> {bp.name}"
-            else:
-                rep = f"{const}{elem}* __restrict {bp.name}"
-            edits.append((ps, pe, rep + "\n" * raw[lead : len(raw) - trail].count("\n")))
-            continue
-        sm = _SCALAR_RE.match(text)
-        if sm:
-            elem = sm.group("type")
-            if elem not in SCALAR_TYPES:
-                raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
-            sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
-            params.append(sp)
-            # By value in C++: the driver dereferences the pointer the caller passed.
-            edits.append((ps, pe, f"const {elem} {sp.name}" + "\n" * raw[lead : len(raw) - trail].count("\n")))
-            continue
-        pm = _POSITION_RE.match(text)
-        if pm:
-            attr_name = pm.group("attr")
-            if attr_name not in POSITION_ATTRIBUTES:
-                raise _fail(f"kernel parameter '{pm.group('name')}': unsupported attribute [[{attr_name}]]", msl, line)
-            ptype = pm.group("type")
-            base = ptype.rstrip("0123456789")
-            width = ptype[len(base) :]
-            if base not in _POSITION_TYPES or width not in ("", "2", "3"):
-                raise _fail(f"kernel parameter '{pm.group('name')}': unsupported type '{ptype}'", msl, line)
-            params.append(PositionParam(name=pm.group("name"), type=ptype, attribute=attr_name))
-            edits.append((ps, pe, f"{ptype} {pm.group('name')}" + "\n" * raw[lead : len(raw) - trail].count("\n")))
-            continue
-        raise _fail(
-            "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]`, "
-            "`constant T& NAME [[ buffer(i) ]]` or a position attribute)",
-            msl,
-            line,
-        )
+    return _KernelHeader(
+        name=name,
+        cxx_name=cxx_name,
+        max_total_threads=int(mt.group(1)) if mt else None,
+        open_pos=open_pos,
+        close_pos=_matching_paren(msl, open_pos),
+        edits=tuple(edits),
+    )
+
+
+def _rewrite_params(msl: str, header: _KernelHeader, *, checked: bool) -> tuple[list[Param], list[_Edit]]:
+    """Parse and rewrite every kernel parameter; check buffer indices run 0..n-1."""
+    params: list[Param] = []
+    edits: list[_Edit] = []
+    for s, e in _split_params(msl, header.open_pos + 1, header.close_pos):
+        param, edit = _rewrite_param(msl, s, e, checked=checked)
+        params.append(param)
+        edits.append(edit)
     bound = [p for p in params if isinstance(p, (BufferParam, ScalarParam))]
     for expected, bp in enumerate(bound):
         if bp.index != expected:
             raise EmulatorCompileError(
                 f"parameter '{bp.name}' has [[ buffer({bp.index}) ]]; buffer indices must be 0..n-1 in parameter order"
             )
+    return params, edits
 
-    # Threadgroup arrays: every `threadgroup` declaration line after the signature.
-    body_start = close_pos + 1
-    tg_arrays: list[ThreadgroupArray] = []
+
+def _rewrite_param(msl: str, s: int, e: int, *, checked: bool) -> tuple[Param, _Edit]:
+    """One parameter msl[s:e] -> its parsed form and the edit giving its C++ form (same line count).
+
+    Each `_*_param` parser returns None when the text is not its kind of parameter."""
+    raw = msl[s:e]
+    text = " ".join(raw.split())
+    lead = len(raw) - len(raw.lstrip())
+    trail = len(raw) - len(raw.rstrip())
+    ps, pe = s + lead, e - trail
+    line = _line_of(msl, ps)
+    newlines = "\n" * raw[lead : len(raw) - trail].count("\n")
+    for parse in (_buffer_param, _scalar_param, _position_param):
+        found = parse(text, msl, line, checked=checked)
+        if found is not None:
+            param, replacement = found
+            return param, (ps, pe, replacement + newlines)
+    raise _fail(
+        "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]`, "
+        "`constant T& NAME [[ buffer(i) ]]` or a position attribute)",
+        msl,
+        line,
+    )
+
+
+def _buffer_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[BufferParam, str] | None:
+    """`[const] device T* NAME [[ buffer(i) ]]` -> a checked or raw pointer parameter."""
+    bm = _BUFFER_RE.match(text)
+    if not bm:
+        return None
+    elem = bm.group("type")
+    if elem not in DTYPE_OF_MSL:
+        raise _fail(f"device buffer '{bm.group('name')}': unsupported element type '{elem}'", msl, line)
+    bp = BufferParam(
+        index=int(bm.group("index")),
+        name=bm.group("name"),
+        elem_type=elem,
+        is_const=bool(bm.group("const") or bm.group("const2")),
+    )
+    const = "const " if bp.is_const else ""
+    if checked:
+        return bp, f"tlm::checked_ptr<{const}{elem}> {bp.name}"
+    return bp, f"{const}{elem}* __restrict {bp.name}"
+
+
+def _scalar_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[ScalarParam, str] | None:
+    """`constant T& NAME [[ buffer(i) ]]` -> a by-value parameter (the driver dereferences the pointer)."""
+    sm = _SCALAR_RE.match(text)
+    if not sm:
+        return None
+    elem = sm.group("type")
+    if elem not in DTYPE_OF_MSL:
+        raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
+    sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
+    return sp, f"const {elem} {sp.name}"
+
+
+def _position_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[PositionParam, str] | None:
+    """`T NAME [[ attribute ]]` -> a plain parameter the driver fills from the lane's position."""
+    pm = _POSITION_RE.match(text)
+    if not pm:
+        return None
+    attr_name = pm.group("attr")
+    if attr_name not in POSITION_ATTRIBUTES:
+        raise _fail(f"kernel parameter '{pm.group('name')}': unsupported attribute [[{attr_name}]]", msl, line)
+    ptype = pm.group("type")
+    base = ptype.rstrip("0123456789")
+    width = ptype[len(base) :]
+    if base not in _POSITION_TYPES or width not in ("", "2", "3"):
+        raise _fail(f"kernel parameter '{pm.group('name')}': unsupported type '{ptype}'", msl, line)
+    return PositionParam(name=pm.group("name"), type=ptype, attribute=attr_name), f"{ptype} {pm.group('name')}"
+
+
+def _rewrite_declarations(msl: str, body_start: int, *, checked: bool, racecheck: bool) -> _BodyDeclarations:
+    """Find the body's thread arrays, threadgroup arrays and pool views, and rewrite them to shim calls."""
+    body = _BodyDeclarations()
     views: list[tuple[re.Match[str], int, int, int]] = []
-    thread_arrays: list[ThreadArray] = []
-    decl_lines: set[int] = set()
-    tracked_locals: set[str] = set()
-    lines = msl.splitlines(keepends=True)
     offset = 0
-    line_edits: list[tuple[int, int, str]] = []
-    for lineno, ln in enumerate(lines, start=1):
+    for lineno, ln in enumerate(msl.splitlines(keepends=True), start=1):
         start = offset
         offset += len(ln)
         if start < body_start:
             continue
         content = ln.rstrip("\r\n")
-        am = _THREAD_ARRAY_RE.match(content)
-        count = _int_literal(am.group("count")) if am else None
-        size = type_bytes(am.group("type")) if am else None
-        if am and count is not None and size is not None:
-            arr_t = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
-            thread_arrays.append(arr_t)
-            decl_lines.add(lineno)
-            if instrument == "racecheck" and not arr_t.elem_type.startswith("simdgroup_"):
-                indent = content[: len(content) - len(content.lstrip())]
-                line_edits.append((start, start + len(content),
-                                   f'{indent}tlm::local_array<{arr_t.elem_type}, {count}> {arr_t.name}("{arr_t.name}");'))
-                tracked_locals.add(arr_t.name)
+        if _thread_array(content, lineno, start, body, racecheck=racecheck):
             continue
         vm = _TG_VIEW_RE.match(content)
-        if vm and any(a.name == vm.group("pool") for a in tg_arrays):
+        if vm and any(a.name == vm.group("pool") for a in body.threadgroup_arrays):
             views.append((vm, lineno, start, len(content)))
-            decl_lines.add(lineno)
+            body.decl_lines.add(lineno)
             continue
-        dm = _TG_DECL_RE.match(content)
-        if not dm:
-            if not _TG_ANY_DECL_RE.search(content.split("//", 1)[0]):
-                continue
-            raise _fail(
-                "unsupported threadgroup declaration (expected `threadgroup T NAME[COUNT];` on its own line)",
-                msl,
-                lineno,
-            )
-        decl_lines.add(lineno)
-        elem = dm.group("type")
-        slot = len(tg_arrays)
-        arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=elem, count=dm.group("count").strip(), line=lineno)
-        tg_arrays.append(arr)
-        if checked:
-            rep = (
-                f'{dm.group("indent")}tlm::checked_ptr<{elem}> {arr.name} = '
-                f'tlm::threadgroup_array<{elem}>({slot}, ({arr.count}), "{arr.name}");{dm.group("tail")}'
-            )
-        else:
-            rep = (
-                f'{dm.group("indent")}{elem}* {arr.name} = '
-                f"tlm::threadgroup_array_raw<{elem}>({slot}, ({arr.count}));{dm.group('tail')}"
-            )
-        line_edits.append((start, start + len(content), rep))
-
-    tg_views = _threadgroup_views(views)
+        _threadgroup_array(msl, content, lineno, start, body, checked=checked)
+    body.threadgroup_views = _threadgroup_views(views)
     if checked:
-        for (vm, _lineno, start, length), view in zip(views, tg_views):
-            end = -1 if view.end is None else view.end
-            line_edits.append((
-                start,
-                start + length,
-                f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
-                f'{view.pool}, ({view.offset}), {end}, "{view.name}");{vm.group("tail")}',
-            ))
+        body.edits.extend(_checked_view_edits(views, body.threadgroup_views))
+    return body
 
+
+def _thread_array(content: str, lineno: int, start: int, body: _BodyDeclarations, *, racecheck: bool) -> bool:
+    """Record a thread-private array declared on this line (racecheck: make it a tracked `tlm::local_array`)."""
+    am = _THREAD_ARRAY_RE.match(content)
+    count = _int_literal(am.group("count")) if am else None
+    size = type_bytes(am.group("type")) if am else None
+    if not (am and count is not None and size is not None):
+        return False
+    arr = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
+    body.thread_arrays.append(arr)
+    body.decl_lines.add(lineno)
+    if racecheck and not arr.elem_type.startswith("simdgroup_"):
+        indent = content[: len(content) - len(content.lstrip())]
+        body.edits.append((start, start + len(content),
+                           f'{indent}tlm::local_array<{arr.elem_type}, {count}> {arr.name}("{arr.name}");'))
+        body.tracked_locals.add(arr.name)
+    return True
+
+
+def _threadgroup_array(msl: str, content: str, lineno: int, start: int, body: _BodyDeclarations, *,
+                       checked: bool) -> None:
+    """Rewrite a `threadgroup T NAME[COUNT];` line to a slot of the shim's threadgroup memory."""
+    dm = _TG_DECL_RE.match(content)
+    if not dm:
+        if not _TG_ANY_DECL_RE.search(content.split("//", 1)[0]):
+            return
+        raise _fail(
+            "unsupported threadgroup declaration (expected `threadgroup T NAME[COUNT];` on its own line)",
+            msl,
+            lineno,
+        )
+    body.decl_lines.add(lineno)
+    elem = dm.group("type")
+    slot = len(body.threadgroup_arrays)
+    arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=elem, count=dm.group("count").strip(), line=lineno)
+    body.threadgroup_arrays.append(arr)
+    if checked:
+        rep = (
+            f'{dm.group("indent")}tlm::checked_ptr<{elem}> {arr.name} = '
+            f'tlm::threadgroup_array<{elem}>({slot}, ({arr.count}), "{arr.name}");{dm.group("tail")}'
+        )
+    else:
+        rep = (
+            f'{dm.group("indent")}{elem}* {arr.name} = '
+            f"tlm::threadgroup_array_raw<{elem}>({slot}, ({arr.count}));{dm.group('tail')}"
+        )
+    body.edits.append((start, start + len(content), rep))
+
+
+def _checked_view_edits(found: list[tuple[re.Match[str], int, int, int]], views: list[ThreadgroupView]) -> list[_Edit]:
+    """Checked builds: each pool view becomes a bounds-checked `tlm::threadgroup_view`."""
+    edits = []
+    for (vm, _lineno, start, length), view in zip(found, views):
+        end = -1 if view.end is None else view.end
+        edits.append((
+            start,
+            start + length,
+            f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
+            f'{view.pool}, ({view.offset}), {end}, "{view.name}");{vm.group("tail")}',
+        ))
+    return edits
+
+
+def _apply_edits(msl: str, edits: list[_Edit]) -> str:
+    """Apply non-overlapping (start, end, replacement) edits, last first so earlier offsets stay valid."""
     out = msl
-    for s, e, rep in sorted(edits + line_edits, key=lambda t: t[0], reverse=True):
+    for s, e, rep in sorted(edits, key=lambda t: t[0], reverse=True):
         out = out[:s] + rep + out[e:]
-    if instrument is not None:
-        names = {p.name for p in params if isinstance(p, BufferParam)} | {a.name for a in tg_arrays} | {v.name for v in tg_views} | tracked_locals
-        first_body_line = _line_of(msl, body_start)
-        out_lines = out.split("\n")
-        for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
-            if i + 1 in decl_lines:
-                continue
-            out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
-        out = "\n".join(out_lines)
-    assert out.count("\n") == msl.count("\n"), "rewrite must keep line numbers"
-    sig = KernelSignature(
-        name=name,
-        cxx_name=cxx_name,
-        params=tuple(params), max_total_threads=max_threads, threadgroup_arrays=tuple(tg_arrays),
-        threadgroup_views=tuple(tg_views), thread_arrays=tuple(thread_arrays),
+    return out
+
+
+def _instrumented_names(params: list[Param], body: _BodyDeclarations) -> set[str]:
+    """The pointers whose accesses instrumentation marks: device buffers, threadgroup arrays and views, tracked locals."""
+    return (
+        {p.name for p in params if isinstance(p, BufferParam)}
+        | {a.name for a in body.threadgroup_arrays}
+        | {v.name for v in body.threadgroup_views}
+        | body.tracked_locals
     )
-    return RewrittenSource(signature=sig, text=out)
+
+
+def _instrument_body(out: str, first_body_line: int, names: set[str], decl_lines: set[int], instrument: str) -> str:
+    """Mark accesses on every body line except declarations (access_marks.py)."""
+    out_lines = out.split("\n")
+    for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
+        if i + 1 in decl_lines:
+            continue
+        out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
+    return "\n".join(out_lines)
 
 
 def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list[ThreadgroupView]:
