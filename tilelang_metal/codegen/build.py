@@ -24,15 +24,18 @@ def _include_lines(headers: set[str]) -> list[str]:
 
 def generate_msl(mod: Any) -> str:
     """MSL for every kernel of the module in one file: the banner, one header holding the union of
-    the kernels' includes, then the kernels (sorted by name: the launchers find them by name)."""
+    the kernels' includes, the helper functions they call, then the kernels (sorted by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
+    support: dict[str, str] = {}  # helper functions (atomic CAS loops), once per file
     bodies = []
     for name, func in kernels:
-        text, needs = print_kernel(func, name)
+        text, needs, helpers = print_kernel(func, name)
         headers |= needs
+        support.update(helpers)
         bodies.append(text)
     head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
+    head += [support[key] for key in sorted(support)]
     return "\n".join(head + bodies)
 
 

@@ -15,6 +15,7 @@ from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from .atomic_printer import AtomicPrinting
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
@@ -42,7 +43,7 @@ def _pointee_dtype(var: Any) -> str:
     return str(element.dtype)
 
 
-class KernelPrinter(MatrixPrinting, WarpPrinting):
+class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     """Prints one device PrimFunc. Every decision (layouts, swizzle, hoisting, matrix storage,
     resource limits) was taken by passes before; this class only spells the IR in MSL."""
 
@@ -59,6 +60,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
         self.thread_arrays: dict[Any, str] = {}
         self.storage = storage_of(func)
         self.mpp_ops: list[tuple[int, int, int]] = []
+        self.support_code: dict[str, str] = {}  # helper functions printed once before the kernels
         self.declared: set = set()
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.analyzer = tvm.arith.Analyzer()
@@ -445,9 +447,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
             return f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
-        warp = self.warp_call(op, e)
-        if warp is not None:
-            return warp
+        special = self.warp_call(op, e) or self.atomic_call(op, e)
+        if special is not None:
+            return special
         if op.startswith("tirx."):
             short = op[len("tirx.") :]
             if short in MATH_FUNCS:
@@ -464,6 +466,8 @@ def _add_terms(e: Any) -> list[Any]:
     return [e]
 
 
-def print_kernel(func: Any, name: str) -> tuple[str, set[str]]:
-    """(MSL text of one kernel function, the headers it includes)."""
-    return KernelPrinter(func, name).print_kernel()
+def print_kernel(func: Any, name: str) -> tuple[str, set[str], dict[str, str]]:
+    """(MSL text of one kernel function, the headers it includes, helper functions it calls)."""
+    printer = KernelPrinter(func, name)
+    text, headers = printer.print_kernel()
+    return text, headers, printer.support_code
