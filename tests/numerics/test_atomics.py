@@ -241,3 +241,36 @@ def test_half_width_atomics_on_odd_buffers_are_refused():
 
     with pytest.raises(MetalLoweringError, match="float16 buffer C of 5 elements.*even number"):
         _lower(kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def vector_kernel():
+    """T.atomic_addx2 / atomic_addx4 (one element atomic per lane on Metal), every threadgroup on the
+    same destination; the x4 form also returns the previous values."""
+
+    @T.prim_func
+    def kernel(C: T.Tensor((96,), "float32"), S: T.Tensor((96,), "float32"), Prev: T.Tensor((BLOCKS, 64), "float32")):
+        with T.Kernel(BLOCKS, threads=16) as bx:
+            tx = T.get_thread_binding()
+            T.atomic_addx2(C[tx * 2], S[tx * 2])
+            prev = T.atomic_addx4(C[32 + tx * 4], S[32 + tx * 4], return_prev=True)
+            Prev[bx, T.Ramp(tx * 4, 1, 4)] = prev
+
+    return tilelang.compile(kernel, target="metal", execution_backend="emulator")
+
+
+def test_vector_atomic_adds_are_element_atomics_per_lane():
+    gen = torch.Generator().manual_seed(5)
+    c = torch.randint(-50, 50, (96,), generator=gen).float()
+    s = torch.randint(-50, 50, (96,), generator=gen).float()  # integers: exact in any order
+    prev = torch.zeros(BLOCKS, 64)
+    want = c.clone()
+    want[:32] += BLOCKS * s[:32]
+    want[32:] += BLOCKS * s[32:]
+    start = c[32:].clone()
+    vector_kernel()(c, s, prev)
+    assert torch.equal(c, want)
+    # every threadgroup saw start + k * s for a distinct k in 0..BLOCKS-1
+    ks = ((prev - start) / torch.where(s[32:] == 0, 1, s[32:])).round()
+    nonzero = s[32:] != 0
+    assert torch.equal(ks[:, nonzero].sort(0).values, torch.arange(BLOCKS).float()[:, None].expand(BLOCKS, int(nonzero.sum())))
