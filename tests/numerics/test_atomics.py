@@ -148,11 +148,13 @@ def test_return_prev_hands_out_every_ticket_once(dtype):
 @functools.lru_cache(maxsize=None)
 def tile_kernel():
     """Tile forms: a fragment added into device memory by every threadgroup, a shared tile maxed into
-    a sub-region, a scalar broadcast min, and a shared tile added into a device region."""
+    a sub-region, a scalar broadcast min, and a one-element region."""
     M, K = 16, 20  # 320 elements: 5 per thread, rows not a multiple of the threads
 
     @T.prim_func
-    def kernel(A: T.Tensor((BLOCKS * M, K), "float32"), C: T.Tensor((M, K), "float32"), D: T.Tensor((M + 3, K), "int32")):
+    def kernel(
+        A: T.Tensor((BLOCKS * M, K), "float32"), C: T.Tensor((M, K), "float32"), D: T.Tensor((M + 3, K), "int32"), E: T.Tensor((2,), "int32")
+    ):
         with T.Kernel(BLOCKS, threads=THREADS) as bx:
             frag = T.alloc_fragment((M, K), "float32")
             tile = T.alloc_shared((M, K), "int32")
@@ -162,6 +164,7 @@ def tile_kernel():
                 tile[i, j] = T.cast(A[bx * M + i, j] * 10, "int32")
             T.atomic_max(D[3 : M + 3, 0:K], tile)
             T.atomic_min(D[0:3, 2:7], bx)
+            T.atomic_add(E[1:2], 1)  # a one-element region: once per threadgroup, not once per thread
 
     return tilelang.compile(kernel, target="metal", execution_backend="emulator"), M, K
 
@@ -176,9 +179,11 @@ def test_tile_atomics_from_fragments_shared_tiles_and_scalars():
     d_want = d.clone()
     d_want[3:] = torch.maximum(d_want[3:], (a * 10).to(torch.int32).view(BLOCKS, M, K).amax(0))
     d_want[0:3, 2:7] = 0
-    kernel(a, c, d)
+    e = torch.zeros(2, dtype=torch.int32)
+    kernel(a, c, d, e)
     torch.testing.assert_close(c, c_want, rtol=1e-5, atol=1e-5)
     assert torch.equal(d, d_want)
+    assert e.tolist() == [0, BLOCKS]
 
 
 def _lower(func):

@@ -86,6 +86,8 @@ def lower_atomic_tile_op(call: Any, name: str) -> Any:
     body: Any = tir.Evaluate(tir.Call("handle", tvm.ir.Op.get(ELEMENT_OPS[name]), [address, value]))
     for var, d in reversed(list(zip(loop_vars, loop_dims))):
         body = tir.For(var, 0, dst_extents[d], tir.ForKind.PARALLEL, body)
+    if not loop_dims:  # a one-element region: a parallel loop of one, so one thread does it, not all
+        body = tir.For(tir.Var("atomic_i0", "int32"), 0, 1, tir.ForKind.PARALLEL, body)
     return body
 
 

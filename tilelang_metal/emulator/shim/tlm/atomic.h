@@ -29,6 +29,18 @@ using atomic_int = tlm_atomic<int32_t>;
 using atomic_uint = tlm_atomic<uint32_t>;
 using atomic_float = tlm_atomic<float>;
 
+}  // namespace metal
+
+namespace tlm {
+// True for the atomic object types: the kernel reaches them through `checked_ptr`'s explicit cast
+// (`(device atomic_int*)(H + i)`), so an access checker hooked into that cast can tell an atomic
+// access (never a race) from a plain vector access with `tlm::is_atomic_object_v<V>`.
+template <class V> inline constexpr bool is_atomic_object_v = false;
+template <class T> inline constexpr bool is_atomic_object_v<metal::tlm_atomic<T>> = true;
+}  // namespace tlm
+
+namespace metal {
+
 namespace tlm_detail {
 template <class T>
 TLM_INLINE T* cell(tlm_atomic<T>* object) {
