@@ -21,7 +21,7 @@ from __future__ import annotations
 from . import config
 from . import gemm as gemm_metal
 from ._host import pipeline_options
-from .ops import LowerMetalTileOps
+from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
@@ -71,6 +71,7 @@ def lower_metal(mod: object, target: object) -> object:
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
     shared_fragments = fragments_needing_simdgroup(mod, target, config.fragment_ct())  # plugin
     with gemm_metal.simdgroup_accumulators(shared_fragments):
+        mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
         mod = tl.LayoutInference()(mod)
         mod = tl.ReducerPlanAndMaterialize()(mod)
         cfg.LayoutVisual(mod)

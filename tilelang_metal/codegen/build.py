@@ -25,19 +25,22 @@ def _include_lines(headers: set[str]) -> list[str]:
 
 def generate_msl(mod: Any) -> str:
     """MSL for every kernel of the module in one file: the banner, one header holding the union of
-    the kernels' includes, the math helpers any kernel calls (each once), then the kernels (sorted
-    by name: the launchers find them by name)."""
+    the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
+    each once), then the kernels (sorted by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
     helpers: set[str] = set()
+    support: dict[str, str] = {}
     bodies = []
     for name, func in kernels:
-        text, needs, calls = print_kernel(func, name)
+        text, needs, calls, support_code = print_kernel(func, name)
         headers |= needs
         helpers |= calls
+        support.update(support_code)
         bodies.append(text)
     head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
-    return "\n".join(head + helper_definitions(helpers) + bodies)
+    head += helper_definitions(helpers) + [support[key] for key in sorted(support)]
+    return "\n".join(head + bodies)
 
 
 def build_metal(mod: Any, target: Any) -> Any:

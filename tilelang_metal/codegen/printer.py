@@ -15,6 +15,7 @@ from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from .atomic_printer import AtomicPrinting
 from .math_functions import math_call
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
@@ -43,7 +44,7 @@ def _pointee_dtype(var: Any) -> str:
     return str(element.dtype)
 
 
-class KernelPrinter(MatrixPrinting, WarpPrinting):
+class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     """Prints one device PrimFunc. Every decision (layouts, swizzle, hoisting, matrix storage,
     resource limits) was taken by passes before; this class only spells the IR in MSL."""
 
@@ -61,6 +62,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
         self.storage = storage_of(func)
         self.mpp_ops: list[tuple[int, int, int]] = []
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
+        self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.analyzer = tvm.arith.Analyzer()
@@ -447,9 +449,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting):
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
-        warp = self.warp_call(op, e)
-        if warp is not None:
-            return warp
+        special = self.warp_call(op, e) or self.atomic_call(op, e)
+        if special is not None:
+            return special
         text = self.math(op, args, e)
         if text is not None:
             return text
@@ -470,6 +472,9 @@ def _add_terms(e: Any) -> list[Any]:
     return [e]
 
 
-def print_kernel(func: Any, name: str) -> tuple[str, set[str], set[str]]:
-    """(MSL text of one kernel function, the headers it includes, the math helpers it calls)."""
-    return KernelPrinter(func, name).print_kernel()
+def print_kernel(func: Any, name: str) -> tuple[str, set[str], set[str], dict[str, str]]:
+    """(MSL text of one kernel function, the headers it includes, the math helpers it calls, other
+    helper functions it needs by name)."""
+    printer = KernelPrinter(func, name)
+    text, headers, helpers = printer.print_kernel()
+    return text, headers, helpers, printer.support_code

@@ -23,6 +23,7 @@ from .._host import (
 from ..errors import MetalLoweringError
 from ..transform.function_pass import per_function_pass
 from ..transform.ir_query import find_nodes
+from .atomic import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
 from .reducer import lower_finalize_reducer
@@ -124,3 +125,19 @@ def lower_function(func: Any) -> Any:
 
 
 LowerMetalTileOps = per_function_pass("tilelang_metal.LowerMetalTileOps", lower_function)
+
+
+def lower_atomic_function(func: Any) -> Any:
+    if any(tile_op_name(n.value) in ATOMIC_TILE_OPS for n in find_nodes(func.body, ["tirx.Evaluate"])):
+
+        def postorder(node: Any) -> Any:
+            name = tile_op_name(node.value)
+            return lower_atomic_tile_op(node.value, name) if name in ATOMIC_TILE_OPS else None
+
+        func = func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.Evaluate"]))
+    check_half_width_atomics(find_nodes(func.body, ["tirx.Call"]))
+    return func
+
+
+# Before LayoutInference: tilelang's layout inference for tile atomics is target-specific too.
+LowerMetalAtomicTileOps = per_function_pass("tilelang_metal.LowerMetalAtomicTileOps", lower_atomic_function)

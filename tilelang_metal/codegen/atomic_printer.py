@@ -1,0 +1,156 @@
+"""Printing of TileLang's element atomics (`T.atomic_add/max/min`, `T.atomic_addx2/x4`, with or
+without `return_prev`) as MSL atomics. A mixin of the kernel printer.
+
+Native MSL atomics (relaxed order only): `atomic_fetch_add/max/min_explicit` on `atomic_int` /
+`atomic_uint`, and `atomic_fetch_add_explicit` on `atomic_float` (MSL 3.0). Everything else is a
+compare-and-swap loop on a 32-bit `atomic_uint` word, written once per kernel file as a helper
+template (the pointer type is a template parameter so one helper serves device and threadgroup):
+float32 max / min on the float's own bits, and float16 / bfloat16 add / max / min on the word that
+contains the element (little-endian: the even element is the low half). Metal has no vector
+atomics: the x2 / x4 forms are one element atomic per lane.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir
+from ..errors import CodegenError
+from .msl_types import msl_type
+
+# op -> (operation, lanes)
+ATOMIC_ELEM_OPS = {
+    "tl.atomic_add_elem_op": ("add", 1),
+    "tl.atomic_add_ret_elem_op": ("add", 1),
+    "tl.atomic_max_elem_op": ("max", 1),
+    "tl.atomic_max_ret_elem_op": ("max", 1),
+    "tl.atomic_min_elem_op": ("min", 1),
+    "tl.atomic_min_ret_elem_op": ("min", 1),
+    "tl.atomic_addx2_elem_op": ("add", 2),
+    "tl.atomic_addx2_ret_elem_op": ("add", 2),
+    "tl.atomic_addx4_elem_op": ("add", 4),
+    "tl.atomic_addx4_ret_elem_op": ("add", 4),
+}
+NATIVE_ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32": "atomic_float"}
+HALF_WIDTH = ("float16", "bfloat16")
+RELAXED = 0  # tilelang's memory-order id of "relaxed"; 0 is also what an absent order means
+MEMORY_ORDER_NAMES = {0: "relaxed", 1: "consume", 2: "acquire", 3: "release", 4: "acq_rel", 5: "seq_cst"}
+
+_COMBINE = {"add": "old + value", "max": "max(old, value)", "min": "min(old, value)"}
+
+
+def float32_helper(kind: str) -> tuple[str, str]:
+    """(name, MSL text) of the CAS loop for float32 max / min on the float's bits."""
+    name = f"__tlm_atomic_{kind}_float"
+    text = f"""template <typename P>
+inline float {name}(P word, float value) {{
+  uint seen = atomic_load_explicit(word, memory_order_relaxed);
+  for (;;) {{
+    const float old = as_type<float>(seen);
+    const uint desired = as_type<uint>({_COMBINE[kind]});
+    if (desired == seen || atomic_compare_exchange_weak_explicit(word, &seen, desired, memory_order_relaxed, memory_order_relaxed)) {{
+      return old;
+    }}
+  }}
+}}
+"""
+    return name, text
+
+
+def half_width_helper(kind: str, dtype: str) -> tuple[str, str]:
+    """(name, MSL text) of the CAS loop for a 16-bit float element inside its 32-bit word."""
+    ty = msl_type(dtype)
+    name = f"__tlm_atomic_{kind}_{ty}"
+    text = f"""template <typename P>
+inline {ty} {name}(P word, uint shift, {ty} value) {{
+  uint seen = atomic_load_explicit(word, memory_order_relaxed);
+  for (;;) {{
+    const {ty} old = as_type<{ty}>(ushort(seen >> shift));
+    const {ty} next = {ty}({_COMBINE[kind]});
+    const uint desired = (seen & ~(0xffffu << shift)) | (uint(as_type<ushort>(next)) << shift);
+    if (desired == seen || atomic_compare_exchange_weak_explicit(word, &seen, desired, memory_order_relaxed, memory_order_relaxed)) {{
+      return old;
+    }}
+  }}
+}}
+"""
+    return name, text
+
+
+class AtomicPrinting:
+    """Needs from the host printer: `expr`, `offset`, `space_of`, `elem_dtype`, `name_of`,
+    `threadgroup`, `device`; fills `support_code` (helper name -> MSL text, printed once per file)."""
+
+    support_code: dict[str, str]
+
+    def atomic_call(self, op: str, e: Any) -> str | None:
+        """An element atomic as an MSL expression (its value is the previous value); None when `op`
+        is not an atomic."""
+        spec = ATOMIC_ELEM_OPS.get(op)
+        if spec is None:
+            return None
+        kind, lanes = spec
+        args = e.args
+        if lanes == 1 and len(args) > 2:
+            order = args[2]
+            if not isinstance(order, tir.IntImm) or int(order.value) != RELAXED:
+                name = MEMORY_ORDER_NAMES.get(int(order.value), str(order)) if isinstance(order, tir.IntImm) else str(order)
+                raise CodegenError(
+                    f"{op} with memory_order={name!r}: Metal atomics are relaxed only; drop memory_order "
+                    "(or pass 'relaxed') and order through barriers"
+                )
+        var, index = self._atomic_address(op, args[0])
+        if lanes == 1:
+            return self._element_atomic(op, kind, var, index, self.expr(args[1]), str(args[1].dtype))
+        src_var, src_index = self._atomic_address(op, args[1], source=True)
+        src_dtype = self.elem_dtype(src_var)
+        parts = [
+            self._element_atomic(op, kind, var, index + t, f"{self.name_of(src_var)}[{self.offset(src_index + t)}]", src_dtype)
+            for t in range(lanes)
+        ]
+        if str(e.dtype) == "handle":
+            return "(" + ", ".join(parts) + ")"  # one atomic per lane, in lane order
+        return f"{msl_type(str(e.dtype))}({', '.join(parts)})"
+
+    def _atomic_address(self, op: str, addr: Any, source: bool = False) -> tuple[Any, Any]:
+        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
+            load = addr.args[0]
+            if len(load.indices) != 1:
+                raise CodegenError(f"{op}: address of {load.buffer.name} is not flattened")
+            var, index = load.buffer.data, load.indices[0]
+        elif isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.tvm_access_ptr":
+            var, index = addr.args[1], addr.args[2]
+        else:
+            raise CodegenError(f"{op}: unsupported address {addr}")
+        if not source and var not in self.device and var not in self.threadgroup:
+            raise CodegenError(
+                f"{op} on {self.name_of(var)}: Metal atomics need device or threadgroup memory; "
+                "use a T.alloc_shared buffer or a kernel parameter (a thread-local value needs no atomic)"
+            )
+        return var, index
+
+    def _element_atomic(self, op: str, kind: str, var: Any, index: Any, value: str, value_dtype: str) -> str:
+        dtype = self.elem_dtype(var)
+        space = self.space_of(var)
+        if space.startswith("const"):
+            raise CodegenError(f"{op}: {self.name_of(var)} is read-only in this kernel")
+        name = self.name_of(var)
+        ty = msl_type(dtype)
+        if value_dtype != dtype:
+            value = f"(({ty})({value}))"
+        native = NATIVE_ATOMIC_TYPES.get(dtype)
+        if native is not None and (kind == "add" or dtype != "float32"):
+            return f"atomic_fetch_{kind}_explicit(({space} {native}*)({name} + ({self.offset(index)})), {value}, memory_order_relaxed)"
+        if dtype == "float32":
+            helper, text = float32_helper(kind)
+            self.support_code[helper] = text
+            return f"{helper}(({space} atomic_uint*)({name} + ({self.offset(index)})), {value})"
+        if dtype in HALF_WIDTH:
+            helper, text = half_width_helper(kind, dtype)
+            self.support_code[helper] = text
+            i = self.expr(index)
+            return f"{helper}(({space} atomic_uint*)({name} + ({i} - ({i} & 1))), (uint)(({i} & 1) * 16), {value})"
+        raise CodegenError(
+            f"{op} on {dtype} ({name}): Metal atomics take int32, uint32, float32 (and float16 / bfloat16 through "
+            "a compare-and-swap loop); use one of those dtypes"
+        )

@@ -1,0 +1,140 @@
+// MSL atomics (<metal_atomic>): atomic_int / atomic_uint / atomic_float and the *_explicit functions
+// the printer emits (docs/msl_contract.md, "Atomics"). Threadgroups run in parallel on worker
+// threads, so every read-modify-write is a real atomic on the element's own storage (GCC's __atomic
+// builtins, relaxed order: <atomic> cannot be included after config.h's address-space macros).
+// An `atomic_T` is layout-compatible with `T`, and the kernel reaches it by casting a buffer pointer
+// (`(device atomic_int*)(H + i)`), which checked builds bounds-check like any vector cast.
+#pragma once
+
+#include "config.h"
+#include "scalar.h"
+// Hook for the emulator's access checking: every atomic access passes through here with its address
+// and size, so a race detector can except atomics from race reports (they are synchronized by
+// definition). Defined empty unless the checker defines it first.
+#ifndef TLM_ATOMIC_ACCESS
+#define TLM_ATOMIC_ACCESS(address, bytes) ((void)0)
+#endif
+
+namespace metal {
+
+// MSL accepts memory_order_relaxed for these functions; the printer emits nothing else.
+enum memory_order { memory_order_relaxed = 0 };
+
+template <class T>
+struct tlm_atomic {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) == 4, "MSL atomics here are 32-bit");
+  T value;
+};
+using atomic_int = tlm_atomic<int32_t>;
+using atomic_uint = tlm_atomic<uint32_t>;
+using atomic_float = tlm_atomic<float>;
+
+}  // namespace metal
+
+namespace tlm {
+// True for the atomic object types: the kernel reaches them through `checked_ptr`'s explicit cast
+// (`(device atomic_int*)(H + i)`), so an access checker hooked into that cast can tell an atomic
+// access (never a race) from a plain vector access with `tlm::is_atomic_object_v<V>`.
+template <class V> inline constexpr bool is_atomic_object_v = false;
+template <class T> inline constexpr bool is_atomic_object_v<metal::tlm_atomic<T>> = true;
+}  // namespace tlm
+
+namespace metal {
+
+namespace tlm_detail {
+template <class T>
+TLM_INLINE T* cell(tlm_atomic<T>* object) {
+  TLM_ATOMIC_ACCESS(static_cast<void*>(object), sizeof(T));
+  return &object->value;
+}
+
+// One relaxed compare-and-swap loop for every read-modify-write: new = update(old).
+template <class T, class Update>
+TLM_INLINE T fetch_update(tlm_atomic<T>* object, Update update) {
+  T* p = cell(object);
+  T seen;
+  __atomic_load(p, &seen, __ATOMIC_RELAXED);
+  for (;;) {
+    T next = update(seen);
+    if (__builtin_memcmp(&next, &seen, sizeof(T)) == 0) return seen;  // nothing to write
+    if (__atomic_compare_exchange(p, &seen, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return seen;
+  }
+}
+}  // namespace tlm_detail
+
+template <class T>
+TLM_INLINE T atomic_load_explicit(tlm_atomic<T>* object, memory_order) {
+  T out;
+  __atomic_load(tlm_detail::cell(object), &out, __ATOMIC_RELAXED);
+  return out;
+}
+
+template <class T, class U>
+TLM_INLINE void atomic_store_explicit(tlm_atomic<T>* object, U desired, memory_order) {
+  T v = static_cast<T>(desired);
+  __atomic_store(tlm_detail::cell(object), &v, __ATOMIC_RELAXED);
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_exchange_explicit(tlm_atomic<T>* object, U desired, memory_order) {
+  T v = static_cast<T>(desired), out;
+  __atomic_exchange(tlm_detail::cell(object), &v, &out, __ATOMIC_RELAXED);
+  return out;
+}
+
+// MSL's weak compare-exchange: on failure `*expected` receives the current value.
+template <class T, class U>
+TLM_INLINE bool atomic_compare_exchange_weak_explicit(tlm_atomic<T>* object, T* expected, U desired, memory_order,
+                                                      memory_order) {
+  T v = static_cast<T>(desired);
+  return __atomic_compare_exchange(tlm_detail::cell(object), expected, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_fetch_add_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  const T v = static_cast<T>(operand);
+  if constexpr (std::is_integral_v<T>) {
+    return __atomic_fetch_add(tlm_detail::cell(object), v, __ATOMIC_RELAXED);
+  } else {  // atomic_float: no float fetch_add builtin
+    return tlm_detail::fetch_update(object, [v](T old) { return static_cast<T>(old + v); });
+  }
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_fetch_sub_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  const T v = static_cast<T>(operand);
+  if constexpr (std::is_integral_v<T>) {
+    return __atomic_fetch_sub(tlm_detail::cell(object), v, __ATOMIC_RELAXED);
+  } else {
+    return tlm_detail::fetch_update(object, [v](T old) { return static_cast<T>(old - v); });
+  }
+}
+
+// MSL has atomic_fetch_max/min/and/or for atomic_int and atomic_uint only.
+template <class T, class U>
+TLM_INLINE T atomic_fetch_max_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  static_assert(std::is_integral_v<T>, "atomic_fetch_max_explicit takes atomic_int or atomic_uint");
+  const T v = static_cast<T>(operand);
+  return tlm_detail::fetch_update(object, [v](T old) { return old < v ? v : old; });
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_fetch_min_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  static_assert(std::is_integral_v<T>, "atomic_fetch_min_explicit takes atomic_int or atomic_uint");
+  const T v = static_cast<T>(operand);
+  return tlm_detail::fetch_update(object, [v](T old) { return v < old ? v : old; });
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_fetch_and_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  static_assert(std::is_integral_v<T>, "atomic_fetch_and_explicit takes atomic_int or atomic_uint");
+  return __atomic_fetch_and(tlm_detail::cell(object), static_cast<T>(operand), __ATOMIC_RELAXED);
+}
+
+template <class T, class U>
+TLM_INLINE T atomic_fetch_or_explicit(tlm_atomic<T>* object, U operand, memory_order) {
+  static_assert(std::is_integral_v<T>, "atomic_fetch_or_explicit takes atomic_int or atomic_uint");
+  return __atomic_fetch_or(tlm_detail::cell(object), static_cast<T>(operand), __ATOMIC_RELAXED);
+}
+
+}  // namespace metal
