@@ -541,9 +541,13 @@ def _instrument_body(out: str, first_body_line: int, names: set[str], decl_lines
     return "\n".join(out_lines)
 
 
+_VIEW_EXTENT_RE = re.compile(r"//\s*(\d+) elements\b")
+
+
 def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list[ThreadgroupView]:
-    """Each view's extent ends where the next view of the same pool starts (by literal byte offset);
-    views at the same offset (lifetimes the storage planner overlapped) share the span up to the next one."""
+    """Each view's extent: the element count the printer writes after it (`// N elements`), else up
+    to where the next view of the same pool starts (by literal byte offset; views at the same offset,
+    whose lifetimes the storage planner overlapped, share the span up to the next one)."""
     offsets: dict[str, set[int]] = {}
     for vm, *_ in found:
         off = _int_literal(vm.group("off"))
@@ -553,6 +557,10 @@ def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list
     for vm, lineno, _start, _len in found:
         off = _int_literal(vm.group("off"))
         later = [o for o in offsets.get(vm.group("pool"), ()) if off is not None and o > off]
+        declared = _VIEW_EXTENT_RE.search(vm.group("tail") or "")
+        elem_bytes = type_bytes(vm.group("type"))
+        if declared and off is not None and elem_bytes:
+            later = [off + int(declared.group(1)) * elem_bytes]
         views.append(ThreadgroupView(
             name=vm.group("name"),
             elem_type=vm.group("type"),
