@@ -556,6 +556,37 @@ def make_memory_only_kernel_cache() -> Any:
     return MemoryOnlyKernelCache()
 
 
+def profiler_base() -> type:
+    """tilelang's `Profiler` (what `JITKernel.get_profiler()` returns), for the plugin's subclass."""
+    from tilelang.profiler import Profiler
+
+    return Profiler
+
+
+def assert_tensors_close(got: Any, want: Any, *, atol: float, rtol: float, max_mismatched_ratio: float) -> None:
+    """tilelang's element-ratio tolerant comparison (the one its Profiler uses)."""
+    from tilelang.utils.tensor import torch_assert_close
+
+    torch_assert_close(got, want, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio, base_name="tilelang", ref_name="ref")
+
+
+def _swap_profiler(record: _Installed) -> None:
+    """`kernel.get_profiler()` of a kernel run by a plugin adapter asks the adapter for its
+    profiler (stock tilelang's assumes CUDA); every other kernel gets tilelang's own."""
+    jit_kernel = importlib.import_module("tilelang.jit.kernel").JITKernel
+    original = jit_kernel.__dict__["get_profiler"]
+
+    @functools.wraps(original)
+    def get_profiler(self, *args: Any, **kwargs: Any) -> Any:
+        make = getattr(self.adapter, "make_profiler", None)
+        if make is None or self.backend.name != PLUGIN_BACKEND_NAME:
+            return original(self, *args, **kwargs)
+        profiler = original(self, *args, **kwargs)  # tilelang's, for its parameter handling
+        return make(profiler.params, profiler.result_idx, profiler.supply_type)
+
+    _swap_attr(jit_kernel, "get_profiler", get_profiler, record)
+
+
 def base_kernel_adapter() -> type:
     from tilelang.jit.adapter.base import BaseKernelAdapter
 
@@ -597,6 +628,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_cache_key(hooks.cache_identity, hooks.codegen_settings, record)
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
+            _swap_profiler(record)
         except BaseException:
             for restore in reversed(record.restores):
                 restore()

@@ -23,6 +23,7 @@ def _scalar_buffer(value: Any, dtype: str) -> Any:
 
 
 class MPSKernelAdapter(PluginKernelAdapter):
+    device = MPS
     _library = None
 
     def library(self) -> Any:
