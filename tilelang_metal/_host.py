@@ -587,6 +587,37 @@ def _swap_profiler(record: _Installed) -> None:
     _swap_attr(jit_kernel, "get_profiler", get_profiler, record)
 
 
+_backend_hint_installed = False
+
+
+def _install_inactive_backend_hint(plugin_backends: tuple[str, ...]) -> None:
+    """After `deactivate()`, `execution_backend="emulator"` on a Metal target fails in tilelang with
+    only "Allowed: torch, tvm_ffi". Add how to get it back. Installed once, at the first
+    activation, and kept on purpose: it changes that error's text and nothing else (every
+    successful resolution and every other error pass through untouched)."""
+    global _backend_hint_installed
+    if _backend_hint_installed:
+        return
+    _backend_hint_installed = True
+    original = BackendModule.__dict__["resolve_execution_backend"]
+
+    @functools.wraps(original)
+    def resolve_execution_backend(self, requested, target, *args, **kwargs):
+        try:
+            return original(self, requested, target, *args, **kwargs)
+        except ValueError as err:
+            name = str(requested).lower() if requested is not None else ""
+            kind = getattr(getattr(target, "kind", None), "name", "")
+            if name in plugin_backends and kind == "metal" and not is_installed():
+                raise ValueError(
+                    f"{err} execution_backend={name!r} comes from the tilelang_metal plugin, which is not "
+                    "active: `import tilelang_metal` (activates it) or call `tilelang_metal.activate()`."
+                ) from err
+            raise
+
+    BackendModule.resolve_execution_backend = resolve_execution_backend
+
+
 def base_kernel_adapter() -> type:
     from tilelang.jit.adapter.base import BaseKernelAdapter
 
@@ -629,6 +660,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
+            _install_inactive_backend_hint(tuple(hooks.adapters))
         except BaseException:
             for restore in reversed(record.restores):
                 restore()
