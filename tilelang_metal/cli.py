@@ -66,7 +66,7 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
                    help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (default: %(default)s)")
     p.add_argument("--target", default="metal4", choices=["metal4", "metal", "auto"],
                    help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it (default: %(default)s)")
-    p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'); --path direct_global only; 0 = off (default: %(default)s)")
+    p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'), a power of two; 0 = off (default: %(default)s)")
     p.add_argument("--trans-a", action="store_true", help="A is stored K x M (default: off)")
     p.add_argument("--trans-b", action="store_true", help="B is stored N x K (default: off)")
     p.add_argument("--epilogue", default=None, choices=EPILOGUES, help="T.Parallel epilogue on the accumulator; --path shared only (default: none)")
@@ -96,8 +96,6 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
             raise UsageError(f"--epilogue {args.epilogue} applies to --path shared only (the direct-global kernel has no accumulator fragment); add --path shared")
         if args.block_k is not None:
             raise UsageError("--block-k applies to --path shared only (direct-global owns its K loop); add --path shared or drop --block-k")
-    elif args.swizzle:
-        raise UsageError(f"--swizzle {args.swizzle} applies to --path direct_global only (the shared-staging kernel does not take T.use_swizzle here); drop --swizzle or use --path direct_global")
     if args.out_dtype is None:
         args.out_dtype = args.dtype
     if args.epilogue is None:
@@ -129,7 +127,7 @@ def _build(args: argparse.Namespace) -> Any:
         )
     return examples.gemm_shared(
         args.m, args.n, args.k, args.block_m, args.block_n, args.block_k, dtype=args.dtype, out_dtype=args.out_dtype,
-        threads=args.threads, trans_A=args.trans_a, trans_B=args.trans_b, epilogue=args.epilogue,
+        threads=args.threads, trans_A=args.trans_a, trans_B=args.trans_b, epilogue=args.epilogue, swizzle_panel=args.swizzle,
     )
 
 

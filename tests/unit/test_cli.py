@@ -40,7 +40,7 @@ def _error_line(capsys, argv):
         (["run", "--out-dtype", "float64"], "invalid choice: 'float64'"),
         (["lower", "--epilogue", "gelu_tanh"], "add --path shared"),
         (["lower", "--block-k", "16"], "--block-k applies to --path shared only"),
-        (["lower", "--path", "shared", "--swizzle", "4"], "--swizzle 4 applies to --path direct_global only"),
+        (["lower", *SMALL, "--path", "shared", "--swizzle", "3"], "power-of-two panel size, got 3"),
         (["lower", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required"),
     ],
