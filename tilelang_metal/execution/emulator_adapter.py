@@ -19,7 +19,7 @@ CPU = Device("cpu", "emulator")
 class EmulatorKernelAdapter(PluginKernelAdapter):
     device = CPU
 
-    def build(self, kernel_name: str) -> Any:
+    def compiled(self, kernel_name: str) -> Any:
         kernels = self.__dict__.setdefault("_kernels", {})
         if kernel_name not in kernels:
             from ..emulator import compile_kernel, split_kernels
@@ -33,7 +33,7 @@ class EmulatorKernelAdapter(PluginKernelAdapter):
 
     def make_runner(self) -> Any:
         def launch_one(launch: Any, shape: Any, bound: Any) -> None:
-            self.build(launch.kernel_name).launch(launch.values(bound), shape.grid, shape.block)
+            self.compiled(launch.kernel_name).launch(launch.values(bound), shape.grid, shape.block)
 
         def run(*args: Any) -> Any:
             return self.call.run(args, CPU, True, launch_one)

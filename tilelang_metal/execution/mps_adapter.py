@@ -33,12 +33,12 @@ class MPSKernelAdapter(PluginKernelAdapter):
             self._library = torch.mps.compile_shader(self.kernel_global_source)
         return self._library
 
-    def build(self, kernel_name: str) -> Any:
+    def compiled(self, kernel_name: str) -> Any:
         return getattr(self.library(), kernel_name)
 
     def make_runner(self) -> Any:
         def launch_one(launch: Any, shape: Any, bound: Any) -> None:
-            kernel = self.build(launch.kernel_name)
+            kernel = self.compiled(launch.kernel_name)
             threads = [g * b for g, b in zip(shape.grid, shape.block)]  # compile_shader takes total threads
             kernel(*launch.values(bound, _scalar_buffer), threads=threads, group_size=list(shape.block))
 
