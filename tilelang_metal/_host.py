@@ -556,6 +556,68 @@ def make_memory_only_kernel_cache() -> Any:
     return MemoryOnlyKernelCache()
 
 
+def profiler_base() -> type:
+    """tilelang's `Profiler` (what `JITKernel.get_profiler()` returns), for the plugin's subclass."""
+    from tilelang.profiler import Profiler
+
+    return Profiler
+
+
+def assert_tensors_close(got: Any, want: Any, *, atol: float, rtol: float, max_mismatched_ratio: float) -> None:
+    """tilelang's element-ratio tolerant comparison (the one its Profiler uses)."""
+    from tilelang.utils.tensor import torch_assert_close
+
+    torch_assert_close(got, want, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio, base_name="tilelang", ref_name="ref")
+
+
+def _swap_profiler(record: _Installed) -> None:
+    """`kernel.get_profiler()` of a kernel run by a plugin adapter asks the adapter for its
+    profiler (stock tilelang's assumes CUDA); every other kernel gets tilelang's own."""
+    jit_kernel = importlib.import_module("tilelang.jit.kernel").JITKernel
+    original = jit_kernel.__dict__["get_profiler"]
+
+    @functools.wraps(original)
+    def get_profiler(self, *args: Any, **kwargs: Any) -> Any:
+        make = getattr(self.adapter, "make_profiler", None)
+        if make is None or self.backend.name != PLUGIN_BACKEND_NAME:
+            return original(self, *args, **kwargs)
+        profiler = original(self, *args, **kwargs)  # tilelang's, for its parameter handling
+        return make(profiler.params, profiler.result_idx, profiler.supply_type)
+
+    _swap_attr(jit_kernel, "get_profiler", get_profiler, record)
+
+
+_backend_hint_installed = False
+
+
+def _install_inactive_backend_hint(plugin_backends: tuple[str, ...]) -> None:
+    """After `deactivate()`, `execution_backend="emulator"` on a Metal target fails in tilelang with
+    only "Allowed: torch, tvm_ffi". Add how to get it back. Installed once, at the first
+    activation, and kept on purpose: it changes that error's text and nothing else (every
+    successful resolution and every other error pass through untouched)."""
+    global _backend_hint_installed
+    if _backend_hint_installed:
+        return
+    _backend_hint_installed = True
+    original = BackendModule.__dict__["resolve_execution_backend"]
+
+    @functools.wraps(original)
+    def resolve_execution_backend(self, requested, target, *args, **kwargs):
+        try:
+            return original(self, requested, target, *args, **kwargs)
+        except ValueError as err:
+            name = str(requested).lower() if requested is not None else ""
+            kind = getattr(getattr(target, "kind", None), "name", "")
+            if name in plugin_backends and kind == "metal" and not is_installed():
+                raise ValueError(
+                    f"{err} execution_backend={name!r} comes from the tilelang_metal plugin, which is not "
+                    "active: `import tilelang_metal` (activates it) or call `tilelang_metal.activate()`."
+                ) from err
+            raise
+
+    BackendModule.resolve_execution_backend = resolve_execution_backend
+
+
 def base_kernel_adapter() -> type:
     from tilelang.jit.adapter.base import BaseKernelAdapter
 
@@ -597,6 +659,8 @@ def install(hooks: HostHooks) -> bool:
             _swap_cache_key(hooks.cache_identity, hooks.codegen_settings, record)
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
+            _swap_profiler(record)
+            _install_inactive_backend_hint(tuple(hooks.adapters))
         except BaseException:
             for restore in reversed(record.restores):
                 restore()

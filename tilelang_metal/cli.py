@@ -3,6 +3,9 @@
 lower  print the MSL of a GEMM (default: the spec's fast path, 4096^3 fp16 direct-global on metal4)
 run    lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
 demo   the main job: print the default kernel's MSL, then run it at a size that takes seconds
+
+Exit status: 0 success, 1 the result does not match torch, 2 a usage or kernel error (one line on
+stderr; add --debug for the traceback).
 """
 
 from __future__ import annotations
@@ -10,34 +13,98 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
+
+DTYPES = ("float16", "bfloat16", "float32")
+EPILOGUES = ("none", "relu", "bias", "scale", "gelu_tanh", "silu")
+EXIT_MISMATCH, EXIT_USAGE = 1, 2
+
+
+class UsageError(ValueError):
+    """A flag combination the CLI refuses before building anything."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag prints one line (no usage block) and exits with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 (off) or a positive integer")
+    return value
+
+
+def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
+    size = 4096 if big else 256
+    p.add_argument("--m", type=_positive_int, default=size, help="rows of A and C (default: %(default)s)")
+    p.add_argument("--n", type=_positive_int, default=size, help="columns of B and C (default: %(default)s)")
+    p.add_argument("--k", type=_positive_int, default=size, help="reduction length (default: %(default)s)")
+    p.add_argument("--block-m", type=_positive_int, default=64, help="rows of C per threadgroup (default: %(default)s)")
+    p.add_argument("--block-n", type=_positive_int, default=None, help="columns of C per threadgroup (default: 128 on direct_global, 64 on shared)")
+    p.add_argument("--block-k", type=_positive_int, default=None, help="K step of the shared path's pipelined loop; --path shared only (default: 32)")
+    p.add_argument("--threads", type=_positive_int, default=128, help="threads per threadgroup; a multiple of 32 for T.gemm (default: %(default)s)")
+    p.add_argument("--dtype", default="float16", choices=DTYPES, help="dtype of A and B (default: %(default)s)")
+    p.add_argument("--out-dtype", default=None, choices=DTYPES, help="dtype of C (default: the --dtype value)")
+    p.add_argument("--path", default="direct_global", choices=["direct_global", "shared"],
+                   help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (default: %(default)s)")
+    p.add_argument("--target", default="metal4", choices=["metal4", "metal", "auto"],
+                   help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it (default: %(default)s)")
+    p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'), a power of two; 0 = off (default: %(default)s)")
+    p.add_argument("--trans-a", action="store_true", help="A is stored K x M (default: off)")
+    p.add_argument("--trans-b", action="store_true", help="B is stored N x K (default: off)")
+    p.add_argument("--epilogue", default=None, choices=EPILOGUES, help="T.Parallel epilogue on the accumulator; --path shared only (default: none)")
+    p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason (default: off)")
+    p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tilelang_metal", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _OneLineParser(prog="python -m tilelang_metal", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    helps = {"lower": "print the MSL of a GEMM", "run": "run a GEMM and compare with torch", "demo": "print the default MSL, then run the GEMM"}
     for name in ("lower", "run", "demo"):
-        p = sub.add_parser(name)
-        big = name == "lower"
-        p.add_argument("--m", type=int, default=4096 if big else 256)
-        p.add_argument("--n", type=int, default=4096 if big else 256)
-        p.add_argument("--k", type=int, default=4096 if big else 256)
-        p.add_argument("--block-m", type=int, default=64)
-        p.add_argument("--block-n", type=int, default=128)
-        p.add_argument("--block-k", type=int, default=32, help="K step of the shared path's pipelined loop")
-        p.add_argument("--threads", type=int, default=128)
-        p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-        p.add_argument("--out-dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-        p.add_argument("--path", default="direct_global", choices=["direct_global", "shared"], help="kernel idiom")
-        p.add_argument("--target", default="metal4", choices=["metal4", "metal", "auto"], help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it")
-        p.add_argument("--swizzle", type=int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'); 0 = off")
-        p.add_argument("--trans-a", action="store_true")
-        p.add_argument("--trans-b", action="store_true")
-        p.add_argument("--epilogue", default="none", choices=["none", "relu", "bias", "scale", "gelu_tanh", "silu"], help="shared path only")
-        p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason")
+        p = sub.add_parser(name, help=helps[name], description=helps[name])
+        _add_kernel_flags(p, big=name == "lower")
         if name != "lower":
-            p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"])
+            p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"],
+                           help="execution backend: torch (MPS, Mac only), emulator (CPU), auto: torch where MPS is, else emulator (default: %(default)s)")
     return parser
+
+
+def validate(args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse flags that do not apply to the chosen path (they would be silently ignored) and fill
+    the path-dependent defaults."""
+    shared = args.path == "shared"
+    if not shared:
+        if args.epilogue is not None:
+            raise UsageError(f"--epilogue {args.epilogue} applies to --path shared only (the direct-global kernel has no accumulator fragment); add --path shared")
+        if args.block_k is not None:
+            raise UsageError("--block-k applies to --path shared only (direct-global owns its K loop); add --path shared or drop --block-k")
+    if args.out_dtype is None:
+        args.out_dtype = args.dtype
+    if args.epilogue is None:
+        args.epilogue = "none"
+    if args.block_n is None:
+        args.block_n = 64 if shared else 128
+    if args.block_k is None:
+        args.block_k = 32
+    return args
 
 
 def _target(choice: str) -> Any:
@@ -60,7 +127,7 @@ def _build(args: argparse.Namespace) -> Any:
         )
     return examples.gemm_shared(
         args.m, args.n, args.k, args.block_m, args.block_n, args.block_k, dtype=args.dtype, out_dtype=args.out_dtype,
-        threads=args.threads, trans_A=args.trans_a, trans_B=args.trans_b, epilogue=args.epilogue,
+        threads=args.threads, trans_A=args.trans_a, trans_B=args.trans_b, epilogue=args.epilogue, swizzle_panel=args.swizzle,
     )
 
 
@@ -122,17 +189,26 @@ def _epilogue_reference(x: Any, bias: Any, epilogue: str) -> Any:
 
 
 def run_and_check(args: argparse.Namespace) -> float:
+    """Compile (lowering + building the kernel: g++ in the emulator, the Metal library on MPS), run
+    once (the launch alone is timed), compare with torch; returns max |C - ref| / max |ref|."""
     import tilelang
 
     func = _build(args)
     inputs, ref = _inputs(args)
-    backend = args.backend
     t0 = time.perf_counter()
-    kernel = tilelang.compile(func, out_idx=[-1], target=_target(args.target), execution_backend=backend)
+    kernel = tilelang.compile(func, out_idx=[-1], target=_target(args.target), execution_backend=args.backend)
+    kernel.adapter.warm_up()  # build the kernel now, so "run" is the launch alone
     t1 = time.perf_counter()
-    if kernel.execution_backend == "torch":
+    on_mps = kernel.execution_backend == "torch"
+    if on_mps:
+        import torch
+
         inputs = [x.to("mps") for x in inputs]
+        torch.mps.synchronize()
+        t1 = time.perf_counter()
     out = kernel(*inputs)
+    if on_mps:
+        torch.mps.synchronize()
     t2 = time.perf_counter()
     err = (out.float().cpu() - ref).abs().max().item()
     scale = ref.abs().max().item() or 1.0
@@ -143,10 +219,20 @@ def run_and_check(args: argparse.Namespace) -> float:
     return err / scale
 
 
-def main(argv: list[str] | None = None) -> int:
-    import tilelang_metal  # noqa: F401  (activates the plugin)
+def _one_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
-    args = _parser().parse_args(argv)
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by what was asked for (flags, kernel, host): reported in one line. Anything
+    else is a bug and keeps its traceback."""
+    from .errors import UnsupportedHostError
+
+    return (ValueError, UnsupportedHostError)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "lower":
         source, decisions = lower_source(args)
         if args.explain:
@@ -155,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(source)
         return 0
     if args.command == "demo":
-        lower_args = _parser().parse_args(["lower"])
+        lower_args = validate(_parser().parse_args(["lower"]))
         source, decisions = lower_source(lower_args)
         print(source)
         for line in decisions:
@@ -169,7 +255,23 @@ def main(argv: list[str] | None = None) -> int:
     tolerance = 2e-2 if args.out_dtype != "float32" or args.dtype != "float32" else 1e-4
     ok = rel <= tolerance
     print(f"relative error {rel:.3g} -> {'OK' if ok else 'MISMATCH'} (tolerance {tolerance})")
-    return 0 if ok else 1
+    return 0 if ok else EXIT_MISMATCH
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # exits with status 2 on a bad flag, before any heavy import
+    try:
+        import tilelang_metal  # noqa: F401  (activates the plugin once tilelang is imported)
+
+        return _dispatch(validate(args))
+    except _user_errors() as err:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        else:
+            print(f"python -m tilelang_metal {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

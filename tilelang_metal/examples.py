@@ -85,6 +85,8 @@ def gemm_shared(
     trans_B: bool = False,
     num_stages: int = 0,
     shared_scope: str = "shared.dyn",
+    swizzle_panel: int = 0,
+    swizzle_order: str = "mlx",
 ) -> Any:
     """The standard TileLang idiom: shared A/B, fragment (or shared) accumulator, pipelined K loop,
     optional T.Parallel epilogue on the accumulator, T.copy to global."""
@@ -103,6 +105,8 @@ def gemm_shared(
         C: T.Tensor((M, N), out_dtype),
     ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            if swizzle_panel:
+                T.use_swizzle(swizzle_panel, order=swizzle_order)
             A_s = T.alloc_shared(a_tile, dtype, scope=shared_scope)
             B_s = T.alloc_shared(b_tile, dtype, scope=shared_scope)
             if c_in_shared:

@@ -36,6 +36,18 @@ from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
 
 def lower_metal(mod: object, target: object) -> object:
+    """The Metal pipeline, run with `target` as TVM's current target: `T.copy` / `T.Parallel`
+    lowering asks for it, and `tilelang.lower(func, target=...)` does not enter it (without this,
+    such kernels fail with "Target context required" unless the caller wraps `with target:`)."""
+    from ._host import Target
+
+    if Target.current(allow_none=True) is not None:
+        return _lower_metal_passes(mod, target)
+    with Target(target) if not isinstance(target, Target) else target:
+        return _lower_metal_passes(mod, target)
+
+
+def _lower_metal_passes(mod: object, target: object) -> object:
     import tilelang
 
     tl = tilelang.transform

@@ -34,6 +34,23 @@ def _gemm_infer_layout_hook(original: Any) -> Any:
     return infer_layout
 
 
+NO_METAL_HERE = (
+    "no Metal GPU on this host (Metal runs on macOS on Apple silicon); on any host, pass "
+    'target="metal" (or a Target with the "metal4" key for cooperative tensors, e.g. '
+    "tilelang_metal.examples.metal4_target()) to tilelang.compile / @tilelang.jit, and "
+    'execution_backend="emulator" to run the MSL on the CPU'
+)
+
+
+def _detect_metal_or_explain() -> Any:
+    """tilelang's `target="auto"` detector: the local Metal target, or an error that tilelang lists
+    in its "No registered target detector found an available target" message."""
+    detected = detect_metal_target()
+    if detected is None:
+        raise RuntimeError(NO_METAL_HERE)
+    return detected
+
+
 def _codegen_via_global(mod: Any, target: Any) -> Any:
     # Go through the registered TVM global so the plugin codegen is reachable by name as well.
     return _host.get_global_func(_host.CODEGEN_GLOBAL)(mod, target)
@@ -75,7 +92,7 @@ def build_hooks() -> _host.HostHooks:
     return _host.HostHooks(
         manifest=manifest,
         normalize_target=normalize_metal_target,
-        detect_target=detect_metal_target,
+        detect_target=_detect_metal_or_explain,
         gemm_lower=_gemm_lower_hook,
         gemm_infer_layout=_gemm_infer_layout_hook,
         codegen_build=build_metal,

@@ -74,5 +74,22 @@ class PluginKernelAdapter(base_kernel_adapter()):
         self.call = KernelCall(self.result_idx, func, device_mod, host_mod)
         return self.make_runner()
 
+    device: Device  # where the adapter's tensors live
+
     def make_runner(self) -> Any:
+        raise NotImplementedError
+
+    def make_profiler(self, params: list, result_idx: list[int], supply_type: Any) -> Any:
+        """What `kernel.get_profiler()` returns for this adapter (execution/profiling.py)."""
+        from .profiling import make_profiler
+
+        return make_profiler(self, params, result_idx, supply_type, self.device)
+
+    def warm_up(self) -> None:
+        """Build every kernel of the module now (otherwise the first call builds it), so callers
+        can time compilation apart from the launch."""
+        for launch in self.call.launches:
+            self.compiled(launch.kernel_name)
+
+    def compiled(self, kernel_name: str) -> Any:
         raise NotImplementedError

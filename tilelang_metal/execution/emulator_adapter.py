@@ -17,6 +17,8 @@ CPU = Device("cpu", "emulator")
 
 
 class EmulatorKernelAdapter(PluginKernelAdapter):
+    device = CPU
+
     def compiled(self, kernel_name: str) -> Any:
         kernels = self.__dict__.setdefault("_kernels", {})
         if kernel_name not in kernels:

@@ -23,6 +23,7 @@ def _scalar_buffer(value: Any, dtype: str) -> Any:
 
 
 class MPSKernelAdapter(PluginKernelAdapter):
+    device = MPS
     _library = None
 
     def library(self) -> Any:
@@ -32,9 +33,12 @@ class MPSKernelAdapter(PluginKernelAdapter):
             self._library = torch.mps.compile_shader(self.kernel_global_source)
         return self._library
 
+    def compiled(self, kernel_name: str) -> Any:
+        return getattr(self.library(), kernel_name)
+
     def make_runner(self) -> Any:
         def launch_one(launch: Any, shape: Any, bound: Any) -> None:
-            kernel = getattr(self.library(), launch.kernel_name)
+            kernel = self.compiled(launch.kernel_name)
             threads = [g * b for g, b in zip(shape.grid, shape.block)]  # compile_shader takes total threads
             kernel(*launch.values(bound, _scalar_buffer), threads=threads, group_size=list(shape.block))
 

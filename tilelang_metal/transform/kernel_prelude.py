@@ -17,8 +17,25 @@ from .._host import tir
 PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
 
 
-def _is_declaration(stmt: Any) -> bool:
-    return isinstance(stmt, tir.DeclBuffer)
+def _uses_any(expr: Any, variables: list[Any]) -> bool:
+    found = False
+
+    def visit(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, tir.Var) and any(node.same_as(v) for v in variables):
+            found = True
+
+    tir.stmt_functor.post_order_visit(expr, visit)
+    return found
+
+
+def _is_declaration(stmt: Any, chain: list[Any]) -> bool:
+    """Buffer declarations / allocations, and bindings that do not depend on the launch position
+    seen so far (shared-memory pointers carved out of one allocation): they stay where they are
+    and the launch chain continues after them."""
+    if isinstance(stmt, (tir.DeclBuffer, tir.AllocBuffer)):
+        return True
+    return isinstance(stmt, tir.Bind) and not _uses_any(stmt.value, launch_vars(chain))
 
 
 def rewrite_inside_launch(body: Any, rewrite: Callable[[list[Any], Any], Any]) -> Any:
@@ -30,7 +47,7 @@ def rewrite_inside_launch(body: Any, rewrite: Callable[[list[Any], Any], Any]) -
         if isinstance(node, tir.AttrStmt):
             chain.append(node)
             return tir.AttrStmt(node.node, node.attr_key, node.value, descend(node.body))
-        if isinstance(node, tir.SeqStmt) and len(node.seq) > 1 and all(_is_declaration(s) for s in node.seq[:-1]):
+        if isinstance(node, tir.SeqStmt) and len(node.seq) > 1 and all(_is_declaration(s, chain) for s in node.seq[:-1]):
             return tir.SeqStmt([*node.seq[:-1], descend(node.seq[-1])])
         return rewrite(chain, node)
 
