@@ -3,7 +3,7 @@ outputs from one epilogue, two GEMMs into one accumulator, annotated shared layo
 tensors, accumulation into an initialised C). Each one matches torch in the emulator or is refused
 at lower time with a short message of the plugin's; never a silent mismatch, never a crash.
 
-Seeded: TILELANG_METAL_PROPERTY_SEED (default 2026), TILELANG_METAL_PROPERTY_IDIOMS_N (default 60).
+Seeded: TILELANG_METAL_PROPERTY_SEED (default 2026), TILELANG_METAL_PROPERTY_IDIOMS_N (default 40).
 """
 
 import math
@@ -29,7 +29,7 @@ from tilelang_metal.emulator import EmulatorError
 from tilelang_metal.errors import MetalLoweringError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))
-COUNT = int(os.environ.get("TILELANG_METAL_PROPERTY_IDIOMS_N", "60"))
+COUNT = int(os.environ.get("TILELANG_METAL_PROPERTY_IDIOMS_N", "40"))
 IDIOMS = ("two_outputs", "two_gemms", "annotated", "strided_views", "initialised_c")
 
 
