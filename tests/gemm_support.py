@@ -43,3 +43,22 @@ def assert_close(out, ref, in_dtype, out_dtype, K, what=""):
     assert not torch.isnan(out.float()).any(), f"{what}: NaN in output (unwritten elements?)"
     limit = tolerance(in_dtype, out_dtype, K)
     assert err.max().item() <= limit, f"{what}: max error {err.max().item():.4g} > {limit:.4g} at {divmod(int(err.argmax()), ref.shape[1])}"
+
+
+# ---------------------------------------------------------------- property tests
+
+
+def log_uniform(rng, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], uniform in log scale (as many small shapes as large ones)."""
+    import math
+
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def refusal_verdict(err: Exception) -> tuple[str, str]:
+    """('refused', text) for a short lower-time error of the plugin's, else ('wrong', text)."""
+    from tilelang_metal.errors import MetalLoweringError
+
+    text = str(err).strip().splitlines()[-1]
+    ours = isinstance(err, MetalLoweringError) or any(key in text for key in ("Metal", "T.gemm", "threads=", "threadgroup memory", "swizzle"))
+    return ("refused" if ours and len(text) < 400 else "wrong"), text

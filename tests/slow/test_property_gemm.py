@@ -7,7 +7,6 @@ The configurations are checked in TILELANG_METAL_PROPERTY_WORKERS processes (def
 at most 4; 1 = in this process): each one lowers, compiles and runs its share independently.
 """
 
-import math
 import multiprocessing
 import os
 import random
@@ -18,11 +17,10 @@ from dataclasses import asdict, dataclass
 import pytest
 import tilelang
 import torch
-from gemm_support import TORCH_DTYPES, operands, tolerance
+from gemm_support import TORCH_DTYPES, log_uniform, operands, refusal_verdict, tolerance
 
 from tilelang_metal import examples as E
 from tilelang_metal.emulator import EmulatorError
-from tilelang_metal.errors import MetalLoweringError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))
 COUNT = int(os.environ.get("TILELANG_METAL_PROPERTY_N", "200"))
@@ -56,10 +54,6 @@ class Config:
     epilogue: str
 
 
-def _log_uniform(rng: random.Random, lo: int, hi: int) -> int:
-    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-
-
 def draw(rng: random.Random) -> Config:
     idiom = rng.choice(["direct", "shared"])
     dtype = rng.choice(["float16", "bfloat16", "float32"])
@@ -70,9 +64,9 @@ def draw(rng: random.Random) -> Config:
     c_in_shared = idiom == "shared" and rng.random() < 0.3
     return Config(
         idiom=idiom,
-        M=_log_uniform(rng, 1, 600),
-        N=_log_uniform(rng, 1, 600),
-        K=_log_uniform(rng, 1, 600),
+        M=log_uniform(rng, 1, 600),
+        N=log_uniform(rng, 1, 600),
+        K=log_uniform(rng, 1, 600),
         block_M=block_M,
         block_N=block_N,
         block_K=rng.choice([16, 32, 64]),
@@ -107,11 +101,7 @@ def check(cfg: Config) -> tuple[str, str]:
     try:
         kernel = tilelang.compile(build(cfg), out_idx=[-1], target=target, execution_backend="emulator")
     except Exception as err:  # lowering errors cross TVM's FFI; ours keep their text
-        text = str(err).strip().splitlines()[-1]
-        ours = isinstance(err, MetalLoweringError) or any(
-            key in text for key in ("Metal", "T.gemm", "threads=", "threadgroup memory", "swizzle")
-        )
-        return ("refused" if ours and len(text) < 400 else "wrong"), text
+        return refusal_verdict(err)
     a, b, ref = operands(cfg.M, cfg.N, cfg.K, cfg.dtype, cfg.trans_A, cfg.trans_B, seed=hash(cfg) & 0xFFFF)
     try:
         if cfg.idiom == "direct":
