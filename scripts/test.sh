@@ -2,7 +2,8 @@
 # Test suite (Linux, CPU only): codegen properties, selection table, and numerics in the emulator.
 #   bash scripts/test.sh            everything (what CI runs)
 #   bash scripts/test.sh --quick    all but the slow tier (tests/slow, @pytest.mark.slow)
-# Further arguments go to pytest.
+# Further arguments go to pytest. Tests run in one process per CPU (pytest-xdist);
+# TILELANG_METAL_TEST_WORKERS=0 runs them in this process (e.g. for --racecheck or pdb).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tier=()
@@ -12,4 +13,8 @@ if [[ "${1:-}" == "--quick" ]]; then
 fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"
-exec "${TILELANG_METAL_VENV:-$root/.venv}/bin/python" -m pytest -q ${tier[@]+"${tier[@]}"} "$@"
+workers=(-n "${TILELANG_METAL_TEST_WORKERS:-auto}")
+if [[ "${TILELANG_METAL_TEST_WORKERS:-auto}" == "0" ]]; then
+  workers=()
+fi
+exec "${TILELANG_METAL_VENV:-$root/.venv}/bin/python" -m pytest -q ${workers[@]+"${workers[@]}"} ${tier[@]+"${tier[@]}"} "$@"
