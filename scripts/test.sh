@@ -3,7 +3,7 @@
 #   bash scripts/test.sh            everything (what CI runs)
 #   bash scripts/test.sh --quick    all but the slow tier (tests/slow, @pytest.mark.slow)
 # Further arguments go to pytest. Tests run in one process per CPU (pytest-xdist);
-# TILELANG_METAL_TEST_WORKERS=0 runs them in this process (e.g. for --racecheck or pdb).
+# TILELANG_METAL_TEST_WORKERS=0 runs them in this process (e.g. for pdb).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tier=()
