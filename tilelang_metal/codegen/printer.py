@@ -12,7 +12,7 @@ from .._host import tir, tvm
 from ..errors import CodegenError
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
 from ..transform.block_swizzle import POSITION_NAMES_ATTR
-from ..transform.ir_query import find_nodes
+from ..transform.ir_query import declared_element_counts
 from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
@@ -61,7 +61,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.threadgroup: dict[Any, str] = {}
         self.thread_arrays: dict[Any, str] = {}
         self.storage = storage_of(func)
-        self.view_elements = _declared_elements(func.body)
+        self.view_elements = declared_element_counts(func.body)
         self.mpp_ops: list[tuple[int, int, int]] = []
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
@@ -470,20 +470,6 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return None
         self.helpers |= printed.helpers
         return printed.text
-
-
-def _declared_elements(body: Any) -> dict[Any, int]:
-    """Element count of each buffer declared over a data variable (views into merged pools)."""
-    out: dict[Any, int] = {}
-    for node in find_nodes(body, ["tirx.DeclBuffer"]):
-        count = 1
-        for dim in node.buffer.shape:
-            if not isinstance(dim, tir.IntImm):
-                break
-            count *= int(dim.value)
-        else:
-            out[node.buffer.data] = max(count, out.get(node.buffer.data, 0))
-    return out
 
 
 def _add_terms(e: Any) -> list[Any]:

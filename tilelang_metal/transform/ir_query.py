@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tvm
+from .._host import tir, tvm
 
 
 def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
@@ -18,3 +18,17 @@ def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
 
     tvm.tirx.stmt_functor.ir_transform(stmt, None, collect, type_keys)
     return found
+
+
+def declared_element_counts(body: Any) -> dict[Any, int]:
+    """Element count of each buffer declared over a data variable (views into merged pools)."""
+    out: dict[Any, int] = {}
+    for node in find_nodes(body, ["tirx.DeclBuffer"]):
+        count = 1
+        for dim in node.buffer.shape:
+            if not isinstance(dim, tir.IntImm):
+                break
+            count *= int(dim.value)
+        else:
+            out[node.buffer.data] = max(count, out.get(node.buffer.data, 0))
+    return out
