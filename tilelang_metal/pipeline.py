@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import config
 from . import gemm as gemm_metal
 from ._host import pipeline_options
+from .errors import MetalLoweringError
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
@@ -84,7 +85,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     shared_fragments = fragments_needing_simdgroup(mod, target, config.fragment_ct())  # plugin
     with gemm_metal.simdgroup_accumulators(shared_fragments):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
-        mod = tl.LayoutInference()(mod)
+        mod = _infer_layouts(tl, mod)
         mod = tl.ReducerPlanAndMaterialize()(mod)
         cfg.LayoutVisual(mod)
         mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
@@ -139,6 +140,24 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     return mod
+
+
+NO_LAYOUT = "no available layout found"
+
+
+def _infer_layouts(tl: object, mod: object) -> object:
+    """tilelang's LayoutInference, with its bare internal check failure turned into a message
+    that names the usual cause and the fix."""
+    try:
+        return tl.LayoutInference()(mod)
+    except Exception as err:
+        if NO_LAYOUT not in str(err):
+            raise
+        raise MetalLoweringError(
+            "layout inference found no thread layout for a fragment: its extents do not split evenly over "
+            "the kernel's threads (e.g. a 7x13 fragment on 32 threads). Pad the tile to a multiple of the "
+            "thread count's factors, or launch fewer threads."
+        ) from None
 
 
 def finalize_for_codegen(mod: object) -> object:

@@ -161,3 +161,23 @@ def test_thread_local_reduction():
     b = torch.empty(32, dtype=torch.float16)
     kernel(a, b)
     torch.testing.assert_close(b.float(), a.float().sum(1).half().float(), rtol=2e-3, atol=2e-3)
+
+
+def test_fragment_without_a_thread_layout_is_refused_clearly():
+    """A 7x13 fragment has no layout over 32 threads: a one-line error, not tilelang's bare check."""
+    import tilelang
+    import tilelang.language as T
+
+    from tilelang_metal.errors import MetalLoweringError
+
+    @T.prim_func
+    def main(A: T.Tensor((7, 13), "float32"), S: T.Tensor((7,), "float32")):
+        with T.Kernel(1, threads=32):
+            a = T.alloc_fragment((7, 13), "float32")
+            s = T.alloc_fragment((7,), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a, s, dim=1)
+            T.copy(s, S)
+
+    with pytest.raises(MetalLoweringError, match="no thread layout for a fragment"):
+        tilelang.compile(main, out_idx=[-1], target="metal", execution_backend="emulator")
