@@ -359,6 +359,27 @@ def fragment_view(layout: Any) -> FragmentView:
     )
 
 
+def fragments_agree(first: Any, second: Any) -> bool:
+    """True when two register layouts put every element in the same thread at the same index.
+
+    tilelang's `is_equal` compares expressions structurally; layouts built by different ops may
+    spell the same map differently, so a failed structural check is retried as a proof over the
+    input ranges."""
+    if first.is_equal(second):
+        return True
+    a, b = fragment_view(first), fragment_view(second)
+    if a.shape != b.shape or a.replicate != 1 or b.replicate != 1 or a.thread_min != b.thread_min:
+        return False
+    analyzer = tvm.arith.Analyzer()
+    for var, extent in zip(a.vars, a.shape):
+        analyzer.bind(var, tvm.ir.Range(0, extent))
+    rename = dict(zip(b.vars, a.vars))
+    pairs = [(a.thread, b.thread)] + list(zip(a.index, b.index))
+    if len(a.index) != len(b.index):
+        return False
+    return all(analyzer.can_prove_equal(x, tir.stmt_functor.substitute(y, rename)) for x, y in pairs)
+
+
 @dataclass(frozen=True)
 class IterSplit:
     """One term `((source // lower_factor) % extent) * scale` of a normalized index."""

@@ -21,6 +21,7 @@ from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
+    SIMDGROUP,
     Partition,
     Selection,
     choose_partition,
@@ -30,6 +31,14 @@ from ..selection import (
 from ..target import has_metal4
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
+from .register_operand import (
+    check_register_a_layout,
+    has_register_a,
+    register_a_blockers,
+    register_a_layout,
+    register_a_partition,
+    validate_register_a,
+)
 from .simdgroup import lower_simdgroup
 
 logger = logging.getLogger("tilelang_metal")
@@ -120,7 +129,13 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             "one representation per fragment",
         )
     num_warps = threads // SIMD_WIDTH
-    if selection.kind == COOPERATIVE_TENSOR:
+    if has_register_a(problem):
+        validate_register_a(problem)
+        if selection.kind == COOPERATIVE_TENSOR and register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps):
+            blockers = "; ".join(register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps))
+            selection = Selection(SIMDGROUP, f"A is a register fragment and cooperative tensors cannot read it in place: {blockers}")
+        part = register_a_partition(problem, for_kind(selection.kind), num_warps)
+    elif selection.kind == COOPERATIVE_TENSOR:
         part = selection.partition
     else:
         if problem.c_scope in SIMDGROUP_SCOPES:
@@ -133,7 +148,10 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
                 f"simdgroup needs a whole number of 8x8 fragments (M divisible by m_warp*8, N by n_warp*8, "
                 f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of 8*simdgroups or fewer threads."
             )
-    dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
+    if has_register_a(problem):
+        dataflow = "register_a"
+    else:
+        dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
     for plans in getattr(_recorders, "stack", ()):
         plans.append(result)
@@ -164,9 +182,12 @@ def _fragment_layout(gp: GemmPlan, buffer: Any) -> Any:
 def infer_layout(node: Any, target: Any, thread_bounds: Any) -> dict:
     gp = plan(node, target, thread_bounds)
     c = gp.problem.C
+    layouts = {}
     if c.scope in FRAGMENT_SCOPES:
-        return {c.buffer: _fragment_layout(gp, c.buffer)}
-    return {}
+        layouts[c.buffer] = _fragment_layout(gp, c.buffer)
+    if has_register_a(gp.problem):
+        layouts[gp.problem.A.buffer] = register_a_layout(gp.problem, gp.instruction, gp.partition, make_fragment_layout)
+    return layouts
 
 
 def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_index: Any) -> Any:
@@ -175,6 +196,9 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         raise GemmLoweringError("T.gemm on Metal must run on threads starting at 0 (no warp-specialized thread ranges)")
     analyzer = tvm.arith.Analyzer()
     analyzer.bind(thread_index, tvm.ir.Range(0, gp.threads))
+    if has_register_a(gp.problem):
+        expected = register_a_layout(gp.problem, gp.instruction, gp.partition, make_fragment_layout)
+        check_register_a_layout(gp.problem, expected, layout_map)
     problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
     if gp.selection.kind == COOPERATIVE_TENSOR:
         return lower_cooperative_tensor(problem, gp.partition, analyzer, thread_index, gp.dataflow)

@@ -77,6 +77,9 @@ class CooperativeTensorPlan(SimdgroupTiling):
         p, inst = self.p, self.inst
         loads = []
         for i in range(self.rows):
+            if self.register_a is not None:
+                loads.append(self.load_register_a(ko, a_frag, i))
+                continue
             for g in range(self.a_runs):
                 r, c = self.run_origin(g)
                 m = self.warp_m * self.wm + i * inst.m + r

@@ -212,10 +212,13 @@ class GemmProblem:
             pass
         elif A.scope in SHARED_SCOPES and B.scope in SHARED_SCOPES:
             pass
+        elif A.scope in FRAGMENT_SCOPES and B.scope in SHARED_SCOPES + GLOBAL_SCOPES:
+            pass  # register A (attention's P.V): gemm/register_operand.py
         else:
             raise GemmLoweringError(
                 f"unsupported T.gemm operand scopes: A is {A.scope}, B is {B.scope}. Metal GEMM takes both A and B "
-                "from global memory (direct-global) or both from shared memory (T.alloc_shared + T.copy)."
+                "from global memory (direct-global), both from shared memory (T.alloc_shared + T.copy), or A from "
+                "a register fragment (T.alloc_fragment) with B in shared or global memory."
             )
         if C.scope not in GLOBAL_SCOPES + SHARED_SCOPES + FRAGMENT_SCOPES + SIMDGROUP_SCOPES:
             raise GemmLoweringError(

@@ -59,9 +59,12 @@ class SimdgroupPlan(SimdgroupTiling):
     def k_step(self, ko: Any, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
         p = self.p
         k0 = ko * SG_FRAG
-        loads = [
-            self._load_fragment(p.A, p.trans_A, a_frag, i, self.warp_m * self.wm + i * SG_FRAG, k0, self.a_ok) for i in range(self.rows)
-        ]
+        if self.register_a is not None:
+            loads = [self.load_register_a(ko, a_frag, i) for i in range(self.rows)]
+        else:
+            loads = [
+                self._load_fragment(p.A, p.trans_A, a_frag, i, self.warp_m * self.wm + i * SG_FRAG, k0, self.a_ok) for i in range(self.rows)
+            ]
         loads += [
             self._load_fragment(p.B, p.trans_B, b_frag, j, k0, self.warp_n * self.wn + j * SG_FRAG, self.b_ok) for j in range(self.cols)
         ]

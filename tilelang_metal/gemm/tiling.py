@@ -15,7 +15,8 @@ from ..selection import Partition
 from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
 from .tile_access import tile_in_bounds
-from .tir_build import INT32, as_block_func, local_buffer, seq
+from .register_operand import has_register_a, left_operand_offset, register_a_elements
+from .tir_build import INT32, as_block_func, flat_view, local_buffer, seq
 
 
 class SimdgroupTiling:
@@ -41,6 +42,17 @@ class SimdgroupTiling:
         self.a_ok = k_whole and tile_in_bounds(problem.A, analyzer)
         self.b_ok = k_whole and tile_in_bounds(problem.B, analyzer)
         self.c_ok = tile_in_bounds(problem.C, analyzer)
+        self.register_a = None  # the lane's A elements when A is a register fragment
+        if has_register_a(problem):
+            self.register_a = flat_view(problem.A.buffer, register_a_elements(problem, self.inst, part), f"{problem.A.buffer.name}_flat")
+
+    def load_register_a(self, ko: Any, a_frag: Any, row_block: int) -> Any:
+        """Left operand of row block `row_block`, K step `ko`, copied from the register fragment A
+        (whose layout already is the left operand's lane layout: gemm/register_operand.py)."""
+        n = self.inst.left_elems
+        src = left_operand_offset(self.inst, self.p, row_block, ko)
+        value = tir.BufferLoad(self.register_a, [tir.Ramp(src, 1, n)])
+        return tir.BufferStore(a_frag, value, [tir.Ramp(tir.const(row_block * n, INT32), 1, n)])
 
     def init_accumulator(self, acc: Accumulator) -> Any:
         raise NotImplementedError

@@ -1,0 +1,286 @@
+"""Attention kernels for Metal, written in TileLang: flash attention forward (MHA / GQA, causal or
+not, bshd or bhsd) and flash decoding (split-KV partial kernel plus combine kernel, one module).
+
+They are ordinary TileLang programs (docs/guide.md, "Writing attention for Metal"): the plugin
+runs them because `T.gemm` reads a register-fragment A operand in place
+(gemm/register_operand.py) and `T.reduce_max` / `T.reduce_sum` work on GEMM accumulators
+(ops/reduce.py). Both GEMMs use `policy=FullRow` and the same thread count, so the scores
+accumulator `S` and its half-precision copy `P` share one lane layout and the softmax never
+moves data between lanes except for the row reductions.
+
+Sequence tails are masked (keys past the end get -inf scores, queries past the end are not
+stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
+
+No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
+"""
+
+
+import math
+from typing import Any
+
+import tilelang.language as T
+
+from .errors import MetalLoweringError
+
+ACCUM = "float32"
+LOG2_E = 1.4426950408889634
+THREADGROUP_MEMORY_BYTES = 32 * 1024
+
+
+def _bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def check_attention_config(head_dim: int, block_m: int, block_n: int, dtype: str, threads: int) -> None:
+    """Refuse, before lowering, a configuration whose staged tiles exceed Metal's threadgroup memory,
+    naming the buffers and a block size that fits."""
+    size = _bytes(dtype)
+    buffers = {"Q_shared": block_m * head_dim * size, "K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}
+    total = sum(buffers.values())
+    if total <= THREADGROUP_MEMORY_BYTES:
+        return
+    fits = [(m, n) for m in (64, 32, 16) for n in (64, 32, 16) if (m + 2 * n) * head_dim * size <= THREADGROUP_MEMORY_BYTES]
+    fits = [(m, n) for m, n in fits if m % max(8, threads // 32 * 8) == 0] or fits
+    detail = ", ".join(f"{name} {nbytes} B" for name, nbytes in buffers.items())
+    hint = f"block_m={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
+    raise MetalLoweringError(
+        f"flash attention with head_dim={head_dim}, block_m={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
+        f"threadgroup memory ({detail}); Metal has {THREADGROUP_MEMORY_BYTES} B. Use {hint}."
+    )
+
+
+def flash_attention_program(
+    batch: int,
+    heads: int,
+    seq_len: int | None,
+    head_dim: int,
+    *,
+    causal: bool = False,
+    kv_heads: int | None = None,
+    layout: str = "bshd",
+    dtype: str = "float16",
+    block_m: int = 64,
+    block_n: int = 64,
+    threads: int = 128,
+    num_stages: int = 1,
+) -> Any:
+    """O = softmax(Q K^T / sqrt(d)) V per (batch, head). Q, K, V, O in `layout` ("bshd": (batch, seq,
+    heads, dim); "bhsd": (batch, heads, seq, dim)); K and V have `kv_heads` heads (GQA: query head h
+    reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length."""
+    kv_heads = kv_heads or heads
+    if heads % kv_heads:
+        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
+    if layout not in ("bshd", "bhsd"):
+        raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
+    check_attention_config(head_dim, block_m, block_n, dtype, threads)
+    group = heads // kv_heads
+    seq = T.dynamic("seq_len") if seq_len is None else seq_len
+    scale = LOG2_E / math.sqrt(head_dim)  # exp(x / sqrt(d)) == exp2(x * scale)
+    bshd = layout == "bshd"
+    q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
+    kv_shape = (batch, seq, kv_heads, head_dim) if bshd else (batch, kv_heads, seq, head_dim)
+
+    def rows(tensor: Any, b: Any, h: Any, start: Any, count: int) -> Any:
+        if bshd:
+            return tensor[b, start : start + count, h, :]
+        return tensor[b, h, start : start + count, :]
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor(q_shape, dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        O: T.Tensor(q_shape, dtype),
+    ):
+        with T.Kernel(T.ceildiv(seq, block_m), heads, batch, threads=threads) as (bx, by, bz):
+            Q_shared = T.alloc_shared((block_m, head_dim), dtype)
+            K_shared = T.alloc_shared((block_n, head_dim), dtype)
+            V_shared = T.alloc_shared((block_n, head_dim), dtype)
+            S = T.alloc_fragment((block_m, block_n), ACCUM)
+            P = T.alloc_fragment((block_m, block_n), dtype)
+            acc_o = T.alloc_fragment((block_m, head_dim), ACCUM)
+            row_max = T.alloc_fragment((block_m,), ACCUM)
+            row_max_prev = T.alloc_fragment((block_m,), ACCUM)
+            row_rescale = T.alloc_fragment((block_m,), ACCUM)
+            row_sum = T.alloc_fragment((block_m,), ACCUM)
+            denominator = T.alloc_fragment((block_m,), ACCUM)
+
+            kv_head = by // group
+            T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(denominator, 0)
+            T.fill(row_max, -T.infinity(ACCUM))
+            kv_blocks = T.ceildiv(seq, block_n)
+            if causal:
+                kv_blocks = T.min(kv_blocks, T.ceildiv((bx + 1) * block_m, block_n))
+            for kb in T.Pipelined(kv_blocks, num_stages=num_stages):
+                T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared)
+                T.clear(S)
+                T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(block_m, block_n):
+                    key = kb * block_n + j
+                    if causal:
+                        S[i, j] = T.if_then_else((key < seq) & (bx * block_m + i >= key), S[i, j], -T.infinity(ACCUM))
+                    else:
+                        S[i, j] = T.if_then_else(key < seq, S[i, j], -T.infinity(ACCUM))
+                # online softmax: the running row maximum, and the factor that moves the old sums to it
+                T.copy(row_max, row_max_prev)
+                T.reduce_max(S, row_max, dim=1, clear=False)
+                for i in T.Parallel(block_m):
+                    row_rescale[i] = T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
+                for i, j in T.Parallel(block_m, block_n):
+                    S[i, j] = T.exp2(S[i, j] * scale - row_max[i] * scale)
+                T.reduce_sum(S, row_sum, dim=1)
+                for i in T.Parallel(block_m):
+                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
+                T.copy(S, P)
+                for i, j in T.Parallel(block_m, head_dim):
+                    acc_o[i, j] *= row_rescale[i]
+                T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared)
+                T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(block_m, head_dim):
+                acc_o[i, j] /= denominator[i]
+            T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
+
+    return main
+
+
+def flash_decoding_program(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    seq_len_kv: int,
+    head_dim: int,
+    *,
+    num_split: int = 4,
+    dtype: str = "float16",
+    block_h: int = 16,
+    block_n: int = 32,
+    threads: int = 64,
+) -> Any:
+    """One decoding step: out[b, h] = softmax(q[b, h] K[b, :, h // group]^T / sqrt(d)) V[b, :, h // group].
+
+    Kernel 1 splits the keys into `num_split` ranges; each threadgroup handles `block_h` query
+    heads of one KV group and writes a partial output and its log2-sum-exp. Kernel 2 combines the
+    splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim)."""
+    group = heads // kv_heads
+    if heads % kv_heads:
+        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
+    if group % block_h and block_h % group:
+        raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
+    check_attention_config(head_dim, block_h, block_n, dtype, threads)
+    heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
+    split_len = T.ceildiv(seq_len_kv, num_split) if isinstance(seq_len_kv, int) else None
+    split_len = -(-seq_len_kv // num_split)
+    scale = LOG2_E / math.sqrt(head_dim)
+    q_shape = (batch, heads, head_dim)
+    kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
+    partial_shape = (batch, heads, num_split, head_dim)
+    lse_shape = (batch, heads, num_split)
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor(q_shape, dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        partial_out: T.Tensor(partial_shape, ACCUM),
+        partial_lse: T.Tensor(lse_shape, ACCUM),
+        Out: T.Tensor(q_shape, dtype),
+    ):
+        with T.Kernel(batch, heads // heads_per_block, num_split, threads=threads) as (bb, hb, split):
+            Q_shared = T.alloc_shared((block_h, head_dim), dtype)
+            K_shared = T.alloc_shared((block_n, head_dim), dtype)
+            V_shared = T.alloc_shared((block_n, head_dim), dtype)
+            S = T.alloc_fragment((block_h, block_n), ACCUM)
+            P = T.alloc_fragment((block_h, block_n), dtype)
+            acc_o = T.alloc_fragment((block_h, head_dim), ACCUM)
+            row_max = T.alloc_fragment((block_h,), ACCUM)
+            row_max_prev = T.alloc_fragment((block_h,), ACCUM)
+            row_rescale = T.alloc_fragment((block_h,), ACCUM)
+            row_sum = T.alloc_fragment((block_h,), ACCUM)
+            denominator = T.alloc_fragment((block_h,), ACCUM)
+
+            head0 = hb * heads_per_block
+            kv_head = head0 // group
+            for i, d in T.Parallel(block_h, head_dim):
+                Q_shared[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
+            T.fill(acc_o, 0)
+            T.fill(denominator, 0)
+            T.fill(row_max, -T.infinity(ACCUM))
+            key0 = split * split_len
+            key_end = T.min(key0 + split_len, seq_len_kv)
+            for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
+                T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared)
+                T.clear(S)
+                T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(block_h, block_n):
+                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], -T.infinity(ACCUM))
+                T.copy(row_max, row_max_prev)
+                T.reduce_max(S, row_max, dim=1, clear=False)
+                for i in T.Parallel(block_h):
+                    # a row that has seen no key yet keeps a -inf maximum: rescale by 0, not NaN
+                    row_rescale[i] = T.if_then_else(
+                        row_max[i] == -T.infinity(ACCUM), 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
+                    )
+                for i, j in T.Parallel(block_h, block_n):
+                    S[i, j] = T.if_then_else(row_max[i] == -T.infinity(ACCUM), 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
+                T.reduce_sum(S, row_sum, dim=1)
+                for i in T.Parallel(block_h):
+                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
+                T.copy(S, P)
+                for i, d in T.Parallel(block_h, head_dim):
+                    acc_o[i, d] *= row_rescale[i]
+                T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared)
+                T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, d in T.Parallel(block_h, head_dim):
+                if i < heads_per_block:
+                    partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] > 0, acc_o[i, d] / denominator[i], 0)
+            for i in T.Parallel(block_h):
+                if i < heads_per_block:
+                    # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
+                    partial_lse[bb, head0 + i, split] = T.if_then_else(
+                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, -T.infinity(ACCUM)
+                    )
+
+        with T.Kernel(heads, batch, threads=head_dim) as (h, bb):
+            lse_max = T.alloc_var(ACCUM)
+            lse_total = T.alloc_var(ACCUM)
+            tx = T.get_thread_binding()
+            lse_max = -T.infinity(ACCUM)
+            for s in T.serial(num_split):
+                lse_max = T.max(lse_max, partial_lse[bb, h, s])
+            lse_total = 0
+            for s in T.serial(num_split):
+                lse_total += T.exp2(partial_lse[bb, h, s] - lse_max)
+            acc = T.alloc_var(ACCUM)
+            acc = 0
+            for s in T.serial(num_split):
+                acc += partial_out[bb, h, s, tx] * T.exp2(partial_lse[bb, h, s] - lse_max) / lse_total
+            Out[bb, h, tx] = T.cast(acc, dtype)
+
+    return main
+
+
+def flash_attention_forward(
+    batch: int,
+    heads: int,
+    seq_len: int | None,
+    head_dim: int,
+    causal: bool = False,
+    dtype: str = "float16",
+    block_m: int = 64,
+    block_n: int = 64,
+    threads: int = 128,
+    target: Any = None,
+    execution_backend: str | None = None,
+    **options: Any,
+) -> Any:
+    """The compiled flash-attention forward kernel, called as `kernel(q, k, v) -> out` with
+    (batch, seq, heads, dim) tensors (`options`: kv_heads, layout, num_stages)."""
+    import tilelang
+
+    program = flash_attention_program(
+        batch, heads, seq_len, head_dim, causal=causal, dtype=dtype, block_m=block_m, block_n=block_n, threads=threads, **options
+    )
+    kwargs = {"execution_backend": execution_backend} if execution_backend else {}
+    return tilelang.compile(program, out_idx=[3], target=target or "metal", **kwargs)
