@@ -170,7 +170,6 @@ def flash_decoding_program(
         raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
     check_attention_config(head_dim, block_h, block_n, dtype, threads)
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
-    split_len = T.ceildiv(seq_len_kv, num_split) if isinstance(seq_len_kv, int) else None
     split_len = -(-seq_len_kv // num_split)
     scale = LOG2_E / math.sqrt(head_dim)
     q_shape = (batch, heads, head_dim)

@@ -18,6 +18,8 @@ the in-tree Metal pipeline, and why:
 
 from __future__ import annotations
 
+import re
+
 from . import config
 from . import gemm as gemm_metal
 from ._host import pipeline_options
@@ -142,6 +144,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     return mod
 
 
+LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
 NO_LAYOUT = "no available layout found"
 
 
@@ -151,6 +154,15 @@ def _infer_layouts(tl: object, mod: object) -> object:
     try:
         return tl.LayoutInference()(mod)
     except Exception as err:
+        conflict = LAYOUT_CONFLICT.search(str(err))
+        if conflict:
+            first, second = conflict.groups()
+            raise MetalLoweringError(
+                f"register fragments {first} and {second} are used together element by element but have different "
+                f"thread layouts (each fixed by a T.gemm or an annotation). When a T.gemm accumulator feeds another "
+                f"T.gemm's A operand (attention's P = softmax(S)), give both T.gemm calls the same threads and "
+                f"policy=T.GemmWarpPolicy.FullRow; otherwise copy through shared memory."
+            ) from None
         if NO_LAYOUT not in str(err):
             raise
         raise MetalLoweringError(

@@ -1,0 +1,243 @@
+"""Attention on Metal, run in the emulator against torch on CPU.
+
+- `T.gemm` with A in a register fragment (P . V): simdgroup and cooperative-tensor paths, B in shared
+  or global memory, transposed B; the fragment is read in place (no threadgroup staging).
+- flash attention forward (tilelang_metal/attention.py): MHA and GQA, causal or not, bshd and bhsd,
+  fp16 and bf16, head dims 64 and 128, masked tails, a runtime sequence length.
+- flash decoding: split-KV kernel plus combine kernel in one module.
+- refusals: a producer with another layout, transpose_A, tiles that cannot be split, too much
+  threadgroup memory.
+
+Kernels are compiled once per configuration (lru_cache); the wide matrix is in the slow tier.
+"""
+
+import functools
+import math
+
+import pytest
+import tilelang
+import tilelang.language as T
+import torch
+import torch.nn.functional as F
+
+from tilelang_metal.attention import flash_attention_program, flash_decoding_program
+from tilelang_metal.errors import MetalLoweringError
+from tilelang_metal.examples import metal4_target
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _target(name: str):
+    return metal4_target() if name == "metal4" else "metal"
+
+
+# ----------------------------------------------------------------------------- register-fragment A
+
+
+def pv_program(M, N, K, D, threads, b_global, policy_s=T.GemmWarpPolicy.FullRow, dtype="float16"):
+    """O = cast(Q K^T) V with the cast scores P in registers as the second GEMM's A operand.
+    b_global: V is read from device memory, stored transposed (V^T is (K, N))."""
+    v_shape = (K, N) if b_global else (N, K)
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, D), dtype), Kt: T.Tensor((N, D), dtype), V: T.Tensor(v_shape, dtype), O: T.Tensor((M, K), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            Q_s = T.alloc_shared((M, D), dtype)
+            K_s = T.alloc_shared((N, D), dtype)
+            S = T.alloc_fragment((M, N), "float32")
+            P = T.alloc_fragment((M, N), dtype)
+            acc = T.alloc_fragment((M, K), "float32")
+            T.copy(Q, Q_s)
+            T.copy(Kt, K_s)
+            T.clear(S)
+            T.gemm(Q_s, K_s, S, transpose_B=True, policy=policy_s)
+            T.copy(S, P)
+            T.clear(acc)
+            if b_global:
+                T.gemm(P, V, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            else:
+                V_s = T.alloc_shared((N, K), dtype)
+                T.copy(V, V_s)
+                T.gemm(P, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(acc, O)
+
+    return main
+
+
+@functools.lru_cache(maxsize=None)
+def pv_kernel(target: str, M, N, K, D, threads, b_global):
+    return tilelang.compile(pv_program(M, N, K, D, threads, b_global), target=_target(target), execution_backend="emulator")
+
+
+@pytest.mark.parametrize(
+    "target,M,N,K,D,threads,b_global",
+    [
+        ("metal", 32, 40, 24, 16, 64, False),  # N=40: five 8-column blocks of P per row block
+        ("metal4", 64, 64, 32, 32, 128, True),  # cooperative tensors; V from device memory, transposed
+        pytest.param("metal4", 32, 64, 64, 16, 64, False, marks=pytest.mark.slow),
+        pytest.param("metal", 64, 16, 48, 8, 128, True, marks=pytest.mark.slow),
+    ],
+)
+def test_register_fragment_a_operand(target, M, N, K, D, threads, b_global):
+    kernel = pv_kernel(target, M, N, K, D, threads, b_global)
+    torch.manual_seed(M + N + K)
+    q, k = torch.randn(M, D).half(), torch.randn(N, D).half()
+    v = torch.randn(N, K).half()
+    out = torch.full((M, K), float("nan"))
+    kernel(q, k, v.T.contiguous() if b_global else v, out)
+    p = (q.float() @ k.float().T).half().float()
+    torch.testing.assert_close(out, p @ v.float(), atol=2e-3, rtol=2e-3)
+
+
+def test_register_operand_is_read_in_place():
+    """P never goes through threadgroup memory: the only threadgroup buffers are the staged Q, K, V."""
+    source = pv_kernel("metal4", 64, 64, 32, 32, 128, True).get_kernel_source()
+    assert "matmul2d" in source  # both GEMMs on cooperative tensors
+    assert "threadgroup half* P" not in source and "P_shared" not in source
+    assert source.count("threadgroup_barrier") <= 2
+
+
+def test_producer_with_another_layout_is_refused():
+    """S from a Square-policy GEMM (2x2 simdgroups) cannot feed a FullRow A operand lane by lane."""
+    with pytest.raises(MetalLoweringError, match=r"register fragments S and P .*policy=T.GemmWarpPolicy.FullRow"):
+        tilelang.lower(pv_program(64, 64, 32, 32, 128, False, policy_s=T.GemmWarpPolicy.Square), target="metal")
+
+
+def test_register_a_needs_every_simdgroup_along_m():
+    # 16 rows over 4 simdgroups of 8-row tiles: no FullRow split
+    with pytest.raises(MetalLoweringError, match=r"register fragment .*needs every simdgroup along M.*multiples of 32"):
+        tilelang.lower(pv_program(16, 32, 32, 16, 128, False), target="metal")
+
+
+def test_transposed_register_a_is_refused():
+    @T.prim_func
+    def main(A: T.Tensor((32, 32), "float16"), B: T.Tensor((32, 32), "float16"), C: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=32) as _:
+            A_f = T.alloc_fragment((32, 32), "float16")
+            B_s = T.alloc_shared((32, 32), "float16")
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.copy(A, A_f)
+            T.copy(B, B_s)
+            T.clear(acc)
+            T.gemm(A_f, B_s, acc, transpose_A=True)
+            T.copy(acc, C)
+
+    with pytest.raises(MetalLoweringError, match="cannot transpose A"):
+        tilelang.lower(main, target="metal")
+
+
+def test_register_a_loaded_by_copy_from_global():
+    """A fragment A filled by T.copy from device memory takes the layout the GEMM proposes."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
+        with T.Kernel(1, threads=64) as _:
+            A_f = T.alloc_fragment((64, 32), "float16")
+            B_s = T.alloc_shared((32, 48), "float16")
+            acc = T.alloc_fragment((64, 48), "float32")
+            T.copy(A, A_f)
+            T.copy(B, B_s)
+            T.clear(acc)
+            T.gemm(A_f, B_s, acc)
+            T.copy(acc, C)
+
+    kernel = tilelang.compile(main, target="metal", execution_backend="emulator")
+    a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
+    c = torch.empty(64, 48)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=2e-3, rtol=2e-3)
+
+
+# ----------------------------------------------------------------------------- flash attention
+
+
+def attention_reference(q, k, v, causal, layout):
+    if layout == "bshd":  # -> (batch, heads, seq, dim)
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    return out.transpose(1, 2) if layout == "bshd" else out
+
+
+@functools.lru_cache(maxsize=None)
+def attention_kernel(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads):
+    program = flash_attention_program(
+        1, heads, seq, dim, causal=causal, kv_heads=kv_heads, layout=layout, dtype=dtype, block_m=block_m, block_n=block_n, threads=threads
+    )
+    return tilelang.compile(program, out_idx=[3], target=_target(target), execution_backend="emulator")
+
+
+def _shape(layout, heads, seq, dim):
+    return (1, seq, heads, dim) if layout == "bshd" else (1, heads, seq, dim)
+
+
+def run_attention(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads, seqs):
+    kernel = attention_kernel(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads)
+    for n in seqs:
+        torch.manual_seed(n * 7 + dim)
+        q = torch.randn(_shape(layout, heads, n, dim)).to(TORCH[dtype])
+        k, v = (torch.randn(_shape(layout, kv_heads, n, dim)).to(TORCH[dtype]) for _ in range(2))
+        out = kernel(q, k, v)
+        assert out.shape == q.shape and torch.isfinite(out.float()).all()
+        tol = 2e-2 if dtype == "bfloat16" else 4e-3
+        torch.testing.assert_close(out.float(), attention_reference(q, k, v, causal, layout), atol=tol, rtol=tol)
+
+
+# target, heads, kv_heads, seq (None: runtime), dim, causal, layout, dtype, block_m, block_n, threads, sequence lengths run
+QUICK = [
+    ("metal", 2, 2, 77, 64, False, "bshd", "float16", 32, 32, 64, (77,)),  # tail of 13 keys / queries
+    ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),  # GQA, runtime length
+]
+SLOW = [
+    ("metal4", 2, 2, 128, 64, False, "bshd", "float16", 64, 64, 128, (128,)),
+    ("metal", 2, 2, 100, 64, True, "bshd", "float16", 64, 64, 128, (100,)),
+    ("metal", 4, 2, None, 64, True, "bhsd", "float16", 32, 32, 64, (33, 70)),
+    ("metal", 1, 1, 50, 128, True, "bshd", "bfloat16", 32, 32, 64, (50,)),  # head_dim 128
+    ("metal4", 2, 2, 77, 128, False, "bhsd", "float16", 64, 32, 128, (77,)),
+    ("metal4", 4, 1, 90, 64, False, "bshd", "float16", 32, 32, 64, (90,)),
+]
+
+
+@pytest.mark.parametrize("config", QUICK + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW], ids=str)
+def test_flash_attention_matches_sdpa(config):
+    run_attention(*config)
+
+
+def test_too_much_threadgroup_memory_names_buffers_and_a_fit():
+    with pytest.raises(MetalLoweringError, match=r"needs 49152 B .*Q_shared 16384 B.*Use block_m=\d+, block_n=\d+"):
+        flash_attention_program(1, 1, 128, 128, block_m=64, block_n=64)
+
+
+# ----------------------------------------------------------------------------- flash decoding
+
+
+@functools.lru_cache(maxsize=None)
+def decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads):
+    program = flash_decoding_program(batch, heads, kv_heads, seq, dim, num_split=num_split, block_h=block_h, block_n=block_n, threads=threads)
+    return tilelang.compile(program, out_idx=[3, 4, 5], target=_target(target), execution_backend="emulator")
+
+
+@pytest.mark.parametrize(
+    "target,batch,heads,kv_heads,seq,dim,num_split,block_h,block_n,threads",
+    [
+        ("metal4", 2, 8, 2, 101, 64, 3, 16, 32, 64),  # 4 query heads per KV head, padded to 16 rows
+        pytest.param("metal", 1, 4, 4, 70, 64, 4, 16, 32, 64, marks=pytest.mark.slow),  # MHA: 1 real row of 16
+    ],
+)
+def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads):
+    kernel = decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads)
+    torch.manual_seed(seq)
+    q = torch.randn(batch, heads, dim).half()
+    k, v = (torch.randn(batch, seq, kv_heads, dim).half() for _ in range(2))
+    partial_out, partial_lse, out = kernel(q, k, v)
+    group = heads // kv_heads
+    kk, vv = (x.transpose(1, 2).repeat_interleave(group, 1).float() for x in (k, v))
+    ref = F.scaled_dot_product_attention(q.float()[:, :, None], kk, vv)[:, :, 0]
+    torch.testing.assert_close(out.float(), ref, atol=4e-3, rtol=4e-3)
+    # each split's log-sum-exp (base 2) agrees with its keys alone
+    split_len = -(-seq // num_split)
+    scores = (q.float()[:, :, None] @ kk.transpose(-1, -2))[:, :, 0] / math.sqrt(dim)
+    for s in range(num_split):
+        part = scores[..., s * split_len : (s + 1) * split_len]
+        torch.testing.assert_close(partial_lse[:, :, s], torch.logsumexp(part, -1) / math.log(2), atol=1e-3, rtol=1e-3)
