@@ -145,3 +145,10 @@ def gemm_shared(
             T.copy(C_acc, C[by * block_M, bx * block_N])
 
     return main
+
+
+def flash_attention_forward(*args: Any, **kwargs: Any) -> Any:
+    """The compiled flash-attention forward kernel (see tilelang_metal.attention)."""
+    from .attention import flash_attention_forward as build
+
+    return build(*args, **kwargs)

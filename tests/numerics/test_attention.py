@@ -241,3 +241,15 @@ def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq
     for s in range(num_split):
         part = scores[..., s * split_len : (s + 1) * split_len]
         torch.testing.assert_close(partial_lse[:, :, s], torch.logsumexp(part, -1) / math.log(2), atol=1e-3, rtol=1e-3)
+
+
+def test_guide_attention_snippet():
+    """The attention example of docs/guide.md runs as written."""
+    import pathlib
+    import re
+
+    guide = (pathlib.Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    marker = "<!-- tested: tests/numerics/test_attention.py::test_guide_attention_snippet -->"
+    block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", guide, re.S)
+    assert block, "the guide's attention snippet is missing"
+    exec(compile(block.group(1), "docs/guide.md", "exec"), {})
