@@ -145,6 +145,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
 
 
 LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
+LAYOUT_TWICE = re.compile(r"Get different layout for (\S+)")
 NO_LAYOUT = "no available layout found"
 
 
@@ -162,6 +163,13 @@ def _infer_layouts(tl: object, mod: object) -> object:
                 f"thread layouts (each fixed by a T.gemm or an annotation). When a T.gemm accumulator feeds another "
                 f"T.gemm's A operand (attention's P = softmax(S)), give both T.gemm calls the same threads and "
                 f"policy=T.GemmWarpPolicy.FullRow; otherwise copy through shared memory."
+            ) from None
+        twice = LAYOUT_TWICE.search(str(err))
+        if twice:
+            raise MetalLoweringError(
+                f"fragment {twice.group(1)} is given two different thread layouts: one by T.annotate_layout or an "
+                f"earlier op, another by a T.gemm that reads or accumulates it in its lane layout. Remove the "
+                f"annotation on {twice.group(1)}, or copy it into a separate fragment for the T.gemm."
             ) from None
         if NO_LAYOUT not in str(err):
             raise

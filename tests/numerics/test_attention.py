@@ -253,3 +253,21 @@ def test_guide_attention_snippet():
     block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", guide, re.S)
     assert block, "the guide's attention snippet is missing"
     exec(compile(block.group(1), "docs/guide.md", "exec"), {})
+
+
+def test_annotated_register_a_layout_is_refused():
+    @T.prim_func
+    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
+        with T.Kernel(1, threads=64) as _:
+            A_f = T.alloc_fragment((64, 32), "float16")
+            B_s = T.alloc_shared((32, 48), "float16")
+            acc = T.alloc_fragment((64, 48), "float32")
+            T.annotate_layout({A_f: T.Fragment((64, 32), forward_thread_fn=lambda i, j: (i * 32 + j) % 64)})
+            T.copy(A, A_f)
+            T.copy(B, B_s)
+            T.clear(acc)
+            T.gemm(A_f, B_s, acc)
+            T.copy(acc, C)
+
+    with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
+        tilelang.lower(main, target="metal")
