@@ -271,3 +271,35 @@ def test_annotated_register_a_layout_is_refused():
 
     with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
         tilelang.lower(main, target="metal")
+
+
+@pytest.mark.parametrize("target", ["metal4", pytest.param("metal", marks=pytest.mark.slow)])
+def test_accumulator_is_next_gemms_a_operand(target):
+    """One fp32 fragment is C of the first GEMM, edited in place, then A of the second (no copy)."""
+    M, N, K, D = 64, 64, 32, 32
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, D), "float32"), Kt: T.Tensor((N, D), "float32"), V: T.Tensor((N, K), "float32"), O: T.Tensor((M, K), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            Q_s = T.alloc_shared((M, D), "float32")
+            K_s = T.alloc_shared((N, D), "float32")
+            V_s = T.alloc_shared((N, K), "float32")
+            S = T.alloc_fragment((M, N), "float32")
+            acc = T.alloc_fragment((M, K), "float32")
+            T.copy(Q, Q_s)
+            T.copy(Kt, K_s)
+            T.copy(V, V_s)
+            T.clear(S)
+            T.gemm(Q_s, K_s, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(M, N):
+                S[i, j] = T.max(S[i, j], 0)
+            T.clear(acc)
+            T.gemm(S, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(acc, O)
+
+    kernel = tilelang.compile(main, target=_target(target), execution_backend="emulator")
+    assert ("matmul2d" in kernel.get_kernel_source()) == (target == "metal4")
+    q, k, v = torch.randn(M, D), torch.randn(N, D), torch.randn(N, K)
+    out = torch.full((M, K), float("nan"))
+    kernel(q, k, v, out)
+    torch.testing.assert_close(out, torch.relu(q @ k.T) @ v, atol=1e-4, rtol=1e-4)
