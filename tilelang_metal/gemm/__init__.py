@@ -131,9 +131,11 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     num_warps = threads // SIMD_WIDTH
     if has_register_a(problem):
         validate_register_a(problem)
-        if selection.kind == COOPERATIVE_TENSOR and register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps):
-            blockers = "; ".join(register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps))
-            selection = Selection(SIMDGROUP, f"A is a register fragment and cooperative tensors cannot read it in place: {blockers}")
+        blockers = register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps) if selection.kind == COOPERATIVE_TENSOR else []
+        if blockers:
+            selection = Selection(
+                SIMDGROUP, "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers)
+            )
         part = register_a_partition(problem, for_kind(selection.kind), num_warps)
     elif selection.kind == COOPERATIVE_TENSOR:
         part = selection.partition

@@ -114,8 +114,3 @@ def check_register_a_layout(problem: GemmProblem, expected: Any, layout_map: Any
             "(or copy it through shared memory)."
         )
 
-
-def a_fragment_view(operand: Operand, count: int) -> Any:
-    from .tir_build import flat_view
-
-    return flat_view(operand.buffer, count, f"{operand.buffer.name}_flat")
