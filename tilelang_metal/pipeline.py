@@ -32,6 +32,7 @@ from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
+from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
@@ -166,6 +167,7 @@ def finalize_for_codegen(mod: object) -> object:
     Simplify inlines every `Bind`."""
     mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
+    mod = UseSimdgroupMatrixForms(mod)  # plugin: whole-matrix fill / simdgroup_store where provably equal
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
     return mod

@@ -39,7 +39,7 @@ def test_const_and_restrict_parameters(fast_path_fp16):
 def test_execution_attributes(fast_path_fp16):
     assert "max_total_threads_per_threadgroup(128)" in fast_path_fp16
     assert "uint __simd_group_id [[simdgroup_index_in_threadgroup]]" in fast_path_fp16
-    assert "ushort __lane [[thread_index_in_simdgroup]]" in fast_path_fp16
+    assert "const ushort __lane = __metal_get_thread_index_in_simdgroup(ushort());" in fast_path_fp16
     # lane and simdgroup are not re-derived from threadIdx
     assert "threadIdx" not in fast_path_fp16
 
