@@ -10,7 +10,6 @@ Linux tests, the simdgroup direct-store tests, the bf16 packed-copy tests), writ
   thread array, and the fp32 -> fp16 store cast reading a run of the destination tensor as `float4`.
 """
 
-from __future__ import annotations
 
 import re
 

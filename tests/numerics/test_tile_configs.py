@@ -13,7 +13,6 @@ checked with the emulator's counters and the MSL, never with times:
 K is small (two K steps of 32, or 64 where 512 threads share a 64-row tile) so the suite stays fast; kernels are compiled once per module.
 """
 
-from __future__ import annotations
 
 import re
 

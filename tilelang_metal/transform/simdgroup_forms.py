@@ -81,8 +81,11 @@ class _Rewriter:
             self.uniform.add(sg)
         self.constants: dict[Any, Any] = {}  # Bind var -> constant value (hoisted broadcast values)
         self.memory: set = {p for p in func.params if str(p.dtype) == "handle"}
-        for node in find_nodes(func.body, ["tirx.AllocBuffer"]):
-            if str(node.buffer.scope()).startswith("shared"):
+        for node in find_nodes(func.body, ["tirx.AllocBuffer", "tirx.Bind"]):
+            if isinstance(node, tir.Bind):
+                if str(node.var.dtype) == "handle":
+                    self.memory.add(node.var)  # a typed view into a merged threadgroup pool
+            elif str(node.buffer.scope()).startswith("shared"):
                 self.memory.add(node.buffer.data)
         self.rewrites: dict[Any, Any] = {}  # store -> its whole-matrix form
         self.blocked: set = set()  # stores also reached under lane-dependent control flow
