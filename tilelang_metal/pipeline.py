@@ -34,6 +34,7 @@ from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
+from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
 
@@ -169,6 +170,7 @@ def finalize_for_codegen(mod: object) -> object:
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
     mod = UseSimdgroupMatrixForms(mod)  # plugin: whole-matrix fill / simdgroup_store where provably equal
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
+    mod = UseTilePointers(mod)  # plugin: one `__src` tile pointer per operand and K step (spec 1.4)
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
     return mod
 

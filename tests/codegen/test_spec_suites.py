@@ -183,6 +183,10 @@ def test_direct_global_source_shape(direct_global_fp16):
     assert "threadgroup half" not in src and "threadgroup_barrier" not in src
     assert "thread float C_ct" not in src
     assert "blockIdx.x" in src and "blockIdx.y" in src
+    # one tile pointer per operand per K step; the operand loads are constant offsets from it
+    assert re.search(r"const device half\* __src = \(A \+ \(__off\d+ \+ \(k_outer \* 16\)\)\);", src)
+    assert re.search(r"const device half\* __src1 = \(B \+ \(__off\d+ \+ \(k_outer \* \d+\)\)\);", src)
+    assert not _lines(src, r"\(A \+ \(.*k_outer") or all("__src" in line for line in _lines(src, r"\(A \+ \(.*k_outer"))
 
 
 def test_direct_global_store_cast_reads_destination_runs(direct_global_fp16):

@@ -202,6 +202,19 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def bind_pointer(self, var: Any, value: Any) -> None:
         """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
+        if isinstance(value, tir.Call) and str(value.op.name) == "tirx.address_of" and value.args[0].buffer.data in self.device:
+            # a tile pointer into a device buffer (transform/tile_pointers.py): `const device T* __src = (A + off);`
+            source = value.args[0].buffer.data
+            dtype, readonly = self.device[source]
+            self.device[var] = (dtype, readonly)
+            if not self.name_of.has(var):  # plugin-made name: keep its `__` spelling, unique per kernel
+                name, k = str(var.name), 1
+                while self.name_of.taken(name):
+                    name, k = f"{var.name}{k}", k + 1
+                self.name_of.reserve(name)
+                self.name_of.bind(var, name)
+            self.emit(f"{self.space_of(var)} {msl_type(dtype)}* {self.name_of(var)} = {self.pointer(value)};")
+            return
         if not (isinstance(value, tir.Call) and str(value.op.name) == "tirx.handle_add_byte_offset"):
             raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
         pool, offset = value.args
