@@ -102,7 +102,7 @@ def test_fragment_accumulator_uses_whole_matrix_forms(M, N, K, bm, bn, bk, dtype
     assert len(_lines(src, r"C_local\[\d+\] = make_filled_simdgroup_matrix<float, 8, 8>\(")) == matrices
     stores = _lines(src, r"simdgroup_store\(C_local\[\d+\], \(C \+ ")
     assert len(stores) == matrices
-    assert all(f", {N}, ulong2(0, 0), 0);" in line for line in stores), stores  # row stride of C
+    assert all(f", {N}, ulong2(0, 0), false);" in line for line in stores), stores  # row stride of C
     assert ".thread_elements()" not in src
     assert not _lines(src, r"simdgroup_load\([^,]*C_local")
 
@@ -198,5 +198,32 @@ def test_direct_global_store_cast_reads_destination_runs(direct_global_fp16):
 def test_mlx_swizzle_names_the_physical_position():
     src = lower_source(E.gemm_direct_global(512, 256, 128, 64, 128, swizzle_panel=4, swizzle_order="mlx"), E.metal4_target())
     assert "uint3 __physical_blockIdx [[threadgroup_position_in_grid]]" in src
-    # physical -> logical arithmetic appears once, in the prelude
-    assert len(_lines(src, r"__physical_blockIdx\.x\) >> 2")) == 1
+    # physical -> logical arithmetic appears once, in the prelude, unsigned on the attribute itself
+    assert _lines(src, r"const int __tile_x = .*\(__physical_blockIdx\.x >> 2u\)")
+    assert _lines(src, r"const int __tile_y = .*\(__physical_blockIdx\.y << 2u\) \+ \(__physical_blockIdx\.x & 3u\)")
+    assert len(_lines(src, r"__physical_blockIdx")) == 3  # the parameter and the two bindings
+    assert "blockIdx.x) >> 2" not in src and "blockIdx.x) & 3" not in src
+
+
+def user_mapped_mlx(M, N, K, bm, bn, panel):
+    """A kernel that launches the MLX grid and maps it itself, and also asks for the MLX swizzle."""
+    tiles_m = -(-M // bm)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn) * panel, T.ceildiv(tiles_m, panel), threads=128) as (bx, by):
+            tx = bx // panel
+            ty = by * panel + bx % panel
+            T.use_swizzle(panel_size=panel, order="mlx")
+            if ty < tiles_m:
+                T.gemm(A[ty * bm : (ty + 1) * bm, 0:K], B[0:K, tx * bn : (tx + 1) * bn], C[ty * bm : (ty + 1) * bm, tx * bn : (tx + 1) * bn], clear_accum=True)
+
+    return main
+
+
+def test_user_mapped_mlx_grid_is_named_not_swizzled_again():
+    src = lower_source(user_mapped_mlx(512, 256, 128, 64, 128, 4), E.metal4_target())
+    assert _lines(src, r"const int __tile_y = .*\(__physical_blockIdx\.x & 3u\)")
+    assert "* 32768" not in src  # ty * (bm * K) is computed from the tile, not from by * 4 * (bm * K)
+    assert _lines(src, r"__off\d+ = \(\(__tile_y \* 8192\)")
+    assert "return;" not in src  # the kernel's own grid: no padding threadgroups

@@ -70,6 +70,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
+        self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
@@ -160,6 +161,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             position = LAUNCH_ATTRIBUTES.get(base)
             if position is not None:
                 self.bind_position(iv.var, position, f"((int){self.position_names[position]}.{axis})")
+                self.unsigned_positions[iv.var] = f"{self.position_names[position]}.{axis}"
         self.visit(stmt.body)
 
     def visit_AllocBuffer(self, stmt: Any) -> None:
@@ -401,6 +403,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def expr(self, e: Any) -> str:
         if isinstance(e, (int, bool)):
             return str(int(e))
+        if isinstance(e, (tir.IntImm, tir.FloatImm)):
+            return self._print_expr(e)  # constants hash by value (2 and 2u alike): never memoized
         # IR is immutable and shares subtrees: print each object once. The key is the object's
         # identity; the memo keeps the object alive so its address cannot be reused meanwhile.
         key = e.__hash__()
@@ -440,6 +444,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def expr_Cast(self, e: Any) -> str:
         ty = msl_type(str(e.dtype))
+        if str(e.dtype) == "uint32" and isinstance(e.value, tir.Var) and e.value in self.unsigned_positions:
+            self.expr(e.value)  # marks the position attribute as used
+            return self.unsigned_positions[e.value]  # the attribute's own uint component
         if split_dtype(str(e.dtype))[1] > 1:
             return f"{ty}({self.expr(e.value)})"  # MSL converts vectors through constructors
         return f"(({ty})({self.expr(e.value)}))"
