@@ -70,6 +70,11 @@ def build_sg_store(matrix: Any, index: Any, address: Any, stride: Any) -> Any:
     return tir.Evaluate(tir.call_intrin("handle", SG_STORE, matrix, index, address, stride, 8, 8, tir.const(False, "bool")))
 
 
+def build_sg_fill(matrix: Any, index: Any, value: Any) -> Any:
+    """Matrix `index` of `matrix` := every element `value` (make_filled_simdgroup_matrix)."""
+    return tir.Evaluate(tir.call_intrin("handle", SG_FILL, matrix, index, value, 8, 8))
+
+
 def build_sg_mma(c: Any, c_index: Any, a: Any, a_index: Any, b: Any, b_index: Any) -> Any:
     """C[c_index] += A[a_index] x B[b_index]."""
     return tir.Evaluate(tir.call_intrin("handle", SG_MMA, c, c_index, a, a_index, b, b_index, c, c_index))

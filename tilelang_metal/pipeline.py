@@ -34,7 +34,9 @@ from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
+from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
+from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
 
@@ -186,7 +188,9 @@ def finalize_for_codegen(mod: object) -> object:
     Simplify inlines every `Bind`."""
     mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
+    mod = UseSimdgroupMatrixForms(mod)  # plugin: whole-matrix fill / simdgroup_store where provably equal
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
+    mod = UseTilePointers(mod)  # plugin: one `__src` tile pointer per operand and K step (spec 1.4)
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
     return mod
 

@@ -39,7 +39,7 @@ def test_const_and_restrict_parameters(fast_path_fp16):
 def test_execution_attributes(fast_path_fp16):
     assert "max_total_threads_per_threadgroup(128)" in fast_path_fp16
     assert "uint __simd_group_id [[simdgroup_index_in_threadgroup]]" in fast_path_fp16
-    assert "ushort __lane [[thread_index_in_simdgroup]]" in fast_path_fp16
+    assert "const ushort __lane = __metal_get_thread_index_in_simdgroup(ushort());" in fast_path_fp16
     # lane and simdgroup are not re-derived from threadIdx
     assert "threadIdx" not in fast_path_fp16
 
@@ -61,7 +61,7 @@ def test_direct_global_has_no_threadgroup_memory_or_barrier(fast_path_fp16):
 
 
 def test_fp32_accumulation_with_fp16_store_cast(fast_path_fp16):
-    assert "half4(float4(C_accum_ct0[0], C_accum_ct0[1], C_accum_ct0[2], C_accum_ct0[3]))" in fast_path_fp16
+    assert "half4(*(thread float4*)(&C_accum_ct0[0]))" in fast_path_fp16
     fp32 = lower_source(E.gemm_direct_global(128, 256, 128, out_dtype="float32"), E.metal4_target())
     assert "device float* __restrict C" in fp32 and "half4(" not in fp32
 
@@ -70,14 +70,15 @@ def test_affine_addresses_with_hoisted_position_offsets(fast_path_fp16):
     """base + tile offset + simdgroup offset + K induction, with the position part computed once."""
     hoisted = dict(re.findall(r"const int (__off\d+) = (.*);", fast_path_fp16))
     loop = k_loop(fast_path_fp16)
-    a_loads = [line for line in loop.splitlines() if "A_frag +" in line and "(A + (" in line]
+    # spec 1.4: one tile pointer per operand and K step, the loads are constant offsets from it
+    tile = re.search(r"const device half\* (__src\w*) = \(A \+ \((__off\d+) \+ \(k_outer \* 16\)\)\);", loop)
+    assert tile, loop[:400]
+    definition = hoisted[tile.group(2)]
+    assert "blockIdx.y" in definition and "__simd_group_id" in definition and "__lane" in definition
+    a_loads = [line for line in loop.splitlines() if "A_frag +" in line]
     assert len(a_loads) == 4, loop[:400]
     for line in a_loads:
-        base = re.search(r"\(A \+ \((__off\d+) \+ \(k_outer \* 16\)", line)
-        assert base, line
-        definition = hoisted[base.group(1)]
-        assert "blockIdx.y" in definition and "__simd_group_id" in definition and "__lane" in definition
-        assert "*(const device half4*)" in line
+        assert re.search(r"= \*\(const device half4\*\)\(" + tile.group(1) + r" \+ \(\d+\)\);$", line), line
     assert "blockIdx" not in loop and "__lane" not in loop  # nothing position-dependent recomputed per step
 
 

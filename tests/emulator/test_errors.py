@@ -102,7 +102,8 @@ def test_simdgroup_store_out_of_bounds():
         "  simdgroup_store(F, C + 8, 8, ulong2(0, 0), false);\n",
         max_threads=32,
     )
-    launch_fails(src, r"device buffer 'C': element index 64, buffer extent 64", [torch.zeros(64)], (1, 1, 1), (32, 1, 1))
+    # a lane's two adjacent elements are one access: the first lane past the end reports its pair
+    launch_fails(src, r"device buffer 'C': 2-element vector at element index 64, buffer extent 64", [torch.zeros(64)], (1, 1, 1), (32, 1, 1))
 
 
 # ----------------------------------------------------------------- divergence

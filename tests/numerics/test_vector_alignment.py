@@ -41,8 +41,10 @@ def padded_shared_gemm(M=64, N=64, K=32, pad=1):
 
 
 def vector_accesses(source: str, buffer: str) -> list[str]:
-    """Vector reads or writes of `buffer`: `*(... T4*)(buffer + ...)`."""
-    return re.findall(rf"\*\([^()]*\b(?:half|float|bfloat|uint)[234]\*\)\({buffer} \+", source)
+    """Vector reads or writes of `buffer`: `*(... T4*)(buffer + ...)`, also through its tile pointers
+    (`const device T* __src = (buffer + (...));`)."""
+    names = [buffer, *re.findall(rf"device \w+\* (\w+) = \({buffer} \+", source)]
+    return [hit for name in names for hit in re.findall(rf"\*\([^()]*\b(?:half|float|bfloat|uint)[234]\*\)\({name} \+", source)]
 
 
 @pytest.mark.parametrize("target_name", ["metal", "metal4"])

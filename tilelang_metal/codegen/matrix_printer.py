@@ -104,7 +104,13 @@ class MatrixPrinting:
 
     def load_matrix_element(self, var: Any, index: Any, dtype: str, lanes: int) -> str:
         if self.is_elided_cooperative(var):
-            parts = [self.ct_element(var, flat) for flat in self._const_elements(index, lanes)]
+            flats = self._const_elements(index, lanes)
+            per = self._dest_elems(var)
+            whole = lanes > 1 and flats == list(range(flats[0], flats[0] + lanes)) and flats[0] % lanes == 0
+            if whole and flats[0] // per == flats[-1] // per and str(dtype).startswith("float32"):
+                # a run of the destination's own (fp32) elements read as one vector (spec 1.4)
+                return f"*(thread {msl_type(dtype)}*)(&{self.ct_element(var, flats[0])})"
+            parts = [self.ct_element(var, flat) for flat in flats]
         elif lanes == 1:
             return self.sg_element(var, index)
         else:

@@ -82,6 +82,9 @@ class NameTable:
     def reserve(self, name: str) -> None:
         self._taken.add(name)
 
+    def taken(self, name: str) -> bool:
+        return name in self._taken
+
     def __call__(self, var: Any) -> str:
         name = self._names.get(var)
         if name is not None:

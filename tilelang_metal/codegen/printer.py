@@ -12,6 +12,7 @@ from .._host import tir, tvm
 from ..errors import CodegenError
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
 from ..transform.block_swizzle import POSITION_NAMES_ATTR
+from ..transform.integer_bits import bits_as_arithmetic
 from ..transform.ir_query import declared_element_counts
 from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
@@ -34,6 +35,8 @@ POSITION_PARAMS = (
     ("simdgroup_index_in_threadgroup", "uint", "__simd_group_id"),
     ("thread_index_in_simdgroup", "ushort", "__lane"),
 )
+# Positions read through a Metal function at the top of the body instead of a parameter (spec 1.4).
+POSITION_FUNCTIONS = {"thread_index_in_simdgroup": "__metal_get_thread_index_in_simdgroup"}
 LAUNCH_ATTRIBUTES = {"blockIdx": "threadgroup_position_in_grid", "threadIdx": "thread_position_in_threadgroup"}
 
 
@@ -67,9 +70,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
+        self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
+        self.bound_values: dict[Any, Any] = {}  # Bind var -> value (alignment proofs)
         attrs = func.attrs or {}
         renamed = {str(k): str(v) for k, v in attrs.get(POSITION_NAMES_ATTR, {}).items()}
         self.position_names = {attr: renamed.get(attr, default) for attr, _, default in POSITION_PARAMS}
@@ -122,14 +127,19 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
         self.visit(func.body)
         for attr, ty, _ in POSITION_PARAMS:
-            if attr in self.used_positions:
+            if attr in self.used_positions and attr not in POSITION_FUNCTIONS:
                 params.append(f"{ty} {self.position_names[attr]} [[{attr}]]")
+        locals_ = [
+            f"const {ty} {self.position_names[attr]} = {POSITION_FUNCTIONS[attr]}({ty}());"
+            for attr, ty, _ in POSITION_PARAMS
+            if attr in self.used_positions and attr in POSITION_FUNCTIONS
+        ]
         headers = {"metal_stdlib", "metal_simdgroup"}
         if self.mpp_ops:
             headers.add("MetalPerformancePrimitives/MetalPerformancePrimitives.h")
         bound = "" if threads is None else f", max_total_threads_per_threadgroup({threads})"
         sig = f"[[kernel{bound}]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
-        body = ["  " + line for line in self.prelude] + self.lines
+        body = ["  " + line for line in locals_ + self.prelude] + self.lines
         return "\n".join([sig] + body + ["}", ""]), headers, self.helpers
 
     # ---------------------------------------------------------------- statements
@@ -151,6 +161,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             position = LAUNCH_ATTRIBUTES.get(base)
             if position is not None:
                 self.bind_position(iv.var, position, f"((int){self.position_names[position]}.{axis})")
+                self.unsigned_positions[iv.var] = f"{self.position_names[position]}.{axis}"
         self.visit(stmt.body)
 
     def visit_AllocBuffer(self, stmt: Any) -> None:
@@ -188,10 +199,24 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if str(var.dtype) == "handle":
             self.bind_pointer(var, value)
             return
+        self.bound_values[var] = value
         self.emit(f"const {msl_type(str(var.dtype))} {self.name_of(var)} = {self.expr(value)};")
 
     def bind_pointer(self, var: Any, value: Any) -> None:
         """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
+        if isinstance(value, tir.Call) and str(value.op.name) == "tirx.address_of" and value.args[0].buffer.data in self.device:
+            # a tile pointer into a device buffer (transform/tile_pointers.py): `const device T* __src = (A + off);`
+            source = value.args[0].buffer.data
+            dtype, readonly = self.device[source]
+            self.device[var] = (dtype, readonly)
+            if not self.name_of.has(var):  # plugin-made name: keep its `__` spelling, unique per kernel
+                name, k = str(var.name), 1
+                while self.name_of.taken(name):
+                    name, k = f"{var.name}{k}", k + 1
+                self.name_of.reserve(name)
+                self.name_of.bind(var, name)
+            self.emit(f"{self.space_of(var)} {msl_type(dtype)}* {self.name_of(var)} = {self.pointer(value)};")
+            return
         if not (isinstance(value, tir.Call) and str(value.op.name) == "tirx.handle_add_byte_offset"):
             raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
         pool, offset = value.args
@@ -267,6 +292,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def visit_BufferStore(self, stmt: Any) -> None:
         lanes = split_dtype(str(stmt.value.dtype))[1]
+        if lanes > 4 and self.packed_copy(stmt):
+            return
         if lanes > 4:
             # Metal vectors stop at 4 lanes: store 8- or 16-lane vectors (128-bit copies) in 4-lane parts.
             if lanes % 4:
@@ -290,6 +317,36 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.store_matrix_elements(var, index, value, lanes, str(stmt.value.dtype))
             return
         self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype))} = {value};")
+
+    def packed_copy(self, stmt: Any) -> bool:
+        """A 16-byte copy between device / threadgroup memory (8 halves, 16 bytes...) as one
+        `uint4` move, when both ends are provably 16-byte aligned; False to print it otherwise."""
+        value = stmt.value
+        if not isinstance(value, tir.BufferLoad) or len(stmt.indices) != 1 or len(value.indices) != 1:
+            return False
+        dtype = str(value.dtype)
+        if tvm.DataType(dtype).bits * split_dtype(dtype)[1] != 128:
+            return False
+        ends = ((stmt.buffer, stmt.indices[0]), (value.buffer, value.indices[0]))
+        lanes = split_dtype(dtype)[1]
+        for buf, index in ends:
+            var = buf.data
+            if str(buf.dtype) != self.elem_dtype(var) or not (var in self.device or var in self.threadgroup):
+                return False
+            if not (isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
+                return False
+            if not self.provably_multiple(index.base, lanes):
+                return False
+        (dst, di), (src, si) = ends
+        load = f"*({self.space_of(src.data)} uint4*)({self.name_of(src.data)} + ({self.offset(si.base)}))"
+        self.emit(f"*({self.space_of(dst.data)} uint4*)({self.name_of(dst.data)} + ({self.offset(di.base)})) = {load};")
+        return True
+
+    def provably_multiple(self, index: Any, factor: int) -> bool:
+        """`index % factor == 0` for every thread, with the prelude's bindings substituted."""
+        for _ in range(4):  # prelude values may refer to earlier prelude variables
+            index = tvm.tirx.stmt_functor.substitute(index, self.bound_values)
+        return self.analyzer.can_prove(tir.floormod(bits_as_arithmetic(index), factor) == 0)
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -346,6 +403,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def expr(self, e: Any) -> str:
         if isinstance(e, (int, bool)):
             return str(int(e))
+        if isinstance(e, (tir.IntImm, tir.FloatImm)):
+            return self._print_expr(e)  # constants hash by value (2 and 2u alike): never memoized
         # IR is immutable and shares subtrees: print each object once. The key is the object's
         # identity; the memo keeps the object alive so its address cannot be reused meanwhile.
         key = e.__hash__()
@@ -385,6 +444,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def expr_Cast(self, e: Any) -> str:
         ty = msl_type(str(e.dtype))
+        if str(e.dtype) == "uint32" and isinstance(e.value, tir.Var) and e.value in self.unsigned_positions:
+            self.expr(e.value)  # marks the position attribute as used
+            return self.unsigned_positions[e.value]  # the attribute's own uint component
         if split_dtype(str(e.dtype))[1] > 1:
             return f"{ty}({self.expr(e.value)})"  # MSL converts vectors through constructors
         return f"(({ty})({self.expr(e.value)}))"

@@ -164,6 +164,11 @@ _TG_VIEW_RE = re.compile(
     r"\(\s*threadgroup\s+(?P=type)\s*\*\s*\)\s*\(\s*(?P<pool>[A-Za-z_]\w*)\s*\+\s*(?P<off>[^;]+?)\s*\)\s*;"
     r"(?P<tail>\s*(?://.*)?)$"
 )
+# A tile pointer into a device buffer: `const device T* NAME = (BUF + (OFF));` (spec 1.4 `__src`).
+_DEVICE_POINTER_RE = re.compile(
+    r"^(?P<indent>\s*)(?:const\s+)?device\s+[A-Za-z_]\w*\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*=\s*"
+    r"(?P<value>\(\s*(?P<buf>[A-Za-z_]\w*)\s*\+.*\))\s*;(?P<tail>\s*(?://.*)?)$"
+)
 # A thread-private array: `T NAME[COUNT];` (the printer's T.alloc_local / fragments).
 _THREAD_ARRAY_RE = re.compile(
     r"^\s*(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
@@ -280,6 +285,7 @@ class _BodyDeclarations:
     thread_arrays: list[ThreadArray] = field(default_factory=list)
     decl_lines: set[int] = field(default_factory=set)  # 1-based lines holding a declaration
     tracked_locals: set[str] = field(default_factory=set)  # thread arrays racecheck tracks
+    device_pointers: set[str] = field(default_factory=set)  # tile pointers into device buffers
     edits: list[_Edit] = field(default_factory=list)
 
 
@@ -439,6 +445,13 @@ def _rewrite_declarations(msl: str, body_start: int, *, checked: bool, racecheck
         content = ln.rstrip("\r\n")
         if _thread_array(content, lineno, start, body, racecheck=racecheck):
             continue
+        pm = _DEVICE_POINTER_RE.match(content)
+        if pm:
+            # the pointer keeps the buffer's checks: it is a copy of the (checked) parameter + offset
+            body.edits.append((start, start + len(content), f"{pm.group('indent')}auto {pm.group('name')} = {pm.group('value')};{pm.group('tail')}"))
+            body.device_pointers.add(pm.group("name"))
+            body.decl_lines.add(lineno)
+            continue
         vm = _TG_VIEW_RE.match(content)
         if vm and any(a.name == vm.group("pool") for a in body.threadgroup_arrays):
             views.append((vm, lineno, start, len(content)))
@@ -528,6 +541,7 @@ def _instrumented_names(params: list[Param], body: _BodyDeclarations) -> set[str
         | {a.name for a in body.threadgroup_arrays}
         | {v.name for v in body.threadgroup_views}
         | body.tracked_locals
+        | body.device_pointers
     )
 
 

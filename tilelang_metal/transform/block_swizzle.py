@@ -34,6 +34,7 @@ from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_p
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
 SWIZZLE_ATTR = "tilelang_metal.block_swizzle"  # (order name, panel, logical tiles_x, tiles_y)
 POSITION_NAMES_ATTR = "tilelang_metal.position_names"  # position attribute -> parameter name
+MANUAL_TILES_ATTR = "tilelang_metal.block_swizzle_tiles"  # (tile_x, tile_y) of a kernel that maps itself
 PHYSICAL_BLOCK_NAME = "__physical_blockIdx"
 INT32 = "int32"
 
@@ -53,11 +54,17 @@ def _c(value: int) -> Any:
 Remap = Callable[[Any, Any, int, int, int], tuple[Any, Any, Any | None]]
 
 
+def _u(value: int) -> Any:
+    return tir.const(value, "uint32")
+
+
 def _mlx(px: Any, py: Any, panel: int, tiles_x: int, tiles_y: int) -> tuple[Any, Any, Any | None]:
+    # unsigned arithmetic on the position attribute itself: `__physical_blockIdx.x >> 2` (spec 2.2)
     shift = panel.bit_length() - 1
-    x = tir.shift_right(px, _c(shift))
-    y = tir.shift_left(py, _c(shift)) + tir.bitwise_and(px, _c(panel - 1))
-    return x, y, None if tiles_y % panel == 0 else y >= tiles_y
+    ux, uy = tir.Cast("uint32", px), tir.Cast("uint32", py)
+    x = tir.Cast(INT32, tir.shift_right(ux, _u(shift)))
+    y = tir.Cast(INT32, tir.shift_left(uy, _u(shift)) + tir.bitwise_and(ux, _u(panel - 1)))
+    return x, y, None if tiles_y % panel == 0 else True
 
 
 def _serpentine(along_x: bool) -> Remap:
@@ -84,6 +91,52 @@ ORDERS: dict[str, tuple[str, Remap]] = {
 }
 
 
+def _block_vars(body: Any) -> dict[str, Any]:
+    return {
+        str(n.node.thread_tag): n.node.var
+        for n in find_nodes(body, ["tirx.AttrStmt"])
+        if str(n.attr_key) == "thread_extent" and str(n.node.thread_tag).startswith("blockIdx")
+    }
+
+
+def _user_mapped_mlx(body: Any, panel: int) -> tuple[Any, list[Any]] | None:
+    """(body in terms of the logical tiles, [tile_x, tile_y]) when blockIdx.x is used only as
+    `bx // P` and `bx % P` (the kernel computes the MLX mapping itself); None otherwise."""
+    blocks = _block_vars(body)
+    bx, by = blocks.get("blockIdx.x"), blocks.get("blockIdx.y")
+    if bx is None or by is None or panel & (panel - 1):
+        return None
+    tile_x, tile_y = tir.Var("__tile_x", INT32), tir.Var("__tile_y", INT32)
+    seen = 0
+
+    def is_bx(e: Any) -> bool:
+        return isinstance(e, tir.Var) and e.same_as(bx)
+
+    def rewrite(node: Any) -> Any:
+        nonlocal seen
+        if isinstance(node, (tir.FloorDiv, tir.FloorMod)) and is_bx(node.a) and isinstance(node.b, tir.IntImm) and int(node.b.value) == panel:
+            seen += 1
+            return tile_x if isinstance(node, tir.FloorDiv) else tir.floormod(tile_y, _c(panel))
+        return None
+
+    mapped = tvm.tirx.stmt_functor.ir_transform(body, None, rewrite, ["tirx.FloorDiv", "tirx.FloorMod"])
+    uses_bx = False
+
+    def visit(node: Any) -> None:
+        nonlocal uses_bx
+        if isinstance(node, tir.Var) and node.same_as(bx):
+            uses_bx = True
+
+    tir.stmt_functor.post_order_visit(mapped, visit)  # launch IterVars are not visited
+    if not seen or uses_bx:
+        return None
+    mapped = tvm.tirx.stmt_functor.substitute(mapped, {by: tir.floordiv(tile_y, _c(panel))})
+    # (t // P) * P * s + (t % P) * s  ->  t * s
+    analyzer = tvm.arith.Analyzer()
+    mapped = tvm.tirx.stmt_functor.ir_transform(mapped, None, lambda n: analyzer.simplify(n) if isinstance(n, tir.PrimExpr) and not isinstance(n, tir.Var) else None, ["tirx.Add"])
+    return mapped, [tile_x, tile_y]
+
+
 def launch_function(func: Any) -> Any:
     spec = _find_swizzle(func.body)
     if spec is None:
@@ -105,9 +158,18 @@ def launch_function(func: Any) -> Any:
         raise MetalLoweringError("T.use_swizzle needs a kernel launched over a 2-D grid of tiles (blockIdx.x and blockIdx.y)")
     tiles_x, tiles_y = extents["blockIdx.x"], extents["blockIdx.y"]
     physical = dict(extents)
-    if ORDERS[order_name][0] == "mlx":
-        if panel & (panel - 1):
-            raise MetalLoweringError(f"MLX block swizzle needs a power-of-two panel size, got {panel}; use 1, 2, 4, 8, ...")
+    if ORDERS[order_name][0] == "mlx" and panel & (panel - 1):
+        raise MetalLoweringError(f"MLX block swizzle needs a power-of-two panel size, got {panel}; use 1, 2, 4, 8, ...")
+
+    manual = _user_mapped_mlx(func.body, panel) if ORDERS[order_name][0] == "mlx" else None
+    if manual is not None:
+        # The kernel already maps its grid in MLX order itself (bx // P, by * P + bx % P): keep its
+        # grid and order, only name the logical tiles (`__tile_x = bx // P`, `__tile_y = by * P +
+        # bx % P`, an identity) so its addresses read `__tile_y * stride` instead of repeating the
+        # physical arithmetic.
+        body, tiles = manual
+        func = func.with_body(body).with_attr(MANUAL_TILES_ATTR, tiles)
+    elif ORDERS[order_name][0] == "mlx":
         physical["blockIdx.x"] = tiles_x * panel
         physical["blockIdx.y"] = -(-tiles_y // panel)
 
@@ -126,17 +188,20 @@ def remap_function(func: Any) -> Any:
     order_name, panel, tiles_x, tiles_y = func.attrs[SWIZZLE_ATTR]
     order_name, panel, tiles_x, tiles_y = str(order_name), int(panel), int(tiles_x), int(tiles_y)
     remap = ORDERS[order_name][1]
-    tile_x, tile_y = tir.Var("__tile_x", INT32), tir.Var("__tile_y", INT32)
+    manual = func.attrs.get(MANUAL_TILES_ATTR)
+    tile_x, tile_y = (manual[0], manual[1]) if manual is not None else (tir.Var("__tile_x", INT32), tir.Var("__tile_y", INT32))
     known = prelude_vars(func)
 
     def remap_inner(chain: list[Any], inner: Any) -> Any:
         blocks = {str(a.node.thread_tag): a.node.var for a in chain if str(a.attr_key) == "thread_extent"}
         px, py = blocks["blockIdx.x"], blocks["blockIdx.y"]
         x_value, y_value, padding = remap(px, py, panel, tiles_x, tiles_y)
+        if manual is not None:
+            padding = None  # the kernel's own grid and bounds checks
         inner = tvm.tirx.stmt_functor.substitute(inner, {px: tile_x, py: tile_y})
         prelude = [tir.Bind(tile_x, x_value), tir.Bind(tile_y, y_value)]
-        if padding is not None:
-            prelude.append(tir.IfThenElse(padding, tir.Evaluate(tir.ret(_c(0))), None))
+        if padding is not None:  # padding threadgroups of the MLX grid: logical row past the last tile
+            prelude.append(tir.IfThenElse(tile_y >= tiles_y, tir.Evaluate(tir.ret(_c(0))), None))
         return prepend(inner, known, prelude)
 
     func = with_prelude_vars(func.with_body(rewrite_inside_launch(func.body, remap_inner)), [tile_x, tile_y])

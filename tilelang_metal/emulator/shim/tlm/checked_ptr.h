@@ -57,6 +57,16 @@ struct checked_ptr {
   }
   TLM_INLINE T& operator*() const { return (*this)[0]; }
 
+  // `lanes` consecutive elements from element i, accessed as one (a simdgroup matrix lane's pair of
+  // adjacent elements): bounds-checked as a whole, counted once, no vector alignment required.
+  TLM_INLINE T* span(int64_t i, int64_t lanes) const {
+    int64_t j = offset + i;
+    if (__builtin_expect(j < 0 || j + lanes > extent, 0))
+      return static_cast<T*>(rt::out_of_bounds(space, name, j, lanes, extent));
+    note(j, lanes);
+    return base + j;
+  }
+
   TLM_INLINE checked_ptr operator+(int64_t d) const { checked_ptr r = *this; r.offset += d; return r; }
   TLM_INLINE checked_ptr operator-(int64_t d) const { checked_ptr r = *this; r.offset -= d; return r; }
   friend TLM_INLINE checked_ptr operator+(int64_t d, const checked_ptr& p) { return p + d; }

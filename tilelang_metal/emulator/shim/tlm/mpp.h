@@ -42,7 +42,7 @@ template <class T, role R>
 struct cooperative_tensor {
   static constexpr int capacity = (R == role::left) ? 8 : 16;
   using element_type = T;
-  T elems[capacity];
+  alignas(16) T elems[capacity];  // runs of 4 are read as `*(thread float4*)(&ct[4 * q])`
 
   // Contents are unspecified on the GPU; NaN here so that reads before writes show up.
   cooperative_tensor() {

@@ -41,6 +41,10 @@ namespace tlm_detail {
 template <class P> TLM_INLINE P for_store(const P& p) { return p; }
 template <class T> TLM_INLINE tlm::checked_ptr<T> for_store(const tlm::checked_ptr<T>& p) { return p.w(); }
 
+// A lane's two adjacent elements at element offset i: one access of two elements (counted once).
+template <class E> TLM_INLINE E* pair_at(E* p, int64_t i) { return p + i; }
+template <class T> TLM_INLINE T* pair_at(const tlm::checked_ptr<T>& p, int64_t i) { return p.span(i, 2); }
+
 // Linear element offset of matrix position (r, c) in memory (origin = (column, row) of the source).
 TLM_INLINE int64_t sg8_offset(int r, int c, uint64_t stride, ulong2 origin, bool transpose) {
   int64_t base = static_cast<int64_t>(origin.y) * static_cast<int64_t>(stride) + static_cast<int64_t>(origin.x);
@@ -64,6 +68,11 @@ TLM_INLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t ele
                                ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = tlm::layout::sg8_row(lane), c = tlm::layout::sg8_col(lane);
+  if (!transpose_matrix) {  // the lane's two elements are adjacent in memory: one access
+    auto* q = tlm_detail::pair_at(src, tlm_detail::sg8_offset(r, c, elements_per_row, matrix_origin, false));
+    for (int j = 0; j < 2; ++j) d.elems.e_[j] = static_cast<T>(q[j]);
+    return;
+  }
   for (int j = 0; j < 2; ++j)
     d.elems.e_[j] = static_cast<T>(src[tlm_detail::sg8_offset(r, c + j, elements_per_row, matrix_origin, transpose_matrix)]);
 }
@@ -73,6 +82,11 @@ TLM_INLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint6
                                 ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = tlm::layout::sg8_row(lane), c = tlm::layout::sg8_col(lane);
+  if (!transpose_matrix) {  // the lane's two elements are adjacent in memory: one access
+    auto* q = tlm_detail::pair_at(tlm_detail::for_store(dst), tlm_detail::sg8_offset(r, c, elements_per_row, matrix_origin, false));
+    for (int j = 0; j < 2; ++j) q[j] = static_cast<std::remove_reference_t<decltype(q[j])>>(s.elems.e_[j]);
+    return;
+  }
   for (int j = 0; j < 2; ++j) {
     auto& slot = tlm_detail::for_store(dst)[tlm_detail::sg8_offset(r, c + j, elements_per_row, matrix_origin, transpose_matrix)];
     slot = static_cast<std::remove_reference_t<decltype(slot)>>(s.elems.e_[j]);

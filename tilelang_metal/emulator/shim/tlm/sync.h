@@ -125,3 +125,10 @@ TLM_INLINE bool simd_all(bool v) {
 }
 
 }  // namespace metal
+
+// The lane index as a function (the spelling of spec section 1.4, used by the printer instead of a
+// [[thread_index_in_simdgroup]] parameter): the calling thread's lane in its simdgroup.
+template <class T>
+TLM_INLINE T __metal_get_thread_index_in_simdgroup(T) {
+  return static_cast<T>(tlm::rt::self().lane);
+}
