@@ -66,6 +66,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
+        self.bound: set = set()  # variables a Bind has declared (a repeat gets a fresh name)
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
@@ -188,7 +189,14 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if str(var.dtype) == "handle":
             self.bind_pointer(var, value)
             return
-        self.emit(f"const {msl_type(str(var.dtype))} {self.name_of(var)} = {self.expr(value)};")
+        value_text = self.expr(value)  # printed before a rename: the value may read the previous copy
+        if var in self.bound:
+            name = self.name_of.rename(var)
+            self._expr_memo.clear()  # memoized texts spell the previous name
+        else:
+            name = self.name_of(var)
+        self.bound.add(var)
+        self.emit(f"const {msl_type(str(var.dtype))} {name} = {value_text};")
 
     def bind_pointer(self, var: Any, value: Any) -> None:
         """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
