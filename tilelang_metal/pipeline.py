@@ -155,8 +155,10 @@ def _infer_layouts(tl: object, mod: object) -> object:
             raise
         raise MetalLoweringError(
             "layout inference found no thread layout for a fragment: its extents do not split evenly over "
-            "the kernel's threads (e.g. a 7x13 fragment on 32 threads). Pad the tile to a multiple of the "
-            "thread count's factors, or launch fewer threads."
+            "the kernel's threads (e.g. a 7x13 fragment on 32 threads), or a reduced row spans a number of "
+            "threads that neither divides nor is a multiple of the thread count (e.g. a 4x96 fp32 fragment "
+            "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
+            "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
         ) from None
 
 
