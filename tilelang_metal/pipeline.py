@@ -30,6 +30,7 @@ from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.math_precision import PreserveMathPrecision
+from .transform.shuffle_width import KeepShuffleWidths
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_indices import UseSimdgroupIndices
@@ -139,6 +140,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
     mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
+    mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
     return mod
 
 
