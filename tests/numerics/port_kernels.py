@@ -100,10 +100,11 @@ def conv_output_size(size: int, ks: int, stride: int, pad: int, dilation: int) -
 
 @functools.lru_cache(maxsize=None)
 def im2col_conv(target: str, N: int, H: int, W: int, C: int, F: int, ks: int, stride: int, pad: int, dilation: int,
-                bm: int = 32, bn: int = 16, bk: int = 16):
+                bm: int = 32, bn: int = 16, bk: int = 16, tile_op: bool = False):
     """NHWC convolution as a GEMM: the im2col tile of the input is gathered into threadgroup memory
-    (zero outside the image), the weights are read through a (ks*ks*C, F) view of their tensor and
-    the output is written through an (N*OH*OW, F) view of its tensor."""
+    (zero outside the image) by index arithmetic, or with `tile_op` by TileLang's `T.im2col` tile op (`c2d_im2col` in the examples);
+    the weights are read through a (ks*ks*C, F) view of their tensor and the output is written
+    through an (N*OH*OW, F) view of its tensor."""
     OH, OW = conv_output_size(H, ks, stride, pad, dilation), conv_output_size(W, ks, stride, pad, dilation)
     KK = ks * ks * C
 
@@ -117,14 +118,17 @@ def im2col_conv(target: str, N: int, H: int, W: int, C: int, F: int, ks: int, st
             out_flat = T.Tensor((N * OH * OW, F), "float16", Out.data)
             T.clear(acc)
             for kt in T.Pipelined(T.ceildiv(KK, bk), num_stages=1):
-                for i, j in T.Parallel(bm, bk):
-                    m = by * bm + i
-                    kk = kt * bk + j
-                    h = m % (OH * OW) // OW * stride + kk // (ks * C) * dilation - pad
-                    w = m % OW * stride + kk // C % ks * dilation - pad
-                    inside = m < N * OH * OW and kk < KK and h >= 0 and h < H and w >= 0 and w < W
-                    a_s[i, j] = T.if_then_else(
-                        inside, Data[T.min(m // (OH * OW), N - 1), T.max(T.min(h, H - 1), 0), T.max(T.min(w, W - 1), 0), kk % C], T.float16(0))
+                if tile_op:
+                    T.im2col(Data, a_s, by, kt, ks, stride, dilation, pad)
+                else:
+                    for i, j in T.Parallel(bm, bk):
+                        m = by * bm + i
+                        kk = kt * bk + j
+                        h = m % (OH * OW) // OW * stride + kk // (ks * C) * dilation - pad
+                        w = m % OW * stride + kk // C % ks * dilation - pad
+                        inside = m < N * OH * OW and kk < KK and h >= 0 and h < H and w >= 0 and w < W
+                        a_s[i, j] = T.if_then_else(
+                            inside, Data[T.min(m // (OH * OW), N - 1), T.max(T.min(h, H - 1), 0), T.max(T.min(w, W - 1), 0), kk % C], T.float16(0))
                 T.copy(w_flat[kt * bk, bx * bn], w_s)
                 T.gemm(a_s, w_s, acc)
             T.copy(acc, out_flat[by * bm, bx * bn])

@@ -47,15 +47,15 @@ def test_hadamard_refuses_sizes_that_are_not_powers_of_two():
         P.hadamard(2, 96, 32)
 
 
-@pytest.mark.parametrize("target", GEMM_TARGETS)
-def test_im2col_convolution_matches_torch_conv2d(target):
+@pytest.mark.parametrize("target, tile_op", [("metal", False), ("metal4", False), ("metal", True)], ids=["metal", "metal4", "im2col-tile-op"])
+def test_im2col_convolution_matches_torch_conv2d(target, tile_op):
     N, H, W, C, F, ks, stride, pad, dilation = 2, 7, 9, 5, 12, 3, 2, 1, 1  # K = 45: a partial K tile
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(N, H, W, C, generator=gen).half()
     w = torch.randn(ks, ks, C, F, generator=gen).half()
     OH, OW = P.conv_output_size(H, ks, stride, pad, dilation), P.conv_output_size(W, ks, stride, pad, dilation)
     out = torch.full((N, OH, OW, F), float("nan"), dtype=torch.float16)
-    P.im2col_conv(target, N, H, W, C, F, ks, stride, pad, dilation)(x, w, out)
+    P.im2col_conv(target, N, H, W, C, F, ks, stride, pad, dilation, tile_op=tile_op)(x, w, out)
     want = torch.nn.functional.conv2d(x.float().permute(0, 3, 1, 2), w.float().permute(3, 2, 0, 1), stride=stride, padding=pad, dilation=dilation)
     torch.testing.assert_close(out.float(), want.permute(0, 2, 3, 1), rtol=1e-2, atol=2e-2)
 
