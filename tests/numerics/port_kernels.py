@@ -171,6 +171,39 @@ def int4_gemv(M: int, N: int, K: int, group: int, lanes: int = 32, rows: int = 4
     return compile_emulated(main)
 
 
+@functools.lru_cache(maxsize=None)
+def int8_gemv_dp4a(M: int, N: int, K: int, lanes: int = 32, rows: int = 2, per_lane: int = 8):
+    """Y[m, n] = sum_k X[m, k] * W[n, k] on int8 with an int32 accumulator, four products at a time
+    with T.dp4a (TileLang's int8 dequantize-GEMV path), summed over the K lanes with
+    T.warp_reduce_sum."""
+    if K % per_lane or per_lane % 4:
+        raise ValueError(f"int8_gemv_dp4a: K ({K}) must be a multiple of per_lane ({per_lane}, a multiple of 4)")
+    block_k = lanes * per_lane
+
+    @T.prim_func
+    def main(X: T.Tensor((M, K), "int8"), Wt: T.Tensor((N, K), "int8"), Y: T.Tensor((M, N), "int32")):
+        with T.Kernel(T.ceildiv(N, rows), M, threads=(lanes, rows)) as (bn, m):
+            lane = T.get_thread_binding(0)
+            n = bn * rows + T.get_thread_binding(1)
+            x = T.alloc_local((per_lane,), "int8")
+            w = T.alloc_local((per_lane,), "int8")
+            acc = T.alloc_local((1,), "int32")
+            T.clear(acc)
+            for kb in T.serial(T.ceildiv(K, block_k)):
+                k0 = kb * block_k + lane * per_lane
+                if n < N and k0 < K:
+                    for e in T.serial(per_lane):
+                        x[e] = X[m, k0 + e]
+                        w[e] = Wt[n, k0 + e]
+                    for q in T.serial(per_lane // 4):
+                        T.dp4a(x[q * 4], w[q * 4], acc[0])
+            total = T.warp_reduce_sum(acc[0])
+            if lane == 0 and n < N:
+                Y[m, n] = total
+
+    return compile_emulated(main)
+
+
 def mask_shape(M: int, N: int, K: int, bm: int, bn: int, bk: int) -> tuple[int, int, int]:
     return (-(-M // bm), -(-N // bn), -(-K // bk))
 

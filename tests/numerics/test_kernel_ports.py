@@ -78,6 +78,16 @@ def test_int4_gemv_refuses_a_k_it_cannot_unpack():
         P.int4_gemv(1, 8, 100, 50)
 
 
+def test_int8_gemv_with_dp4a_is_exact():
+    M, N, K = 3, 7, 264  # K: one full block of 256 and a partial one
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randint(-128, 128, (M, K), generator=gen, dtype=torch.int8)
+    w = torch.randint(-128, 128, (N, K), generator=gen, dtype=torch.int8)
+    y = torch.empty(M, N, dtype=torch.int32)
+    P.int8_gemv_dp4a(M, N, K)(x, w, y)
+    assert torch.equal(y, (x.int() @ w.int().T))
+
+
 @pytest.mark.parametrize("target", GEMM_TARGETS)
 def test_blocksparse_gemm_sums_only_enabled_blocks(target):
     M, N, K, bm, bn, bk = 45, 70, 56, 32, 32, 16

@@ -20,6 +20,7 @@ from .atomic_printer import AtomicPrinting
 from .math_functions import math_call
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
+from .extern_helpers import EXTERN_HELPERS
 from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
@@ -460,6 +461,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
+            helper = EXTERN_HELPERS.get(name)
+            if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
+                name, self.support_code[helper[0]] = helper
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)
