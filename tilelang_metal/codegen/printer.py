@@ -355,11 +355,13 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def expr(self, e: Any) -> str:
         if isinstance(e, (int, bool)):
             return str(int(e))
-        # IR is immutable and shares subtrees: print each object once. The key is the object's
-        # identity; the memo keeps the object alive so its address cannot be reused meanwhile.
+        # IR is immutable and shares subtrees: print each object once. The key is the object's hash
+        # (its address for most nodes; the memo keeps the object alive so the address is not reused),
+        # but an IntImm hashes by value: int32 8, int64 8 and uint32 8 share a key and print
+        # differently, so a hit counts only for the same object.
         key = e.__hash__()
         hit = self._expr_memo.get(key)
-        if hit is None:
+        if hit is None or not hit[0].same_as(e):
             hit = (e, self._print_expr(e))
             self._expr_memo[key] = hit
         return hit[1]
