@@ -17,10 +17,10 @@ from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
+from .extern_helpers import EXTERN_HELPERS
 from .math_functions import math_call
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
-from .extern_helpers import EXTERN_HELPERS
 from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
@@ -191,11 +191,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.bind_pointer(var, value)
             return
         value_text = self.expr(value)  # printed before a rename: the value may read the previous copy
+        name = self.name_of.rename(var) if var in self.bound else self.name_of(var)
         if var in self.bound:
-            name = self.name_of.rename(var)
             self._expr_memo.clear()  # memoized texts spell the previous name
-        else:
-            name = self.name_of(var)
         self.bound.add(var)
         self.emit(f"const {msl_type(str(var.dtype))} {name} = {value_text};")
 
@@ -355,10 +353,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def expr(self, e: Any) -> str:
         if isinstance(e, (int, bool)):
             return str(int(e))
-        # IR is immutable and shares subtrees: print each object once. The key is the object's hash
-        # (its address for most nodes; the memo keeps the object alive so the address is not reused),
-        # but an IntImm hashes by value: int32 8, int64 8 and uint32 8 share a key and print
-        # differently, so a hit counts only for the same object.
+        # IR is immutable and shares subtrees: print each object once, keyed by its hash (the memo
+        # keeps the object alive). An IntImm hashes by value (int32 8 and uint32 8 collide): a hit
+        # counts only for the same object.
         key = e.__hash__()
         hit = self._expr_memo.get(key)
         if hit is None or not hit[0].same_as(e):
