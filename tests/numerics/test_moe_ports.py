@@ -224,5 +224,4 @@ def test_shared_and_routed_moe_forward_matches_torch(target, dtype):
         for j in range(topk):
             e = int(idx[t, j])
             want[t] += wt[t, j] * expert_mlp(xf[t:t + 1], eg[e], eu[e], ed[e])[0]
-    tol = 2e-3 if dtype == "float16" else 1e-2  # bf16 intermediates: one rounding of ~0.4%
-    torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    torch.testing.assert_close(y, want, rtol=2e-3, atol=2e-3)  # the reference rounds intermediates like the kernel
