@@ -32,6 +32,7 @@ from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.math_precision import PreserveMathPrecision
+from .transform.shuffle_width import KeepShuffleWidths
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
@@ -143,6 +144,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
     mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
+    mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
     return mod
 
 
@@ -177,8 +179,10 @@ def _infer_layouts(tl: object, mod: object) -> object:
             raise
         raise MetalLoweringError(
             "layout inference found no thread layout for a fragment: its extents do not split evenly over "
-            "the kernel's threads (e.g. a 7x13 fragment on 32 threads). Pad the tile to a multiple of the "
-            "thread count's factors, or launch fewer threads."
+            "the kernel's threads (e.g. a 7x13 fragment on 32 threads), or a reduced row spans a number of "
+            "threads that neither divides nor is a multiple of the thread count (e.g. a 4x96 fp32 fragment "
+            "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
+            "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
         ) from None
 
 

@@ -305,3 +305,51 @@ def test_device_atomics_are_atomic_across_parallel_threadgroups(monkeypatch):
     counter_kernel()(count, fcount)
     assert count.tolist() == [32 * 64 * 32, 63]
     assert fcount[0].item() == 32 * 64 * 32  # exact: every partial sum is an integer below 2^24
+
+
+@functools.lru_cache(maxsize=None)
+def load_store_kernel():
+    """Each thread atomically stores its id + 1 into a shared slot and a device slot (relaxed),
+    then, after a barrier, atomically loads its neighbour's shared slot."""
+
+    @T.prim_func
+    def main(F: T.Tensor((64,), "float32"), I: T.Tensor((64,), "int32"), Out: T.Tensor((64,), "int32"), G: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            slots = T.alloc_shared((64,), "int32")
+            T.atomic_store(slots[tx], I[tx] + 1, memory_order="relaxed")
+            T.atomic_store(G[tx], T.atomic_load(F[tx], memory_order="relaxed") * 2.0, memory_order="relaxed")
+            T.sync_threads()
+            Out[tx] = T.atomic_load(slots[(tx + 1) % 64], memory_order="relaxed")
+
+    return tilelang.compile(main, target="metal", execution_backend="emulator")
+
+
+def test_atomic_load_and_store_in_device_and_threadgroup_memory():
+    kernel = load_store_kernel()
+    f, i = torch.randn(64), torch.randint(-100, 100, (64,), dtype=torch.int32)
+    out, g = torch.empty(64, dtype=torch.int32), torch.empty(64)
+    kernel(f, i, out, g)
+    assert torch.equal(out, (i + 1).roll(-1))
+    assert torch.equal(g, f * 2.0)
+    src = kernel.get_kernel_source()
+    assert "atomic_store_explicit((threadgroup atomic_int*)" in src and "atomic_load_explicit((const device atomic_float*)" in src
+
+
+def test_atomic_load_store_refuse_non_relaxed_orders_and_16_bit_types():
+    @T.prim_func
+    def default_order(C: T.Tensor((4,), "int32"), D: T.Tensor((4,), "int32")):
+        with T.Kernel(1, threads=4):
+            tx = T.get_thread_binding()
+            D[tx] = T.atomic_load(C[tx])
+
+    with pytest.raises(CodegenError, match="memory_order='seq_cst'.*relaxed only"):
+        _lower(default_order)
+
+    @T.prim_func
+    def half_store(C: T.Tensor((4,), "float16")):
+        with T.Kernel(1, threads=4):
+            T.atomic_store(C[T.get_thread_binding()], T.float16(1), memory_order="relaxed")
+
+    with pytest.raises(CodegenError, match="take int32, uint32 or float32"):
+        _lower(half_store)

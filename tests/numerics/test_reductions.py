@@ -181,3 +181,25 @@ def test_fragment_without_a_thread_layout_is_refused_clearly():
 
     with pytest.raises(MetalLoweringError, match="no thread layout for a fragment"):
         tilelang.compile(main, out_idx=[-1], target="metal", execution_backend="emulator")
+
+
+def test_reduced_row_that_does_not_tile_the_threads_is_refused_clearly():
+    """A 4x96 fragment splits evenly over 32 threads, but a row (24 threads of 4-wide vectors) does
+    not tile them, and tilelang's layout inference finds no layout for the row reduction (the same
+    on target cuda). The message names this case and a thread count that works."""
+    import tilelang
+    import tilelang.language as T
+
+    from tilelang_metal.errors import MetalLoweringError
+
+    @T.prim_func
+    def main(A: T.Tensor((4, 96), "float32"), S: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            a = T.alloc_fragment((4, 96), "float32")
+            s = T.alloc_fragment((4,), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a, s, dim=1)
+            T.copy(s, S)
+
+    with pytest.raises(MetalLoweringError, match="reduced along rows on 32 threads"):
+        tilelang.lower(main, target="metal")

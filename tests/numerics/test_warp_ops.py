@@ -81,10 +81,20 @@ CASES = [
         lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.metal.simd_shuffle_down"), v, 4),
         lambda v: down_ref(v, 4, 32),
     ),
-    (  # TVM's Metal intrinsic rule turns this into tirx.metal.simd_shuffle_up (whole simdgroup)
+    (  # tvm_warp_shuffle* keep their width through LowerIntrin (transform/shuffle_width.py)
         "tvm_warp_shuffle_up 1",
         lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.tvm_warp_shuffle_up"), T.uint32(0xFFFFFFFF), v, 1, 32, 32),
         lambda v: up_ref(v, 1, 32),
+    ),
+    (  # the form TileLang's Hadamard example uses: lanes 16-31 must read their own segment
+        "tvm_warp_shuffle per lane width 16",
+        lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.tvm_warp_shuffle"), T.uint32(0xFFFFFFFF), v, (tx ^ 1) % 16, 16, 16),
+        lambda v: index_ref(v, lambda lane: lane ^ 1, 16),
+    ),
+    (
+        "tvm_warp_shuffle_down 3 width 8",
+        lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.tvm_warp_shuffle_down"), T.uint32(0xFFFFFFFF), v, 3, 8, 32),
+        lambda v: down_ref(v, 3, 8),
     ),
 ]
 

@@ -23,6 +23,16 @@ def test_stores_are_marked_loads_are_not():
     assert mark("  C_acc[0] = s.A[1] + A(2);") == "  C_acc[0] = s.A[1] + A(2);"
 
 
+def test_the_target_of_an_atomic_store_is_a_store():
+    assert mark("  atomic_store_explicit((threadgroup atomic_int*)(A_s + (o)), (A[j] + 1), memory_order_relaxed);") == (
+        "  atomic_store_explicit((threadgroup atomic_int*)(A_s.w() + (o)), (A[j] + 1), memory_order_relaxed);"
+    )
+    # an atomic load is a read; read-modify-writes stay as they were
+    assert mark("  x = atomic_load_explicit((const device atomic_float*)(A + (o)), memory_order_relaxed);") == (
+        "  x = atomic_load_explicit((const device atomic_float*)(A + (o)), memory_order_relaxed);"
+    )
+
+
 def test_ternary_branches_are_predicated():
     line = "  *(threadgroup half4*)(A_s + o) = ((r < 25) ? *(const device half4*)(A + (o + 4)) : half4(z));"
     assert mark(line) == "  *(threadgroup half4*)(A_s.w() + o) = ((r < 25) ? *(const device half4*)(A.p() + (o + 4)) : half4(z));"

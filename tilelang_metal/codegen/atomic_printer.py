@@ -1,5 +1,5 @@
 """Printing of TileLang's element atomics (`T.atomic_add/max/min`, `T.atomic_addx2/x4`, with or
-without `return_prev`) as MSL atomics. A mixin of the kernel printer.
+without `return_prev`; `T.atomic_load` / `T.atomic_store`) as MSL atomics. A mixin of the kernel printer.
 
 Native MSL atomics (relaxed order only): `atomic_fetch_add/max/min_explicit` on `atomic_int` /
 `atomic_uint`, and `atomic_fetch_add_explicit` on `atomic_float` (MSL 3.0). Everything else is a
@@ -35,6 +35,18 @@ NATIVE_ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32"
 HALF_WIDTH = ("float16", "bfloat16")
 RELAXED = 0  # tilelang's memory-order id of "relaxed"; 0 is also what an absent order means
 MEMORY_ORDER_NAMES = {0: "relaxed", 1: "consume", 2: "acquire", 3: "release", 4: "acq_rel", 5: "seq_cst"}
+
+LOAD_STORE_OPS = ("tl.atomic_load_elem_op", "tl.atomic_store_elem_op")
+
+
+def _check_relaxed(op: str, order: Any) -> None:
+    if not isinstance(order, tir.IntImm) or int(order.value) != RELAXED:
+        name = MEMORY_ORDER_NAMES.get(int(order.value), str(order)) if isinstance(order, tir.IntImm) else str(order)
+        raise CodegenError(
+            f"{op} with memory_order={name!r}: Metal atomics are relaxed only; pass memory_order='relaxed' "
+            "and order through barriers"
+        )
+
 
 _COMBINE = {"add": "old + value", "max": "max(old, value)", "min": "min(old, value)"}
 
@@ -86,19 +98,15 @@ class AtomicPrinting:
     def atomic_call(self, op: str, e: Any) -> str | None:
         """An element atomic as an MSL expression (its value is the previous value); None when `op`
         is not an atomic."""
+        if op in LOAD_STORE_OPS:
+            return self._load_or_store(op, e.args)
         spec = ATOMIC_ELEM_OPS.get(op)
         if spec is None:
             return None
         kind, lanes = spec
         args = e.args
         if lanes == 1 and len(args) > 2:
-            order = args[2]
-            if not isinstance(order, tir.IntImm) or int(order.value) != RELAXED:
-                name = MEMORY_ORDER_NAMES.get(int(order.value), str(order)) if isinstance(order, tir.IntImm) else str(order)
-                raise CodegenError(
-                    f"{op} with memory_order={name!r}: Metal atomics are relaxed only; drop memory_order "
-                    "(or pass 'relaxed') and order through barriers"
-                )
+            _check_relaxed(op, args[2])
         var, index = self._atomic_address(op, args[0])
         if lanes == 1:
             return self._element_atomic(op, kind, var, index, self.expr(args[1]), str(args[1].dtype))
@@ -111,6 +119,25 @@ class AtomicPrinting:
         if str(e.dtype) == "handle":
             return "(" + ", ".join(parts) + ")"  # one atomic per lane, in lane order
         return f"{msl_type(str(e.dtype))}({', '.join(parts)})"
+
+    def _load_or_store(self, op: str, args: Any) -> str:
+        """`T.atomic_load(src)` / `T.atomic_store(dst, value)` as `atomic_load/store_explicit`."""
+        _check_relaxed(op, args[-1])
+        var, index = self._atomic_address(op, args[0])
+        dtype = self.elem_dtype(var)
+        native = NATIVE_ATOMIC_TYPES.get(dtype)
+        if native is None:
+            raise CodegenError(f"{op} on {dtype} ({self.name_of(var)}): Metal atomic loads / stores take int32, uint32 or float32")
+        space = self.space_of(var)
+        if op == "tl.atomic_load_elem_op":
+            space = space if space.startswith("const") else f"const {space}"
+            return f"atomic_load_explicit(({space} {native}*)({self.name_of(var)} + ({self.offset(index)})), memory_order_relaxed)"
+        if space.startswith("const"):
+            raise CodegenError(f"{op}: {self.name_of(var)} is read-only in this kernel")
+        value = self.expr(args[1])
+        if str(args[1].dtype) != dtype:
+            value = f"(({msl_type(dtype)})({value}))"
+        return f"atomic_store_explicit(({space} {native}*)({self.name_of(var)} + ({self.offset(index)})), {value}, memory_order_relaxed)"
 
     def _atomic_address(self, op: str, addr: Any, source: bool = False) -> tuple[Any, Any]:
         if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":

@@ -85,6 +85,12 @@ class NameTable:
     def taken(self, name: str) -> bool:
         return name in self._taken
 
+    def rename(self, var: Any) -> str:
+        """A fresh name for `var` from here on: a `Bind` repeated in one scope (the body of an
+        unrolled loop binds the same variable once per copy) must declare a new constant."""
+        self._names.pop(var, None)
+        return self(var)
+
     def __call__(self, var: Any) -> str:
         name = self._names.get(var)
         if name is not None:

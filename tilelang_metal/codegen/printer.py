@@ -18,6 +18,7 @@ from ..transform.kernel_prelude import prelude_vars
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
+from .extern_helpers import EXTERN_HELPERS
 from .math_functions import math_call
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
@@ -69,6 +70,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
+        self.bound: set = set()  # variables a Bind has declared (a repeat gets a fresh name)
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
         self.analyzer = tvm.arith.Analyzer()
@@ -200,7 +202,12 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.bind_pointer(var, value)
             return
         self.bound_values[var] = value
-        self.emit(f"const {msl_type(str(var.dtype))} {self.name_of(var)} = {self.expr(value)};")
+        value_text = self.expr(value)  # printed before a rename: the value may read the previous copy
+        name = self.name_of.rename(var) if var in self.bound else self.name_of(var)
+        if var in self.bound:
+            self._expr_memo.clear()  # memoized texts spell the previous name
+        self.bound.add(var)
+        self.emit(f"const {msl_type(str(var.dtype))} {name} = {value_text};")
 
     def bind_pointer(self, var: Any, value: Any) -> None:
         """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
@@ -405,11 +412,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return str(int(e))
         if isinstance(e, (tir.IntImm, tir.FloatImm)):
             return self._print_expr(e)  # constants hash by value (2 and 2u alike): never memoized
-        # IR is immutable and shares subtrees: print each object once. The key is the object's
-        # identity; the memo keeps the object alive so its address cannot be reused meanwhile.
+        # IR is immutable and shares subtrees: print each object once, keyed by its hash (the memo
+        # keeps the object alive); a hit counts only for the same object.
         key = e.__hash__()
         hit = self._expr_memo.get(key)
-        if hit is None:
+        if hit is None or not hit[0].same_as(e):
             hit = (e, self._print_expr(e))
             self._expr_memo[key] = hit
         return hit[1]
@@ -514,6 +521,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
+            helper = EXTERN_HELPERS.get(name)
+            if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
+                name, self.support_code[helper[0]] = helper
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
             return self.pointer(e)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 _ASSIGN_RE = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
+_ATOMIC_STORE_TARGET_RE = re.compile(r"atomic_store_explicit\(\([^()]*\*\)\($")
 _BLOCK_RE = re.compile(r"^\s*(?:\}\s*else\b\s*)?(?:if\s*\(.*\))?\s*\{\s*(?://.*)?$")
 
 
@@ -57,6 +58,8 @@ def _is_store(line: str, start: int, end: int) -> bool:
         close = _matching(line, end + bracket.end() - 1)
         return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))
     before = line[:start].rstrip()
+    if _ATOMIC_STORE_TARGET_RE.search(before):  # `atomic_store_explicit((T*)(C + off), v, ...)` writes C
+        return True
     if before.endswith("("):
         close = _matching(line, len(before) - 1)
         return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))

@@ -37,6 +37,7 @@ namespace tlm {
 // access (never a race) from a plain vector access with `tlm::is_atomic_object_v<V>`.
 template <class V> inline constexpr bool is_atomic_object_v = false;
 template <class T> inline constexpr bool is_atomic_object_v<metal::tlm_atomic<T>> = true;
+template <class T> inline constexpr bool is_atomic_object_v<const metal::tlm_atomic<T>> = true;
 }  // namespace tlm
 
 namespace metal {
@@ -62,10 +63,11 @@ TLM_INLINE T fetch_update(tlm_atomic<T>* object, Update update) {
 }
 }  // namespace tlm_detail
 
+// MSL declares the load on `const` objects too (an atomic load from a read-only buffer).
 template <class T>
-TLM_INLINE T atomic_load_explicit(tlm_atomic<T>* object, memory_order) {
+TLM_INLINE T atomic_load_explicit(const tlm_atomic<T>* object, memory_order) {
   T out;
-  __atomic_load(tlm_detail::cell(object), &out, __ATOMIC_RELAXED);
+  __atomic_load(tlm_detail::cell(const_cast<tlm_atomic<T>*>(object)), &out, __ATOMIC_RELAXED);
   return out;
 }
 
