@@ -408,3 +408,25 @@ def test_guide_racecheck_example_runs(capsys, tmp_path):
     runpy.run_path(str(script))
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kernel ")]  # not tilelang's log
     assert printed == [shown]  # seed 0's schedule is deterministic, so the guide shows the real report
+
+
+def test_garbage_in_registers_is_reported_only_when_it_is_stored():
+    # TVM's allreduce shape: every lane shuffles and adds, only lanes < 2 loaded a value, lane 0 stores.
+    def allreduce_tail(store_lane: int) -> str:
+        return kernel(
+            f"allreduce_tail_{store_lane}",
+            [IN, OUT, THREAD_IDX],
+            "  float v[1];\n  float t[1];\n"
+            f"  if (({TID} < 2)) {{\n    v[0] = A[{TID}];\n  }}\n"
+            "  t[0] = simd_shuffle_down(v[0], (ushort)(1));\n"
+            "  v[0] = (v[0] + t[0]);\n"
+            f"  if (({TID} == {store_lane})) {{\n    B[0] = v[0];\n  }}\n",
+            max_threads=32,
+        )
+
+    a, b = torch.randn(32), torch.zeros(1)
+    launch_racecheck(allreduce_tail(0), [a, b], (1, 1, 1), (32, 1, 1))
+    assert b.item() == (a[0] + a[1]).item()
+    race(allreduce_tail(3), [a, torch.zeros(1)], (1, 1, 1), (32, 1, 1),
+         r"uninitialized read of thread array 'v' element 0 by threadgroup \(0,0,0\) thread \(3,0,0\) .*\(it holds a value computed from an uninitialized read\); "
+         r"the value can reach device buffer 'B' element 0, stored next")

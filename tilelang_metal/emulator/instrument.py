@@ -172,7 +172,10 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
     arguments. Every kernel of a module runs, in host order."""
     import torch
 
+    from ..execution.emulator_adapter import CPU
+
     adapter = _adapter(kernel)
+    adapter.call.bind(args, CPU, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
 
     def run(seed: int) -> tuple[list[Any], list[str]]:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)

@@ -367,7 +367,11 @@ def lower_fragment_reduce(
             value = element(op.kind, tir.BufferLoad(op.src, indices), acc_dtype)
             return tir.BufferStore(part, combine(op.kind, tir.BufferLoad(part, [j]), value), [j])
 
-        return serial(plan.local_count, step, "red_c", unrolled=True)
+        fold = serial(plan.local_count, step, "red_c", unrolled=True)
+        if src.threads_used < block_threads:
+            # threads outside the source layout hold no element: they would fold uninitialized registers
+            fold = tir.IfThenElse(tx_rel < src.threads_used, fold, None)
+        return fold
 
     stmts.append(parallel_nest(dst, local_body, layout_attr))
 

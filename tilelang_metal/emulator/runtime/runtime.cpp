@@ -67,6 +67,12 @@ struct fiber_t {
   uint32_t tg_epoch;    // threadgroup barriers passed that order threadgroup memory (racecheck)
   uint32_t dev_epoch;   // ... that order device memory
   access atomic;        // racecheck: the memory of the last atomic object pointer formed
+  // racecheck: the first thread-array element read since this thread's last store that was never
+  // written (or holds a value computed from such a read); reported if a store to device or
+  // threadgroup memory follows (the value may be in it), forgotten at any other store.
+  const char* taint_name;
+  int64_t taint_index;
+  bool taint_derived;
 };
 
 struct simd_state {
@@ -385,6 +391,7 @@ void run_group(worker& w, uint64_t g) {
     w.fibers[i].tg_epoch = 0;
     w.fibers[i].dev_epoch = 0;
     w.fibers[i].atomic = access{};
+    w.fibers[i].taint_name = nullptr;
     lane_info& li = w.fibers[i].info;
     li.tg[0] = w.tg[0];
     li.tg[1] = w.tg[1];
@@ -576,6 +583,22 @@ void report_uninitialized(worker& w, const access& a, int64_t element) {
   L->has_race = true;
 }
 
+// A store to device / threadgroup memory after a read of an unwritten thread-array element.
+void report_uninitialized_value(worker& w, const access& store, int64_t element) {
+  launch_state* L = w.L;
+  fiber_t* f = w.cur;
+  if (L->has_race) return;
+  char me[160];
+  describe_thread(*L, static_cast<uint32_t>(w.group), f->index, me, sizeof me);
+  std::snprintf(L->race, sizeof L->race,
+                "uninitialized read of thread array '%s' element %lld by %s (%s); the value can reach %s '%s' element "
+                "%lld, stored next",
+                f->taint_name, static_cast<long long>(f->taint_index), me,
+                f->taint_derived ? "it holds a value computed from an uninitialized read" : "never written before",
+                space_name(store.kind), store.name, static_cast<long long>(element));
+  L->has_race = true;
+}
+
 inline bool unordered(const who& o, const who& me) {
   if (o.group1 != me.group1) return true;  // other threadgroup: never ordered
   return o.thread != me.thread && o.epoch == me.epoch;
@@ -635,14 +658,31 @@ void race_access(worker& w, const access& a, bool reads) {
   fiber_t* f = w.cur;
   const bool store = (a.flags & access_store) != 0;
   if (a.kind == space_kind::thread_memory) {
+    // Thread arrays are registers: reading an unwritten element is reported only when a store to
+    // device or threadgroup memory follows (lanes outside a layout compute with garbage that no one
+    // stores, e.g. TVM's allreduce). Written flags: 0 never, 1 written, 2 written with a value
+    // computed after an uninitialized read. A shuffle operand is the lane's contribution, which
+    // its own result does not depend on (whether another lane uses it is not tracked).
     if (!a.init) return;
+    if (store) {
+      const uint8_t flag = f->taint_name ? 2 : 1;
+      for (uint32_t j = 0; j < a.lanes; ++j) a.init[j] = flag;
+      f->taint_name = nullptr;
+      return;
+    }
+    if (a.flags & access_shuffled) return;
     for (uint32_t j = 0; j < a.lanes; ++j) {
-      if (store) a.init[j] = 1;
-      else if (!a.init[j]) {
-        report_uninitialized(w, a, a.index + j);
-        return;
+      if (a.init[j] != 1 && !f->taint_name) {
+        f->taint_name = a.name;
+        f->taint_index = a.index + j;
+        f->taint_derived = a.init[j] == 2;
       }
     }
+    return;
+  }
+  if (store && f->taint_name) {
+    report_uninitialized_value(w, a, a.index);
+    f->taint_name = nullptr;
     return;
   }
   const uint8_t bits = static_cast<uint8_t>((store ? who_write : 0) | ((a.flags & access_atomic) ? who_atomic : 0));

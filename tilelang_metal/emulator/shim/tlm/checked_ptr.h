@@ -34,6 +34,7 @@ struct checked_ptr {
   TLM_INLINE checked_ptr w() const { return with_flags(1); }
   TLM_INLINE checked_ptr p() const { return with_flags(2); }
   TLM_INLINE checked_ptr wp() const { return with_flags(3); }
+  TLM_INLINE checked_ptr s() const { return with_flags(8); }  // operand of a shuffle (access_marks.py)
   TLM_INLINE checked_ptr with_flags([[maybe_unused]] uint8_t f) const {
     checked_ptr r = *this;
 #ifdef TLM_INSTRUMENTED
@@ -161,6 +162,7 @@ struct local_array {
   TLM_INLINE checked_ptr<T> w() { return ptr().w(); }
   TLM_INLINE checked_ptr<T> p() { return ptr().p(); }
   TLM_INLINE checked_ptr<T> wp() { return ptr().wp(); }
+  TLM_INLINE checked_ptr<T> s() { return ptr().s(); }
 };
 
 // `if (...) {` blocks of the kernel (counters: accesses inside are predicated).

@@ -71,7 +71,8 @@ void* threadgroup_slot(uint32_t slot, uint64_t bytes) noexcept;
 // device buffer, threadgroup array and (racecheck) thread array; plain builds never call these.
 
 enum class space_kind : uint8_t { device_memory = 0, threadgroup_memory = 1, thread_memory = 2 };  // (device, threadgroup, thread are macros)
-enum access_flags : uint8_t { access_store = 1, access_predicated = 2, access_atomic = 4 };
+// access_shuffled: a lane's operand of simd_shuffle* / simd_broadcast (other lanes may not take it).
+enum access_flags : uint8_t { access_store = 1, access_predicated = 2, access_atomic = 4, access_shuffled = 8 };
 
 struct access {
   const void* addr;   // first byte accessed
