@@ -6,7 +6,8 @@ that select the thread: `(r // lf) % e` contributes `s * digit` to the thread in
 digits* (parts each thread walks through itself). The lowering:
 
 1. local: every thread folds the source elements it holds for each destination element it owns
-   (a parallel loop over the destination, partitioned by LowerTileOp with the destination layout);
+   (a parallel loop over the destination, partitioned by LowerTileOp with the destination layout;
+   threads outside the source layout hold nothing and skip it);
 2. within a simdgroup: a butterfly of `simd_shuffle_xor` over the thread digits whose lanes are in
    the same simdgroup (`simd_sum` / `simd_max` / `simd_min` when the group is the whole simdgroup);
 3. across simdgroups (thread digits >= 32 lanes apart, or digits that are not powers of two): each
