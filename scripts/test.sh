@@ -2,6 +2,8 @@
 # Test suite (Linux, CPU only): codegen properties, selection table, and numerics in the emulator.
 #   bash scripts/test.sh            everything (what CI runs)
 #   bash scripts/test.sh --quick    all but the slow tier (tests/slow, @pytest.mark.slow)
+#   bash scripts/test.sh --racecheck  the numerics tier with every emulator launch under the race
+#                                     checker (pytest --racecheck; .ci/run runs it after the suite)
 # Further arguments go to pytest. Tests run in one process per CPU (pytest-xdist);
 # TILELANG_METAL_TEST_WORKERS=0 runs them in this process (e.g. for pdb).
 set -euo pipefail
@@ -10,6 +12,9 @@ tier=()
 if [[ "${1:-}" == "--quick" ]]; then
   shift
   tier=(-m "not slow")
+elif [[ "${1:-}" == "--racecheck" ]]; then
+  shift
+  tier=(tests/numerics --racecheck)
 fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"

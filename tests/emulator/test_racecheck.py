@@ -154,7 +154,7 @@ def test_schedule_dependent_outputs_are_reported():
         a = torch.full((512,), float(seed), dtype=torch.float16)
         t = [a, torch.zeros(512, dtype=torch.float16), torch.zeros(512, dtype=torch.float16)]
         _race_launch(add_half4(), t, (1, 1, 1), (128, 1, 1), seed)
-        return t
+        return t, ["bitwise"] * len(t)
 
     with pytest.raises(EmulatorRaceError, match=r"outputs depend on the schedule: launch tensor 0 element 0 is 0.0 with seed 0 and 1.0 with seed 1"):
         _compare_schedules(run, "launch tensor", (0, 1))
@@ -228,3 +228,205 @@ def test_racy_tilelang_kernels_are_caught():
     k = jit(shared_rows, examples.metal4_target())
     with pytest.raises(EmulatorRaceError, match=r"data race on device buffer 'B' element \d+: write by .*different threadgroups"):
         racecheck(k, a)
+
+
+# ----------------------------------------------------------------- atomics
+
+HIST = "device int* __restrict H [[ buffer(0) ]]"
+
+
+def _add(target: str, index: str, value: str = "1", ty: str = "atomic_int", space: str = "device") -> str:
+    return f"atomic_fetch_add_explicit(({space} {ty}*)({target} + ({index})), {value}, memory_order_relaxed)"
+
+
+def atomic_bins(prologue: str = "", epilogue: str = "", name: str = "atomic_bins") -> str:
+    """Every thread of every threadgroup adds 1 to bin (thread & 3) of H."""
+    return kernel(name, [HIST, "device int* __restrict B [[ buffer(1) ]]", BLOCK_IDX, THREAD_IDX],
+                  prologue + f"  {_add('H', TID + ' & 3')};\n" + epilogue, max_threads=64)
+
+
+def test_atomics_do_not_race_with_each_other():
+    h, b = torch.zeros(4, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)
+    launch_racecheck(atomic_bins(), [h, b], (3, 1, 1), (64, 1, 1))
+    assert h.tolist() == [48] * 4
+
+
+def test_plain_store_racing_with_atomic_add_is_reported():
+    # thread 0 resets the bin while the others add to it: no barrier orders the store
+    src = atomic_bins(f"  if ({TID} == 0) {{\n    H[0] = 0;\n  }}\n", name="reset_then_add")
+    msg = race(src, [torch.zeros(4, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)], (1, 1, 1), (64, 1, 1),
+               r"data race on device buffer 'H' element 0: (write by .*thread \(0,0,0\).*then atomic write|atomic write by .*then write by .*thread \(0,0,0\))")
+    assert "no threadgroup_barrier(mem_flags::mem_device) between them" in msg
+    # with the barrier the store is ordered before every add
+    ordered = atomic_bins(f"  if ({TID} == 0) {{\n    H[0] = 0;\n  }}\n  threadgroup_barrier(mem_flags::mem_device);\n",
+                          name="reset_barrier_add")
+    h = torch.full((4,), 7, dtype=torch.int32)
+    launch_racecheck(ordered, [h, torch.zeros(64, dtype=torch.int32)], (1, 1, 1), (64, 1, 1))
+    assert h.tolist() == [16, 23, 23, 23]
+
+
+def test_plain_read_racing_with_atomic_add_is_reported():
+    read = f"  B[{TID}] = H[0];\n"
+    msg = race(atomic_bins(epilogue=read, name="add_then_read"), [torch.zeros(4, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)],
+               (1, 1, 1), (64, 1, 1), r"data race on device buffer 'H' element 0: (atomic write by .* then read by|read by .* then atomic write by)")
+    b = torch.zeros(64, dtype=torch.int32)
+    launch_racecheck(atomic_bins(epilogue="  threadgroup_barrier(mem_flags::mem_device);\n" + read, name="add_barrier_read"),
+                     [torch.zeros(4, dtype=torch.int32), b], (1, 1, 1), (64, 1, 1))
+    assert b.tolist() == [16] * 64
+    # across threadgroups no barrier helps: threadgroup 1 reads while others still add
+    race(atomic_bins(epilogue="  threadgroup_barrier(mem_flags::mem_device);\n" + read, name="add_barrier_read_3"),
+         [torch.zeros(4, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)], (3, 1, 1), (64, 1, 1),
+         r"data race on device buffer 'H' element 0: .*different threadgroups")
+
+
+def test_atomics_in_threadgroup_memory_need_the_barriers_around_them():
+    def shared_bins(racy_reset: bool) -> str:
+        sync = "  threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+        return kernel(
+            "shared_bins" + ("_racy_reset" if racy_reset else ""),
+            [HIST, "device int* __restrict B [[ buffer(1) ]]", BLOCK_IDX, THREAD_IDX],
+            "  threadgroup int S[4];\n"
+            f"  if ({TID} < 4) {{\n    S[{TID}] = 0;\n  }}\n"
+            + sync
+            # thread 63 resets bin 3 while the other threads add to it
+            + (f"  if ({TID} == 63) {{\n    S[3] = 0;\n  }}\n" if racy_reset else "")
+            + f"  {_add('S', TID + ' & 3', space='threadgroup')};\n"
+            + sync
+            + f"  if ({TID} < 4) {{\n    H[((((int)blockIdx.x) * 4) + {TID})] = S[{TID}];\n  }}\n",
+            max_threads=64,
+        )
+
+    h = torch.zeros(8, dtype=torch.int32)
+    launch_racecheck(shared_bins(False), [h, torch.zeros(1, dtype=torch.int32)], (2, 1, 1), (64, 1, 1))
+    assert h.tolist() == [16] * 8
+    msg = race(shared_bins(True), [torch.zeros(8, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)], (2, 1, 1), (64, 1, 1),
+               r"data race on threadgroup array 'S' element 3: (write by .*thread \(63,0,0\).*then atomic write|atomic write by .*then write by .*thread \(63,0,0\))")
+    assert "no threadgroup_barrier(mem_flags::mem_threadgroup) between them" in msg
+
+
+def test_float_atomic_sums_are_compared_within_a_tolerance():
+    # The rounding of a float sum depends on the order of the adds (which the schedule picks).
+    src = kernel("float_sum", [IN, "device float* __restrict S [[ buffer(1) ]]", BLOCK_IDX, THREAD_IDX],
+                 f"  {_add('S', '0', f'A[((((int)blockIdx.x) * 64) + {TID})]', ty='atomic_float')};\n", max_threads=64)
+    a = torch.randn(256, generator=torch.Generator().manual_seed(0)) * 1000
+    sums = []
+    for seed in (0, 1, 2):
+        s = torch.zeros(1)
+        _race_launch(src, [a, s], (4, 1, 1), (64, 1, 1), seed)
+        sums.append(s.item())
+    assert len(set(sums)) > 1, "the schedules should round differently"  # else this test proves nothing
+    s = torch.zeros(1)
+    launch_racecheck(src, [a, s], (4, 1, 1), (64, 1, 1))
+    assert abs(s.item() - a.double().sum().item()) < 1e-5 * a.abs().sum().item()
+
+
+def test_tolerance_is_only_for_float_atomics():
+    from tilelang_metal.emulator.instrument import BITWISE, CLOSE, UNCOMPARED, _policies
+    from tilelang_metal.emulator.atomic_usage import AtomicUsage
+
+    f, i, other = torch.zeros(4), torch.zeros(4, dtype=torch.int32), torch.zeros(4)
+    no_atomics = AtomicUsage(frozenset(), False, False)
+    int_atomics = AtomicUsage(frozenset({1}), False, False)
+    float_atomics = AtomicUsage(frozenset({0}), True, False)
+    tickets = AtomicUsage(frozenset({1}), False, True)
+    assert _policies([f, i, other], [(no_atomics, [f, i, other])]) == [BITWISE] * 3
+    assert _policies([f, i, other], [(int_atomics, [f, i, other])]) == [BITWISE] * 3
+    assert _policies([f, i, other], [(float_atomics, [f, i, other])]) == [CLOSE, BITWISE, CLOSE]
+    assert _policies([f, i, other], [(tickets, [f, i, other])]) == [UNCOMPARED, BITWISE, UNCOMPARED]
+
+    def run(seed):
+        return [torch.tensor([1000.0, 1.0 + seed])], [CLOSE]  # 1.0 vs 2.0: far beyond rounding
+
+    with pytest.raises(EmulatorRaceError, match=r"beyond float-atomic rounding: launch tensor 0 element 1 is 1.0 with seed 0 and 2.0 with seed 1"):
+        _compare_schedules(run, "launch tensor", (0, 1))
+    _compare_schedules(lambda seed: ([torch.tensor([1000.0, 1.0 + seed * 1e-3])], [CLOSE]), "launch tensor", (0, 1))
+
+
+def test_atomic_usage_reads_the_printed_shapes():
+    from tilelang_metal.emulator import compile_kernel
+    from tilelang_metal.emulator.atomic_usage import atomic_usage
+
+    tickets = kernel("tickets", [HIST, "device int* __restrict T [[ buffer(1) ]]", THREAD_IDX],
+                     f"  T[{TID}] = {_add('H', '0')};\n", max_threads=64)
+    u = atomic_usage(tickets, compile_kernel(tickets, instrument="racecheck").signature)
+    assert u.targets == {0} and u.results_used and not u.float_atomics
+    u = atomic_usage(atomic_bins(), compile_kernel(atomic_bins(), instrument="racecheck").signature)
+    assert u.targets == {0} and not u.results_used
+    # tickets are schedule-dependent by design: not compared, the counter is (bitwise)
+    h, t = torch.zeros(4, dtype=torch.int32), torch.zeros(64, dtype=torch.int32)
+    launch_racecheck(tickets, [h, t], (1, 1, 1), (64, 1, 1))
+    assert h[0].item() == 64 and sorted(t.tolist()) == list(range(64))
+
+
+def test_racy_tilelang_atomics_are_caught_and_correct_ones_pass():
+    import tilelang
+    import tilelang.language as T
+
+    from tilelang_metal import examples
+
+    def make(reset_first: bool):
+        @T.prim_func
+        def reset_and_add(A: T.Tensor((64,), "int32"), B: T.Tensor((2,), "int32")):
+            with T.Kernel(2, threads=64) as bx:
+                tx = T.get_thread_binding()
+                if bx == 0 and tx == 0:
+                    B[0] = 0  # plain store; threadgroup 1's atomic adds are not ordered with it
+                T.atomic_add(B[0], A[tx])
+                T.atomic_max(B[1], A[tx])
+
+        @T.prim_func
+        def only_atomics(A: T.Tensor((64,), "int32"), B: T.Tensor((2,), "int32")):
+            with T.Kernel(2, threads=64):
+                tx = T.get_thread_binding()
+                T.atomic_add(B[0], A[tx])
+                T.atomic_max(B[1], A[tx])
+
+        func = reset_and_add if reset_first else only_atomics
+        return tilelang.compile(func, target=examples.metal4_target(), execution_backend="emulator")
+
+    a = torch.randint(-100, 100, (64,), dtype=torch.int32)
+    with pytest.raises(EmulatorRaceError, match=r"data race on device buffer 'B' element 0: (write by .*then atomic write|atomic write by .*then write).*different threadgroups"):
+        racecheck(make(True), a, torch.zeros(2, dtype=torch.int32))
+    b = torch.tensor([5, -1000], dtype=torch.int32)
+    racecheck(make(False), a, b)
+    assert b.tolist() == [5 + 2 * int(a.sum()), int(a.max())]
+
+
+# ----------------------------------------------------------------- the user guide's example
+
+
+def test_guide_racecheck_example_runs(capsys, tmp_path):
+    import pathlib
+    import runpy
+
+    guide = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text()
+    after = guide.split("<!-- racecheck example", 1)[1]
+    block = after.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = after.split("prints\n\n```\n", 1)[1].split("\n```", 1)[0]
+    script = tmp_path / "guide_racecheck.py"  # a file: T.prim_func reads its function's source
+    script.write_text(block)
+    runpy.run_path(str(script))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kernel ")]  # not tilelang's log
+    assert printed == [shown]  # seed 0's schedule is deterministic, so the guide shows the real report
+
+
+def test_garbage_in_registers_is_reported_only_when_it_is_stored():
+    # TVM's allreduce shape: every lane shuffles and adds, only lanes < 2 loaded a value, lane 0 stores.
+    def allreduce_tail(store_lane: int) -> str:
+        return kernel(
+            f"allreduce_tail_{store_lane}",
+            [IN, OUT, THREAD_IDX],
+            "  float v[1];\n  float t[1];\n"
+            f"  if (({TID} < 2)) {{\n    v[0] = A[{TID}];\n  }}\n"
+            "  t[0] = simd_shuffle_down(v[0], (ushort)(1));\n"
+            "  v[0] = (v[0] + t[0]);\n"
+            f"  if (({TID} == {store_lane})) {{\n    B[0] = v[0];\n  }}\n",
+            max_threads=32,
+        )
+
+    a, b = torch.randn(32), torch.zeros(1)
+    launch_racecheck(allreduce_tail(0), [a, b], (1, 1, 1), (32, 1, 1))
+    assert b.item() == (a[0] + a[1]).item()
+    race(allreduce_tail(3), [a, torch.zeros(1)], (1, 1, 1), (32, 1, 1),
+         r"uninitialized read of thread array 'v' element 0 by threadgroup \(0,0,0\) thread \(3,0,0\) .*\(it holds a value computed from an uninitialized read\); "
+         r"the value can reach device buffer 'B' element 0, stored next")

@@ -5,7 +5,9 @@ fixed statement shapes make it plain: an access immediately followed by `=` is a
 (`C[i] = v;`, `*(device half4*)(C + off) = v;`) and becomes `C.w()[i]` / `(C.w() + off)`; an access
 inside a branch of `?:` (the printer's masked loads) is predicated and becomes `A.p()`. `if`/`else`
 blocks open a `tlm::predicated_scope`, so every access executed inside them counts as predicated.
-Lines keep their numbers.
+An access inside the arguments of a shuffle (`simd_shuffle*`, `simd_broadcast`) is a lane's
+contribution that other lanes may or may not take, and becomes `A.s()` (racecheck does not require
+a thread array read there to be initialized). Lines keep their numbers.
 """
 
 from __future__ import annotations
@@ -51,6 +53,24 @@ def _ternary_positions(line: str) -> list[bool]:
     return inside
 
 
+_SHUFFLE_RE = re.compile(r"\b(?:simd_shuffle(?:_xor|_up|_down)?|simd_broadcast)\s*$")
+
+
+def _shuffle_operand_positions(line: str) -> list[bool]:
+    """For each position: is it inside the argument list of a shuffle / broadcast call?"""
+    inside = [False] * (len(line) + 1)
+    stack: list[bool] = []
+    for i, ch in enumerate(line):
+        if ch == "/" and line[i : i + 2] == "//":
+            break
+        if ch == "(":
+            stack.append(bool(_SHUFFLE_RE.search(line, 0, i)))
+        elif ch == ")" and stack:
+            stack.pop()
+        inside[i] = any(stack)
+    return inside
+
+
 def _is_store(line: str, start: int, end: int) -> bool:
     rest = line[end:]
     bracket = re.match(r"\s*\[", rest)
@@ -71,6 +91,7 @@ def mark_line(line: str, names: set[str], *, predicated_blocks: bool) -> str:
         return line
     pattern = re.compile(r"(?<![\w.>])(" + "|".join(sorted(map(re.escape, names))) + r")\b(?!\s*\()")
     ternary = _ternary_positions(line)
+    shuffled = _shuffle_operand_positions(line) if "simd_" in line else None
     pieces, last = [], 0
     code_end = line.find("//")
     for m in pattern.finditer(line):
@@ -79,6 +100,8 @@ def mark_line(line: str, names: set[str], *, predicated_blocks: bool) -> str:
         store = _is_store(line, m.start(), m.end())
         predicated = ternary[m.start()]
         suffix = ".wp()" if store and predicated else ".w()" if store else ".p()" if predicated else ""
+        if shuffled is not None and shuffled[m.start()] and not store:
+            suffix += ".s()"
         pieces.append(line[last : m.end()] + suffix)
         last = m.end()
     pieces.append(line[last:])

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .atomic_usage import AtomicUsage, atomic_usage
 from .errors import EmulatorRaceError
 
 # Same order as `enum counter` in shim/tlm/runtime_api.h.
@@ -125,21 +126,67 @@ def _first_difference(a: Any, b: Any) -> tuple[int, Any, Any] | None:
     return i, a.reshape(-1)[i].item(), b.reshape(-1)[i].item()
 
 
+# How each tensor is compared between schedules (see _policies).
+BITWISE, CLOSE, UNCOMPARED = "bitwise", "close", "uncompared"
+# Relative tolerance for outputs of float atomics: order-dependent rounding of a sum of n terms is a
+# few ulps times sqrt(n)-ish, relative to the terms (hence also atol = rtol * the tensor's largest value).
+_ATOMIC_RTOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+
+
+def _storage(t: Any) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _policies(values: Sequence[Any], usages: Sequence[tuple[AtomicUsage, Sequence[Any]]]) -> list[str]:
+    """Per value: BITWISE, or (modules with atomics) CLOSE for floating tensors when some atomic works
+    on floating-point data (its rounding depends on the order, and so does whatever is computed from
+    it), or UNCOMPARED for tensors that no atomic targets when a kernel uses atomics' return values
+    (tickets, previous values: schedule-dependent by design). `usages`: per launch, its atomics and
+    its launch values (to map atomic targets to tensors)."""
+    import torch
+
+    float_atomics = any(u.float_atomics for u, _ in usages)
+    results_used = any(u.results_used for u, _ in usages)
+    targets = {
+        _storage(vals[i]) for u, vals in usages for i in u.targets if i < len(vals) and isinstance(vals[i], torch.Tensor)
+    }
+    out = []
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            out.append(BITWISE)
+        elif results_used and _storage(v) not in targets:
+            out.append(UNCOMPARED)
+        elif float_atomics and v.is_floating_point():
+            out.append(CLOSE)
+        else:
+            out.append(BITWISE)
+    return out
+
+
 def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
     """Run `kernel(*args)` under race detection once per schedule seed; return what the call returns.
 
     Raises EmulatorRaceError for a data race, an uninitialized read of threadgroup memory or of a
-    thread array, or outputs that differ bitwise between schedules. Inputs are copied for every
-    schedule; the first schedule's results are written back to in-place arguments. Every kernel of
-    a module runs, in host order."""
+    thread array, or outputs that differ between schedules (bitwise; with atomics see _policies).
+    Inputs are copied for every schedule; the first schedule's results are written back to in-place
+    arguments. Every kernel of a module runs, in host order."""
     import torch
 
-    adapter = _adapter(kernel)
+    from ..execution.emulator_adapter import CPU
 
-    def run(seed: int) -> list[Any]:
+    adapter = _adapter(kernel)
+    adapter.call.bind(args, CPU, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
+
+    def run(seed: int) -> tuple[list[Any], list[str]]:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-        bound = _launches(adapter, copies, lambda msl, values, grid, block: _race_launch(msl, values, grid, block, seed))
-        return [v for v in bound.values]
+        usages: list[tuple[AtomicUsage, Sequence[Any]]] = []
+
+        def one(msl: str, values: Sequence[Any], grid: Any, block: Any) -> None:
+            usages.append((_race_launch(msl, values, grid, block, seed), values))
+
+        bound = _launches(adapter, copies, one)
+        values = list(bound.values)
+        return values, _policies(values, usages)
 
     runs = _compare_schedules(run, "host parameter", seeds)  # host order, outputs included
     originals = iter(args)
@@ -159,17 +206,17 @@ def launch_racecheck(
 ) -> None:
     """`racecheck` for MSL source and explicit launch tensors (the first schedule's results land in them)."""
 
-    def run(seed: int) -> list[Any]:
+    def run(seed: int) -> tuple[list[Any], list[str]]:
         copies = [t.clone() for t in tensors]
-        _race_launch(msl, copies, grid, block, seed)
-        return copies
+        usage = _race_launch(msl, copies, grid, block, seed)
+        return copies, _policies(copies, [(usage, copies)])
 
     runs = _compare_schedules(run, "launch tensor", seeds)
     for t, r in zip(tensors, runs[0]):
         t.copy_(r)
 
 
-def _race_launch(msl: str, buffers: Sequence[Any], grid: Sequence[int], block: Sequence[int], seed: int) -> None:
+def _race_launch(msl: str, buffers: Sequence[Any], grid: Sequence[int], block: Sequence[int], seed: int) -> AtomicUsage:
     from . import compile_kernel
 
     emulated = compile_kernel(msl, instrument="racecheck")
@@ -177,19 +224,45 @@ def _race_launch(msl: str, buffers: Sequence[Any], grid: Sequence[int], block: S
         emulated.launch(buffers, grid, block, workers=1, _instrumentation=(_MODE_RACECHECK, 0, int(seed)))
     except EmulatorRaceError as e:
         raise EmulatorRaceError(f"{e} (schedule seed {seed})") from None
+    return atomic_usage(msl, emulated.signature)
+
+
+def _first_mismatch(a: Any, b: Any) -> tuple[int, Any, Any, float] | None:
+    """First element of float tensors `a`, `b` that differs by more than atomics' rounding allows."""
+    import torch
+
+    rtol = _ATOMIC_RTOL.get(str(a.dtype).removeprefix("torch."), 1e-4)
+    x, y = a.reshape(-1).double(), b.reshape(-1).double()
+    finite = x[torch.isfinite(x)]
+    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    ok = torch.isclose(x, y, rtol=rtol, atol=rtol * scale, equal_nan=True)
+    if bool(ok.all()):
+        return None
+    i = int((~ok).nonzero()[0])
+    return i, a.reshape(-1)[i].item(), b.reshape(-1)[i].item(), rtol
 
 
 def _compare_schedules(run: Any, what: str, seeds: Sequence[int]) -> list[list[Any]]:
-    """`run(seed)` once per seed (-> the tensors to compare); the tensors of every schedule must
-    equal the first's bitwise. `what` names a tensor's position in reports."""
-    import torch
-
+    """`run(seed)` once per seed (-> the tensors to compare and how: _policies); the tensors of every
+    schedule must equal the first's. `what` names a tensor's position in reports."""
     if not seeds:
         raise ValueError("racecheck needs at least one seed")
-    runs = [run(seed) for seed in seeds]
+    results = [run(seed) for seed in seeds]
+    runs = [values for values, _ in results]
+    policies = results[0][1]
     for seed, values in zip(seeds[1:], runs[1:]):
         for i, (first, other) in enumerate(zip(runs[0], values)):
-            if not isinstance(first, torch.Tensor):
+            policy = policies[i] if i < len(policies) else BITWISE
+            if policy == UNCOMPARED or not hasattr(first, "element_size"):
+                continue
+            if policy == CLOSE:
+                bad = _first_mismatch(first, other)
+                if bad is not None:
+                    raise EmulatorRaceError(
+                        f"outputs depend on the schedule beyond float-atomic rounding: {what} {i} element {bad[0]} is "
+                        f"{bad[1]!r} with seed {seeds[0]} and {bad[2]!r} with seed {seed} (compared within rtol "
+                        f"{bad[3]:g} of the tensor's largest value, as the kernel accumulates with float atomics)"
+                    )
                 continue
             diff = _first_difference(first, other)
             if diff is not None:

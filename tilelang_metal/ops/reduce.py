@@ -6,7 +6,8 @@ that select the thread: `(r // lf) % e` contributes `s * digit` to the thread in
 digits* (parts each thread walks through itself). The lowering:
 
 1. local: every thread folds the source elements it holds for each destination element it owns
-   (a parallel loop over the destination, partitioned by LowerTileOp with the destination layout);
+   (a parallel loop over the destination, partitioned by LowerTileOp with the destination layout;
+   threads outside the source layout hold nothing and skip it);
 2. within a simdgroup: a butterfly of `simd_shuffle_xor` over the thread digits whose lanes are in
    the same simdgroup (`simd_sum` / `simd_max` / `simd_min` when the group is the whole simdgroup);
 3. across simdgroups (thread digits >= 32 lanes apart, or digits that are not powers of two): each
@@ -367,7 +368,11 @@ def lower_fragment_reduce(
             value = element(op.kind, tir.BufferLoad(op.src, indices), acc_dtype)
             return tir.BufferStore(part, combine(op.kind, tir.BufferLoad(part, [j]), value), [j])
 
-        return serial(plan.local_count, step, "red_c", unrolled=True)
+        fold = serial(plan.local_count, step, "red_c", unrolled=True)
+        if src.threads_used < block_threads:
+            # threads outside the source layout hold no element: they would fold uninitialized registers
+            fold = tir.IfThenElse(tx_rel < src.threads_used, fold, None)
+        return fold
 
     stmts.append(parallel_nest(dst, local_body, layout_attr))
 

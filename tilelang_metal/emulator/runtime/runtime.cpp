@@ -40,16 +40,19 @@ enum class fstate : uint8_t { runnable, at_barrier, at_simd, done };
 enum class imode : int { none = 0, counters = 1, racecheck = 2 };
 constexpr uint32_t kMaxBuffers = 256;
 
-// Racecheck shadow state of one element (device) or byte (threadgroup memory): the last writer and
-// up to two readers since; `group1` = threadgroup linear index + 1 (0 = nobody).
+// Racecheck shadow state of one element (device) or byte (threadgroup memory): up to three recent
+// accesses that a later access may conflict with (a write and readers, or several atomics);
+// `group1` = threadgroup linear index + 1 (0 = empty slot).
+enum who_bits : uint8_t { who_write = 1, who_atomic = 2 };
 struct who {
   uint32_t group1;
   uint32_t epoch;
   uint16_t thread;
+  uint8_t bits;  // who_bits
 };
+constexpr int kShadowSlots = 3;
 struct shadow_cell {
-  who w;
-  who r[2];
+  who s[kShadowSlots];
 };
 
 struct worker;
@@ -63,6 +66,13 @@ struct fiber_t {
   uint32_t pred_depth;  // open `if` blocks (counters)
   uint32_t tg_epoch;    // threadgroup barriers passed that order threadgroup memory (racecheck)
   uint32_t dev_epoch;   // ... that order device memory
+  access atomic;        // racecheck: the memory of the last atomic object pointer formed
+  // racecheck: the first thread-array element read since this thread's last store that was never
+  // written (or holds a value computed from such a read); reported if a store to device or
+  // threadgroup memory follows (the value may be in it), forgotten at any other store.
+  const char* taint_name;
+  int64_t taint_index;
+  bool taint_derived;
 };
 
 struct simd_state {
@@ -380,6 +390,8 @@ void run_group(worker& w, uint64_t g) {
     w.fibers[i].pred_depth = 0;
     w.fibers[i].tg_epoch = 0;
     w.fibers[i].dev_epoch = 0;
+    w.fibers[i].atomic = access{};
+    w.fibers[i].taint_name = nullptr;
     lane_info& li = w.fibers[i].info;
     li.tg[0] = w.tg[0];
     li.tg[1] = w.tg[1];
@@ -541,20 +553,23 @@ const char* space_name(space_kind k) {
 }
 
 // The first race of the launch is reported (the run goes on, so the outputs are complete).
-void report_race(worker& w, const access& a, int64_t element, const who& other, bool other_write, const who& me,
-                 bool my_write) {
+void report_race(worker& w, const access& a, int64_t element, const who& other, const who& me) {
   launch_state* L = w.L;
   if (L->has_race) return;
   char first[160], second[160];
   describe_thread(*L, other.group1 - 1, other.thread, first, sizeof first);
   describe_thread(*L, me.group1 - 1, me.thread, second, sizeof second);
+  auto kind = [](const who& x) {
+    return (x.bits & who_atomic) ? ((x.bits & who_write) ? "atomic write" : "atomic read")
+                                 : ((x.bits & who_write) ? "write" : "read");
+  };
   const char* why = other.group1 != me.group1 ? "different threadgroups are not ordered within a launch"
                     : a.kind == space_kind::device_memory
                         ? "no threadgroup_barrier(mem_flags::mem_device) between them"
                         : "no threadgroup_barrier(mem_flags::mem_threadgroup) between them";
   std::snprintf(L->race, sizeof L->race, "data race on %s '%s' element %lld: %s by %s, then %s by %s; %s",
-                space_name(a.kind), a.name, static_cast<long long>(element), other_write ? "write" : "read", first,
-                my_write ? "write" : "read", second, why);
+                space_name(a.kind), a.name, static_cast<long long>(element), kind(other), first, kind(me), second,
+                why);
   L->has_race = true;
 }
 
@@ -568,58 +583,110 @@ void report_uninitialized(worker& w, const access& a, int64_t element) {
   L->has_race = true;
 }
 
+// A store to device / threadgroup memory after a read of an unwritten thread-array element.
+void report_uninitialized_value(worker& w, const access& store, int64_t element) {
+  launch_state* L = w.L;
+  fiber_t* f = w.cur;
+  if (L->has_race) return;
+  char me[160];
+  describe_thread(*L, static_cast<uint32_t>(w.group), f->index, me, sizeof me);
+  std::snprintf(L->race, sizeof L->race,
+                "uninitialized read of thread array '%s' element %lld by %s (%s); the value can reach %s '%s' element "
+                "%lld, stored next",
+                f->taint_name, static_cast<long long>(f->taint_index), me,
+                f->taint_derived ? "it holds a value computed from an uninitialized read" : "never written before",
+                space_name(store.kind), store.name, static_cast<long long>(element));
+  L->has_race = true;
+}
+
 inline bool unordered(const who& o, const who& me) {
-  if (o.group1 == 0) return false;
   if (o.group1 != me.group1) return true;  // other threadgroup: never ordered
   return o.thread != me.thread && o.epoch == me.epoch;
 }
 
-inline bool same_thread(const who& o, const who& me) { return o.group1 == me.group1 && o.thread == me.thread; }
-
-// Returns false when the cell shows a race (reported once per access).
-bool check_cell(worker& w, shadow_cell& c, const access& a, int64_t element, const who& me, bool store) {
-  bool ok = true;
-  if (unordered(c.w, me)) {
-    report_race(w, a, element, c.w, true, me, store);
-    ok = false;
-  }
-  if (store) {
-    for (const who& r : c.r)
-      if (ok && unordered(r, me)) {
-        report_race(w, a, element, r, false, me, true);
-        ok = false;
-      }
-    c.w = me;
-    c.r[0] = c.r[1] = who{0, 0, 0};
-    return ok;
-  }
-  // Keep two distinct readers that a later writer may conflict with (a stale reader of this
-  // threadgroup from an earlier epoch can be replaced by this one).
-  for (who& r : c.r) {
-    if (r.group1 == 0 || same_thread(r, me) || (r.group1 == me.group1 && r.epoch != me.epoch)) {
-      r = me;
-      break;
-    }
-  }
-  return ok;
+// Two unordered accesses conflict when one writes, unless both are atomic (MSL's atomics never race
+// with each other; a plain access racing with an atomic write does).
+inline bool conflicts(const who& o, const who& me) {
+  return o.group1 != 0 && unordered(o, me) && ((o.bits | me.bits) & who_write) &&
+         !((o.bits & me.bits) & who_atomic);
 }
 
-void race_access(worker& w, const access& a) {
+// Can `me` stand in for the earlier access `o` in every later comparison? Yes when `o` is ordered
+// before every later access of the threadgroup that `me` is not (same thread, or an earlier epoch of
+// the threadgroup: all its threads passed the barrier since) and `me` conflicts with everything `o`
+// does: it writes if `o` wrote, and it is plain if `o` was.
+inline bool covers(const who& me, const who& o) {
+  if (o.group1 != me.group1 || (o.thread != me.thread && o.epoch == me.epoch)) return false;
+  if ((o.bits & who_write) && !(me.bits & who_write)) return false;
+  return !(me.bits & who_atomic) || (o.bits & who_atomic);
+}
+
+// Returns false when the cell shows a race (reported once per access).
+bool check_cell(worker& w, shadow_cell& c, const access& a, int64_t element, const who& me) {
+  for (const who& o : c.s) {
+    if (conflicts(o, me)) {
+      report_race(w, a, element, o, me);
+      return false;
+    }
+  }
+  // Record `me`: in place of the accesses it covers, else in a free slot. With no room it is
+  // dropped: the slots then hold three accesses no later one is ordered after.
+  int free_slot = -1;
+  bool placed = false;
+  for (int i = 0; i < kShadowSlots; ++i) {
+    who& o = c.s[i];
+    if (o.group1 == 0) {
+      if (free_slot < 0) free_slot = i;
+    } else if (covers(me, o)) {
+      if (placed) o = who{0, 0, 0, 0};
+      else o = me, placed = true;
+    }
+  }
+  if (!placed && free_slot >= 0) c.s[free_slot] = me;
+  return true;
+}
+
+inline bool ever_written(const shadow_cell& c) {
+  for (const who& o : c.s)
+    if (o.group1 != 0 && (o.bits & who_write)) return true;
+  return false;
+}
+
+// `reads`: the access reads the old value (everything but a plain or atomic store).
+void race_access(worker& w, const access& a, bool reads) {
   launch_state* L = w.L;
   fiber_t* f = w.cur;
   const bool store = (a.flags & access_store) != 0;
   if (a.kind == space_kind::thread_memory) {
+    // Thread arrays are registers: reading an unwritten element is reported only when a store to
+    // device or threadgroup memory follows (lanes outside a layout compute with garbage that no one
+    // stores, e.g. TVM's allreduce). Written flags: 0 never, 1 written, 2 written with a value
+    // computed after an uninitialized read. A shuffle operand is the lane's contribution, which
+    // its own result does not depend on (whether another lane uses it is not tracked).
     if (!a.init) return;
+    if (store) {
+      const uint8_t flag = f->taint_name ? 2 : 1;
+      for (uint32_t j = 0; j < a.lanes; ++j) a.init[j] = flag;
+      f->taint_name = nullptr;
+      return;
+    }
+    if (a.flags & access_shuffled) return;
     for (uint32_t j = 0; j < a.lanes; ++j) {
-      if (store) a.init[j] = 1;
-      else if (!a.init[j]) {
-        report_uninitialized(w, a, a.index + j);
-        return;
+      if (a.init[j] != 1 && !f->taint_name) {
+        f->taint_name = a.name;
+        f->taint_index = a.index + j;
+        f->taint_derived = a.init[j] == 2;
       }
     }
     return;
   }
-  who me{static_cast<uint32_t>(w.group + 1), 0, static_cast<uint16_t>(f->index)};
+  if (store && f->taint_name) {
+    report_uninitialized_value(w, a, a.index);
+    f->taint_name = nullptr;
+    return;
+  }
+  const uint8_t bits = static_cast<uint8_t>((store ? who_write : 0) | ((a.flags & access_atomic) ? who_atomic : 0));
+  who me{static_cast<uint32_t>(w.group + 1), 0, static_cast<uint16_t>(f->index), bits};
   if (a.kind == space_kind::device_memory) {
     if (a.buf < 0 || a.buf >= static_cast<int32_t>(kMaxBuffers) || a.elem_bytes == 0) return;
     shadow_cell*& sh = L->dev_shadow[a.buf];
@@ -632,7 +699,7 @@ void race_access(worker& w, const access& a) {
     const int64_t e0 = (static_cast<const char*>(a.addr) - static_cast<const char*>(L->p->buffers[a.buf])) / a.elem_bytes;
     for (uint32_t j = 0; j < a.lanes; ++j) {
       if (e0 + j < 0 || e0 + j >= count) continue;
-      if (!check_cell(w, sh[e0 + j], a, a.index + j, me, store)) return;
+      if (!check_cell(w, sh[e0 + j], a, a.index + j, me)) return;
     }
     return;
   }
@@ -644,11 +711,11 @@ void race_access(worker& w, const access& a) {
       const int64_t byte = off + static_cast<int64_t>(j) * a.elem_bytes + b;
       if (byte < 0 || static_cast<uint64_t>(byte) >= L->p->threadgroup_limit) continue;
       shadow_cell& c = w.tg_shadow[byte];
-      if (!store && c.w.group1 == 0) {
+      if (reads && !ever_written(c)) {
         report_uninitialized(w, a, a.index + j);
         return;
       }
-      if (!check_cell(w, c, a, a.index + j, me, store)) return;
+      if (!check_cell(w, c, a, a.index + j, me)) return;
     }
   }
 }
@@ -658,7 +725,7 @@ void race_access(worker& w, const access& a) {
 void on_access(const access& a) noexcept {
   worker& w = *tl_w;
   if (w.L->mode == imode::racecheck) {
-    race_access(w, a);
+    race_access(w, a, (a.flags & access_store) == 0);
     return;
   }
   if (w.L->mode != imode::counters) return;
@@ -684,6 +751,24 @@ void on_access(const access& a) noexcept {
       w.counts[c_threadgroup_load_bytes] += bytes;
     }
   }
+}
+
+void atomic_target(const access& a) noexcept {
+  worker& w = *tl_w;
+  w.cur->atomic = a;
+}
+
+void on_atomic_access(const void* addr, size_t bytes, unsigned kind) noexcept {
+  worker& w = *tl_w;
+  if (w.L->mode != imode::racecheck) return;
+  access a = w.cur->atomic;
+  const char* lo = static_cast<const char*>(a.addr);
+  const char* p = static_cast<const char*>(addr);
+  // Only through a pointer formed by an atomic cast of a checked buffer / array (the printer's only
+  // form); anything else names no memory the checker tracks.
+  if (!lo || p < lo || p + bytes > lo + static_cast<size_t>(a.lanes) * a.elem_bytes) return;
+  a.flags = static_cast<uint8_t>(access_atomic | (kind == atomic_load ? 0 : access_store));
+  race_access(w, a, kind != atomic_store);
 }
 
 void predicate_enter() noexcept { ++tl_w->cur->pred_depth; }

@@ -8,11 +8,17 @@
 
 #include "config.h"
 #include "scalar.h"
-// Hook for the emulator's access checking: every atomic access passes through here with its address
-// and size, so a race detector can except atomics from race reports (they are synchronized by
-// definition). Defined empty unless the checker defines it first.
+// Hook for the emulator's access checking: every atomic access passes through here with its address,
+// size and kind (tlm::rt::atomic_kind: load, store or read-modify-write), so the race detector can
+// tell atomics (never a race with each other) from plain accesses. Racecheck builds route it to the
+// runtime; otherwise it is empty unless defined before this header.
 #ifndef TLM_ATOMIC_ACCESS
-#define TLM_ATOMIC_ACCESS(address, bytes) ((void)0)
+#ifdef TLM_RACECHECK
+#include "runtime_api.h"
+#define TLM_ATOMIC_ACCESS(address, bytes, kind) ::tlm::rt::on_atomic_access((address), (bytes), (kind))
+#else
+#define TLM_ATOMIC_ACCESS(address, bytes, kind) ((void)0)
+#endif
 #endif
 
 namespace metal {
@@ -43,9 +49,12 @@ template <class T> inline constexpr bool is_atomic_object_v<const metal::tlm_ato
 namespace metal {
 
 namespace tlm_detail {
+// Kinds passed to TLM_ATOMIC_ACCESS (same values as tlm::rt::atomic_kind).
+enum access_kind : unsigned { atomic_load_access = 0, atomic_store_access = 1, atomic_rmw_access = 2 };
+
 template <class T>
-TLM_INLINE T* cell(tlm_atomic<T>* object) {
-  TLM_ATOMIC_ACCESS(static_cast<void*>(object), sizeof(T));
+TLM_INLINE T* cell(tlm_atomic<T>* object, access_kind kind = atomic_rmw_access) {
+  TLM_ATOMIC_ACCESS(static_cast<void*>(object), sizeof(T), kind);
   return &object->value;
 }
 
@@ -67,14 +76,15 @@ TLM_INLINE T fetch_update(tlm_atomic<T>* object, Update update) {
 template <class T>
 TLM_INLINE T atomic_load_explicit(const tlm_atomic<T>* object, memory_order) {
   T out;
-  __atomic_load(tlm_detail::cell(const_cast<tlm_atomic<T>*>(object)), &out, __ATOMIC_RELAXED);
+  __atomic_load(tlm_detail::cell(const_cast<tlm_atomic<T>*>(object), tlm_detail::atomic_load_access), &out,
+                __ATOMIC_RELAXED);
   return out;
 }
 
 template <class T, class U>
 TLM_INLINE void atomic_store_explicit(tlm_atomic<T>* object, U desired, memory_order) {
   T v = static_cast<T>(desired);
-  __atomic_store(tlm_detail::cell(object), &v, __ATOMIC_RELAXED);
+  __atomic_store(tlm_detail::cell(object, tlm_detail::atomic_store_access), &v, __ATOMIC_RELAXED);
 }
 
 template <class T, class U>

@@ -4,6 +4,7 @@
 // that the whole vector lies inside the buffer and is aligned as MSL requires.
 #pragma once
 
+#include "atomic.h"  // tlm::is_atomic_object_v
 #include "runtime_api.h"
 #include "scalar.h"
 
@@ -33,6 +34,7 @@ struct checked_ptr {
   TLM_INLINE checked_ptr w() const { return with_flags(1); }
   TLM_INLINE checked_ptr p() const { return with_flags(2); }
   TLM_INLINE checked_ptr wp() const { return with_flags(3); }
+  TLM_INLINE checked_ptr s() const { return with_flags(8); }  // operand of a shuffle (access_marks.py)
   TLM_INLINE checked_ptr with_flags([[maybe_unused]] uint8_t f) const {
     checked_ptr r = *this;
 #ifdef TLM_INSTRUMENTED
@@ -41,10 +43,16 @@ struct checked_ptr {
     return r;
   }
 
-  TLM_INLINE void note([[maybe_unused]] int64_t j, [[maybe_unused]] int64_t lanes) const {
+  TLM_INLINE void note([[maybe_unused]] int64_t j, [[maybe_unused]] int64_t lanes,
+                       [[maybe_unused]] bool atomic_object = false) const {
 #ifdef TLM_INSTRUMENTED
-    rt::on_access(rt::access{base + j, name, j, init ? init + j : nullptr, buf, static_cast<uint16_t>(lanes),
-                             static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags});
+    const rt::access a{base + j, name, j, init ? init + j : nullptr, buf, static_cast<uint16_t>(lanes),
+                       static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags};
+#ifdef TLM_RACECHECK
+    // An atomic object: the atomic function that receives the pointer reports the access(es).
+    if (atomic_object) return rt::atomic_target(a);
+#endif
+    rt::on_access(a);
 #endif
   }
 
@@ -85,7 +93,7 @@ struct checked_ptr {
       // MSL aligns an N-lane vector to N elements (buffers themselves are aligned).
       if (__builtin_expect(((align0 + offset) & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
     }
-    note(offset, lanes);
+    note(offset, lanes, is_atomic_object_v<std::remove_cv_t<V>>);
     return reinterpret_cast<V*>(const_cast<E*>(base + offset));
   }
 };
@@ -164,6 +172,7 @@ struct local_array {
   TLM_INLINE checked_ptr<T> w() { return ptr().w(); }
   TLM_INLINE checked_ptr<T> p() { return ptr().p(); }
   TLM_INLINE checked_ptr<T> wp() { return ptr().wp(); }
+  TLM_INLINE checked_ptr<T> s() { return ptr().s(); }
 };
 
 // `if (...) {` blocks of the kernel (counters: accesses inside are predicated).

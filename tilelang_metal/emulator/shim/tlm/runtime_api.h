@@ -71,7 +71,8 @@ void* threadgroup_slot(uint32_t slot, uint64_t bytes) noexcept;
 // device buffer, threadgroup array and (racecheck) thread array; plain builds never call these.
 
 enum class space_kind : uint8_t { device_memory = 0, threadgroup_memory = 1, thread_memory = 2 };  // (device, threadgroup, thread are macros)
-enum access_flags : uint8_t { access_store = 1, access_predicated = 2 };
+// access_shuffled: a lane's operand of simd_shuffle* / simd_broadcast (other lanes may not take it).
+enum access_flags : uint8_t { access_store = 1, access_predicated = 2, access_atomic = 4, access_shuffled = 8 };
 
 struct access {
   const void* addr;   // first byte accessed
@@ -85,6 +86,13 @@ struct access {
   uint8_t flags;      // access_flags
 };
 void on_access(const access& a) noexcept;
+
+// Atomics (racecheck). A cast to an atomic object pointer, `(device atomic_int*)(H + i)`, names the
+// memory (`atomic_target`, the buffer / array, element and width); the atomic functions then report
+// each access through TLM_ATOMIC_ACCESS (`on_atomic_access`, by address) with its kind.
+enum atomic_kind : unsigned { atomic_load = 0, atomic_store = 1, atomic_rmw = 2 };
+void atomic_target(const access& a) noexcept;
+void on_atomic_access(const void* addr, size_t bytes, unsigned kind) noexcept;
 
 // Accesses inside `if`/`else` blocks of the kernel count as predicated (counters).
 void predicate_enter() noexcept;
