@@ -29,6 +29,7 @@ from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
+from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
@@ -134,6 +135,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)
     mod = tl.LowerDeviceKernelLaunch()(mod)
+    mod = SplitInteriorThreadgroups(mod)  # plugin: interior threadgroups of a ragged GEMM run without edge guards
     mod = BlockSwizzleLaunch(mod)  # plugin: physical launch grid of the block swizzle (padded MLX grid)
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision

@@ -65,6 +65,21 @@ def test_interior_threadgroup_counts_equal_aligned_kernel(path):
     assert ragged[(1, 3, 0)][matrix] == aligned[(0, 0, 0)][matrix] > 0  # the edge runs the whole K loop
 
 
+def test_shared_staging_interior_threadgroups_match_aligned_kernel():
+    """The shared path: tilelang's T.copy staging and the fragment's copy to C lose their edge guards
+    in interior threadgroups (transform/interior_split.py)."""
+    ragged = _checked_counts("shared", RAGGED, RAGGED, K)
+    aligned = _checked_counts("shared", ALIGNED, ALIGNED, K)
+    assert len(ragged) == 16  # 64x64 tiles: 3 whole + 8 rows / columns
+    for x in range(3):
+        for y in range(3):
+            assert ragged[(x, y, 0)] == aligned[(0, 0, 0)], (x, y)
+    assert aligned[(0, 0, 0)]["predicated_device_loads"] == 0
+    assert aligned[(0, 0, 0)]["threadgroup_barriers"] > 0
+    for pos in ((3, 0, 0), (0, 3, 0), (3, 3, 0)):
+        assert ragged[pos]["predicated_device_stores"] > 0, pos
+
+
 def test_ragged_k_costs_only_the_last_step():
     # plain metal: 8x8x8 steps; K=100 is 12 whole steps and one step of 4
     whole = _checked_counts("metal", RAGGED, RAGGED, 96)[(0, 0, 0)]
