@@ -33,6 +33,7 @@ from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
+from .transform.shared_staging import BypassSharedStaging
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 
@@ -63,6 +64,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
+    mod = BypassSharedStaging(mod, target)  # plugin: staging-only shared operands -> direct-global T.gemm
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
