@@ -62,6 +62,13 @@ SETTINGS: dict[str, Setting] = {
             True,
         ),
         Setting(
+            PREFIX + "K_PREFETCH",
+            "0",
+            _BOOL_VALUES,
+            "1: a direct-global T.gemm loads the operands of K step k+1 into a second set of registers while step k's matrix operations run (K loop unrolled by 2); costs one more copy of the per-step operand arrays",
+            True,
+        ),
+        Setting(
             PREFIX + "DEBUG",
             "0",
             _BOOL_VALUES,
@@ -160,6 +167,11 @@ def staging_bypass() -> bool:
     return _flag(PREFIX + "STAGING_BYPASS", True)
 
 
+def k_prefetch() -> bool:
+    """Register prefetch of the next K step's operands on the direct-global path (gemm/prefetch.py)."""
+    return _flag(PREFIX + "K_PREFETCH", False)
+
+
 def debug() -> bool:
     return _flag(PREFIX + "DEBUG", False)
 
@@ -193,7 +205,7 @@ def emulator_stack_kb() -> int:
 
 
 # One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass}
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch}
 
 
 def codegen_settings() -> dict[str, str]:

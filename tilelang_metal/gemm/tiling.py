@@ -14,7 +14,10 @@ from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
 from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
+from .. import config
+from ..scopes import GLOBAL_SCOPES
 from .edge_split import interior_condition, uniform_branch
+from .prefetch import prefetched_k_loop
 from .tile_access import dim_in_bounds, tile_in_bounds
 from .tir_build import INT32, as_block_func, local_buffer, seq
 
@@ -71,7 +74,10 @@ class SimdgroupTiling:
         """The whole K steps as a loop (the analyzer knows the step range, so no K guard), then the
         last, partial step (ragged K) with its K guards."""
         steps = []
-        if self.whole_k_steps:
+        if self.next_frags is not None and self.whole_k_steps >= 2:
+            frags = ((a_frag, b_frag), self.next_frags)
+            steps.append(prefetched_k_loop(self.k_step, self.analyzer, self.whole_k_steps, frags, acc))
+        elif self.whole_k_steps:
             ko = tir.Var("k_outer", INT32)
             self.analyzer.bind(ko, tvm.ir.Range(0, self.whole_k_steps))
             body = self.k_step(ko, a_frag, b_frag, acc)
@@ -91,6 +97,12 @@ class SimdgroupTiling:
         a_frag = local_buffer(self.names[0], self.rows * self.inst.left_elems, p.A.dtype)
         b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
         acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
+        self.next_frags = None  # the second operand set of the register prefetch (gemm/prefetch.py)
+        if config.k_prefetch() and p.A.scope in GLOBAL_SCOPES and p.B.scope in GLOBAL_SCOPES and self.whole_k_steps >= 2:
+            self.next_frags = (
+                local_buffer(self.names[0] + "_next", self.rows * self.inst.left_elems, p.A.dtype),
+                local_buffer(self.names[1] + "_next", self.cols * self.inst.right_elems, p.B.dtype),
+            )
         interior = interior_condition(p, self.analyzer, self.thread_index, lambda s, n, e: dim_in_bounds(s, n, e, self.analyzer))
         if interior is None:
             body = self._body(a_frag, b_frag, acc)
@@ -100,5 +112,5 @@ class SimdgroupTiling:
                 inside = self._body(a_frag, b_frag, acc)
             self._check_bounds()
             body = uniform_branch(interior, inside, self._body(a_frag, b_frag, acc))
-        allocs = [a_frag, b_frag] + ([acc.buffer] if acc.owned else [])
+        allocs = [a_frag, b_frag] + list(self.next_frags or ()) + ([acc.buffer] if acc.owned else [])
         return as_block_func(body, allocs, name)
