@@ -5,8 +5,9 @@ The GEMM lowering splits its own body (gemm/edge_split.py). Everything around it
 lowers (the `T.copy` staging of the shared path, the `T.copy` of a fragment accumulator to C) guards
 each access with a condition such as `by * 64 + i < 200`. This pass collects the guards of the kernel
 (`if_then_else` operands and `if` conditions), and for each block index `b` finds the largest `B` such
-that every guard that depends on `b` alone (and on threads and loop counters, whose ranges are
-known) holds for all `b < B`. With `interior = b_x < B_x && b_y < B_y ...`, the body becomes
+that every edge guard that depends on `b` alone (and on threads and loop counters, whose ranges are
+known) holds for all `b < B`; an edge guard fails on the last threadgroup along its axis only
+(a guard such as `by == 0` is not an edge guard and is left alone). With `interior = b_x < B_x && b_y < B_y ...`, the body becomes
 
     if (interior) { body } else { body }   // threadgroup-uniform
 
@@ -141,7 +142,9 @@ def interior_condition(chain: list[Any], body: Any) -> tuple[list[Any], Any] | N
         var = used[0]
         extent = dict((id(v), e) for v, e in blocks)[id(var)]
         bound = _interior_bound(analyzer, guard, var, extent)
-        if bound is not None:
+        # an edge guard fails on the last threadgroup along its axis only; a guard that fails earlier
+        # (`by == 0`) is not about the edge and stays in both copies
+        if bound is not None and bound >= extent - 1:
             bounds[id(var)] = min(bounds[id(var)], bound)
     conds = [v < bounds[id(v)] for v, e in blocks if bounds[id(v)] < e]
     return (conds, analyzer) if conds else None
