@@ -41,3 +41,19 @@ def test_plain_metal_simdgroup_loads_from_device_when_staging_cannot_fit():
     t = _run(E.plain_metal_target(), 136, 256, 200, bk=128, stages=2)  # one stage is 64 KiB
     assert t["threadgroup_barriers"] == t["threadgroup_store_bytes"] == 0
     assert t["simdgroup_multiply_accumulate_8x8x8"] > 0
+
+
+def test_metal4_bypass_with_transposed_staging_and_ragged_edges():
+    import tilelang
+
+    from tilelang_metal.gemm import recorded_plans
+
+    M, N, K = 136, 200, 72
+    func = E.gemm_shared(M, N, K, 64, 64, 32, num_stages=2, trans_A=True, trans_B=True)
+    with recorded_plans() as plans:
+        kern = tilelang.compile(func, out_idx=[-1], target=E.metal4_target(), execution_backend="emulator")
+    assert any(p.describe().startswith("shared staging bypass") for p in plans)
+    torch.manual_seed(1)
+    a = torch.randn(K, M, dtype=torch.float16)  # stored K x M
+    b = torch.randn(N, K, dtype=torch.float16)  # stored N x K
+    torch.testing.assert_close(kern(a, b, torch.zeros(N)), a.float().T @ b.float().T, rtol=1e-3, atol=1e-3)
