@@ -85,17 +85,16 @@ def _const(x: Any) -> int | None:
 
 def _bind_ranges(analyzer: Any, chain: list[Any], body: Any, blocks: list[Any]) -> None:
     """Thread indices and loop counters with their ranges (each defined once in the kernel)."""
-    seen: set = set()
     for attr in chain:
         if str(attr.attr_key) == "thread_extent":
             var = attr.node.var
             if not any(var.same_as(b) for b in blocks) and _const(attr.value) is not None:
                 analyzer.bind(var, tvm.ir.Range(0, attr.value))
-    for loop in find_nodes(body, ["tirx.For"]):
+    loops = find_nodes(body, ["tirx.For"])
+    for loop in loops:
         var = loop.loop_var
-        if var in seen:
+        if sum(1 for other in loops if other.loop_var.same_as(var)) > 1:
             continue  # the same counter in two loops: its range is not one interval, leave it unknown
-        seen.add(var)
         if _const(loop.min) is not None and _const(loop.extent) is not None:
             analyzer.bind(var, tvm.ir.Range.from_min_extent(loop.min, loop.extent))
 
