@@ -20,8 +20,8 @@ def _compile(target, M, N, K):
     "which, M, N, K",
     [
         ("metal4", 200, 200, 80),  # 5 steps (odd), interior and edge threadgroups
-        ("metal4", 64, 128, 96),  # 6 steps (even)
-        ("metal", 67, 129, 44),  # 5 whole 8-steps + a ragged last step
+        pytest.param("metal4", 64, 128, 96, marks=pytest.mark.slow),  # 6 steps (even)
+        pytest.param("metal", 67, 129, 44, marks=pytest.mark.slow),  # 5 whole 8-steps + a ragged last step
     ],
 )
 def test_prefetch_matches_torch_and_does_the_same_work(which, M, N, K, monkeypatch):
