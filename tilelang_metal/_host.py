@@ -700,3 +700,28 @@ def uninstall() -> bool:
             restore()
         _installed = None
         return True
+
+
+# tilelang's annotations that the shared-staging pass reads or rewrites (transform/shared_staging.py)
+LAYOUT_MAP_ANNOTATION = "layout_map"  # T.annotate_layout: block annotation, buffer data var -> layout
+PIPELINE_LOOP_ANNOTATIONS = ("num_stages", "tl_pipeline_order", "tl_pipeline_stage", "tl_pipeline_sync", "tl_pipeline_group")
+
+
+def annotated_layout_vars(block: Any) -> list[Any]:
+    """Data variables of the buffers `T.annotate_layout` gives a layout in this block."""
+    layouts = block.annotations.get(LAYOUT_MAP_ANNOTATION) if block.annotations is not None else None
+    return list(layouts.keys()) if layouts is not None else []
+
+
+def pipeline_stages(loop: Any) -> int:
+    """`T.Pipelined(num_stages=...)` of a loop; 0 when it has none."""
+    value = loop.annotations.get("num_stages") if loop.annotations is not None else None
+    return int(value) if value is not None else 0
+
+
+def with_pipeline_stages(loop: Any, stages: int) -> Any:
+    """The loop with `num_stages` set (2 or more) or, below 2, without any pipelining annotation."""
+    annotations = {k: v for k, v in loop.annotations.items() if k not in PIPELINE_LOOP_ANNOTATIONS}
+    if stages >= 2:
+        annotations["num_stages"] = tir.const(stages, "int32")
+    return tir.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, annotations)

@@ -63,7 +63,8 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
     p.add_argument("--dtype", default="float16", choices=DTYPES, help="dtype of A and B (default: %(default)s)")
     p.add_argument("--out-dtype", default=None, choices=DTYPES, help="dtype of C (default: the --dtype value)")
     p.add_argument("--path", default="direct_global", choices=["direct_global", "shared"],
-                   help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (default: %(default)s)")
+                   help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (on metal4 its staging-only "
+                        "buffers are bypassed unless TILELANG_METAL_STAGING_BYPASS=0; --explain says) (default: %(default)s)")
     p.add_argument("--target", default="metal4", choices=["metal4", "metal", "auto"],
                    help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it (default: %(default)s)")
     p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'), a power of two; 0 = off (default: %(default)s)")

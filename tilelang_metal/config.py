@@ -55,6 +55,20 @@ SETTINGS: dict[str, Setting] = {
             True,
         ),
         Setting(
+            PREFIX + "STAGING_BYPASS",
+            "1",
+            _BOOL_VALUES,
+            "shared buffers that only stage a T.gemm operand (written only by a T.copy from global, read only by the T.gemm) are dropped and the T.gemm reads global memory (metal4 always; plain metal when the staging does not fit 32 KiB even with fewer pipeline stages); 0 keeps the kernel's staging as written",
+            True,
+        ),
+        Setting(
+            PREFIX + "K_PREFETCH",
+            "0",
+            _BOOL_VALUES,
+            "1: a direct-global T.gemm loads the operands of K step k+1 into a second set of registers while step k's matrix operations run (K loop unrolled by 2); costs one more copy of the per-step operand arrays",
+            True,
+        ),
+        Setting(
             PREFIX + "DEBUG",
             "0",
             _BOOL_VALUES,
@@ -147,6 +161,17 @@ def fragment_ct() -> bool:
     return _flag(PREFIX + "FRAGMENT_CT", True)
 
 
+def staging_bypass() -> bool:
+    """Lower GEMMs whose shared operands are only staging on the direct-global path
+    (transform/shared_staging.py)."""
+    return _flag(PREFIX + "STAGING_BYPASS", True)
+
+
+def k_prefetch() -> bool:
+    """Register prefetch of the next K step's operands on the direct-global path (gemm/prefetch.py)."""
+    return _flag(PREFIX + "K_PREFETCH", False)
+
+
 def debug() -> bool:
     return _flag(PREFIX + "DEBUG", False)
 
@@ -180,7 +205,7 @@ def emulator_stack_kb() -> int:
 
 
 # One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct}
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch}
 
 
 def codegen_settings() -> dict[str, str]:

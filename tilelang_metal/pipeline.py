@@ -31,10 +31,12 @@ from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.expression_lets import InlineExpressionLets
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
+from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
-from .transform.shuffle_width import KeepShuffleWidths
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.resource_check import CheckThreadgroupResources
+from .transform.shared_staging import BypassSharedStaging
+from .transform.shuffle_width import KeepShuffleWidths
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.tile_pointers import UseTilePointers
@@ -67,6 +69,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
+    mod = BypassSharedStaging(mod, target)  # plugin: staging-only shared operands -> direct-global T.gemm
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
@@ -139,6 +142,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)
     mod = tl.LowerDeviceKernelLaunch()(mod)
+    mod = SplitInteriorThreadgroups(mod)  # plugin: interior threadgroups of a ragged GEMM run without edge guards
     mod = BlockSwizzleLaunch(mod)  # plugin: physical launch grid of the block swizzle (padded MLX grid)
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision

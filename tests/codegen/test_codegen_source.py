@@ -90,12 +90,17 @@ def test_aligned_kernel_has_no_edge_predicates(fast_path_fp16):
 
 def test_edge_kernel_predicates_loads_and_stores():
     source = lower_source(E.gemm_direct_global(100, 200, 64), E.metal4_target())
-    loop = k_loop(source)
+    # interior threadgroups (one threadgroup-uniform branch) run the aligned body; edge ones the guarded body
+    interior, edge = source.split("} else {  // threadgroup-uniform", 1)
+    assert interior.count("{  // threadgroup-uniform") == 1
+    assert "?" not in k_loop(interior) and "if (" not in k_loop(interior)
+    loop = k_loop(edge)
     assert "?" in loop  # zero-filled operand loads outside the buffer
-    assert "if (" in source.split("for (int k_outer")[1].split("\n  }\n", 1)[1]  # predicated C stores
+    assert "if (" in edge.split("for (int k_outer")[1].split("\n    }\n", 1)[1]  # predicated C stores
 
 
-def test_shared_path_keeps_staging_and_elides_fragment():
+def test_shared_path_keeps_staging_and_elides_fragment(monkeypatch):
+    monkeypatch.setenv("TILELANG_METAL_STAGING_BYPASS", "0")  # staging-only buffers would be bypassed on metal4
     source = lower_source(E.gemm_shared(128, 128, 128), E.metal4_target())
     assert re.search(r"threadgroup uchar buf_dyn_shmem\[\d+\];", source)
     assert "threadgroup_barrier(mem_flags::mem_threadgroup);" in source

@@ -90,8 +90,10 @@ def shared_gemm_msl() -> str:
 
     from tilelang_metal import examples
 
-    k = tilelang.compile(examples.gemm_shared(64, 64, 64), out_idx=[-1], target=examples.metal4_target(), execution_backend="emulator")
-    return k.get_kernel_source()
+    with pytest.MonkeyPatch.context() as mp:  # keep the staging (its views are what is tested)
+        mp.setenv("TILELANG_METAL_STAGING_BYPASS", "0")
+        k = tilelang.compile(examples.gemm_shared(64, 64, 64), out_idx=[-1], target=examples.metal4_target(), execution_backend="emulator")
+        return k.get_kernel_source()
 
 
 def test_real_shared_gemm_views_are_checked(shared_gemm_msl):

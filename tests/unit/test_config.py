@@ -18,6 +18,8 @@ DOC = PACKAGE.parent / "docs" / "configuration.md"
 ACCESSORS = {
     "AUTOLOAD": config.autoload,
     "FRAGMENT_CT": config.fragment_ct,
+    "STAGING_BYPASS": config.staging_bypass,
+    "K_PREFETCH": config.k_prefetch,
     "DEBUG": config.debug,
     "EMULATOR_CACHE": config.emulator_cache,
     "EMULATOR_CXX": config.emulator_cxx,
@@ -97,7 +99,7 @@ def test_settings_are_read_per_call(clean_env):
 
 def test_codegen_settings_cover_exactly_the_settings_that_change_codegen(clean_env):
     changing = {s.name for s in config.SETTINGS.values() if s.changes_codegen}
-    assert set(config.codegen_settings()) == changing == {"TILELANG_METAL_FRAGMENT_CT"}
+    assert set(config.codegen_settings()) == changing == {"TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH"}
     on = config.codegen_settings()
     clean_env.setenv("TILELANG_METAL_FRAGMENT_CT", "0")
     assert config.codegen_settings() != on

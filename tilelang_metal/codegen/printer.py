@@ -10,6 +10,7 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..errors import CodegenError
+from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
 from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.integer_bits import bits_as_arithmetic
@@ -26,6 +27,10 @@ from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
 from .warp_printer import WarpPrinting
+
+# Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
+# such a branch masks no access).
+UNIFORM_NOTE = "  // threadgroup-uniform"
 
 # Hardware position parameters: (attribute, MSL type, default parameter name). A pass may rename a
 # parameter through the function attribute POSITION_NAMES_ATTR (the block swizzle does).
@@ -66,6 +71,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.thread_arrays: dict[Any, str] = {}
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
+        self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
         self.mpp_ops: list[tuple[int, int, int]] = []
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
@@ -164,6 +170,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             if position is not None:
                 self.bind_position(iv.var, position, f"((int){self.position_names[position]}.{axis})")
                 self.unsigned_positions[iv.var] = f"{self.position_names[position]}.{axis}"
+        elif str(stmt.attr_key) == UNIFORM_BRANCH:
+            branch = _only_statement(stmt.body)
+            if isinstance(branch, tir.IfThenElse):
+                self.uniform_ifs.append(branch)
         self.visit(stmt.body)
 
     def visit_AllocBuffer(self, stmt: Any) -> None:
@@ -259,12 +269,13 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.emit("}")
 
     def visit_IfThenElse(self, stmt: Any) -> None:
-        self.emit(f"if ({self.expr(stmt.condition)}) {{")
+        note = UNIFORM_NOTE if any(stmt.same_as(b) for b in self.uniform_ifs) else ""
+        self.emit(f"if ({self.expr(stmt.condition)}) {{{note}")
         self.indent += 1
         self.visit(stmt.then_case)
         self.indent -= 1
         if stmt.else_case is not None:
-            self.emit("} else {")
+            self.emit(f"}} else {{{note}")
             self.indent += 1
             self.visit(stmt.else_case)
             self.indent -= 1
@@ -556,3 +567,11 @@ def print_kernel(func: Any, name: str) -> tuple[str, set[str], set[str], dict[st
     printer = KernelPrinter(func, name)
     text, headers, helpers = printer.print_kernel()
     return text, headers, helpers, printer.support_code
+
+
+def _only_statement(stmt: Any) -> Any:
+    """The one statement of `stmt` besides declarations and bindings hoisted in front of it
+    (buffer declarations, `Bind`s of broadcast values), or None."""
+    parts = list(stmt.seq) if isinstance(stmt, tir.SeqStmt) else [stmt]
+    rest = [s for s in parts if not isinstance(s, (tir.DeclBuffer, tir.Bind))]
+    return rest[0] if len(rest) == 1 else None

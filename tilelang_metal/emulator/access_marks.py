@@ -4,7 +4,8 @@ The shim cannot tell a load from a store through `T&`, so the rewrite marks them
 fixed statement shapes make it plain: an access immediately followed by `=` is a store
 (`C[i] = v;`, `*(device half4*)(C + off) = v;`) and becomes `C.w()[i]` / `(C.w() + off)`; an access
 inside a branch of `?:` (the printer's masked loads) is predicated and becomes `A.p()`. `if`/`else`
-blocks open a `tlm::predicated_scope`, so every access executed inside them counts as predicated.
+blocks open a `tlm::predicated_scope`, so every access executed inside them counts as predicated,
+except the branches the printer marks `// threadgroup-uniform` (no thread is masked).
 An access inside the arguments of a shuffle (`simd_shuffle*`, `simd_broadcast`) is a lane's
 contribution that other lanes may or may not take, and becomes `A.s()` (racecheck does not require
 a thread array read there to be initialized). Lines keep their numbers.
@@ -16,6 +17,9 @@ import re
 
 _ASSIGN_RE = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
 _ATOMIC_STORE_TARGET_RE = re.compile(r"atomic_store_explicit\(\([^()]*\*\)\($")
+# The printer's comment on an `if` / `else` every thread of a threadgroup takes alike (the GEMM's
+# interior/edge choice): such a branch masks no access, so it opens no predicated scope.
+_UNIFORM_RE = re.compile(r"\{\s*// threadgroup-uniform\s*$")
 _BLOCK_RE = re.compile(r"^\s*(?:\}\s*else\b\s*)?(?:if\s*\(.*\))?\s*\{\s*(?://.*)?$")
 
 
@@ -106,7 +110,7 @@ def mark_line(line: str, names: set[str], *, predicated_blocks: bool) -> str:
         last = m.end()
     pieces.append(line[last:])
     out = "".join(pieces)
-    if predicated_blocks and _BLOCK_RE.match(out) and re.search(r"\b(if|else)\b", out):
+    if predicated_blocks and _BLOCK_RE.match(out) and re.search(r"\b(if|else)\b", out) and not _UNIFORM_RE.search(out):
         brace = out.rindex("{")
         out = out[: brace + 1] + " tlm::predicated_scope __tlm_pred_scope;" + out[brace + 1 :]
     return out

@@ -97,6 +97,12 @@ def recorded_plans() -> Iterator[list[GemmPlan]]:
         stack.pop()
 
 
+def record(decision: Any) -> None:
+    """Add a decision (anything with `describe()`) to every active `recorded_plans()` list."""
+    for plans in getattr(_recorders, "stack", ()):
+        plans.append(decision)
+
+
 def _threads(thread_bounds: Any) -> int:
     extent = thread_bounds.extent
     threads = int(extent.value if hasattr(extent, "value") else extent)
@@ -155,8 +161,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     else:
         dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
-    for plans in getattr(_recorders, "stack", ()):
-        plans.append(result)
+    record(result)
     if config.debug():
         logger.warning("tilelang_metal: %s", result.describe())
     else:

@@ -16,27 +16,30 @@ from .problem import Operand, const_int
 from .tir_build import cast, guarded, seq
 
 
+def dim_in_bounds(start: Any, size: int, extent: Any, analyzer: Any) -> bool:
+    """True when [start, start + size) lies inside [0, extent) for every launched block.
+
+    Either the end is provably inside (under the analyzer's constraints: an interior threadgroup's
+    branch), or the tile is aligned to its own size in an extent that is a multiple of it (then a
+    tile is wholly in or wholly outside; blocks outside the logical grid are the launch's business,
+    see the swizzle's early return)."""
+    ext = const_int(extent)
+    if ext is None:
+        return False  # symbolic extent: guard every access
+    begin = const_int(start)
+    if begin is not None:
+        return begin + size <= ext
+    if analyzer.can_prove(start + size <= ext):
+        return True
+    if ext % size:
+        return False
+    residue = analyzer.modular_set(start)  # start is a multiple of the tile size
+    return residue.coeff % size == 0 and residue.base % size == 0
+
+
 def tile_in_bounds(op: Operand, analyzer: Any) -> bool:
-    """True when every element of the tile lies inside the buffer, for every launched block.
-
-    Either the tile's end is provably inside the buffer, or the tile is aligned to its own size in a
-    buffer whose extent is a multiple of it (then a tile is wholly in or wholly outside; blocks
-    outside the logical grid are the launch's business, see the swizzle's early return).
-    """
-
-    def dim_ok(start: Any, size: int, extent: Any) -> bool:
-        ext = const_int(extent)
-        if ext is None:
-            return False  # symbolic extent: guard every access
-        begin = const_int(start)
-        if begin is not None:
-            return begin + size <= ext
-        if ext % size:
-            return False
-        residue = analyzer.modular_set(start)  # start is a multiple of the tile size
-        return residue.coeff % size == 0 and residue.base % size == 0
-
-    return dim_ok(op.row0, op.rows, op.row_extent) and dim_ok(op.col0, op.cols, op.col_extent)
+    """True when every element of the tile lies inside the buffer, for every launched block."""
+    return dim_in_bounds(op.row0, op.rows, op.row_extent, analyzer) and dim_in_bounds(op.col0, op.cols, op.col_extent, analyzer)
 
 
 def _elem_cond(op: Operand, r: Any, c: Any, analyzer: Any) -> Any | None:

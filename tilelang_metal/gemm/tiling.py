@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from .._host import tir, tvm
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
 from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
-from .tile_access import tile_in_bounds
+from .. import config
+from ..scopes import GLOBAL_SCOPES
+from .edge_split import interior_condition, uniform_branch
+from .prefetch import prefetched_k_loop
 from .register_operand import has_register_a, left_operand_offset, register_a_elements
+from .tile_access import dim_in_bounds, tile_in_bounds
 from .tir_build import INT32, as_block_func, flat_view, local_buffer, seq
 
 
@@ -38,10 +42,9 @@ class SimdgroupTiling:
         self.sg = tir.floordiv(thread_index, SIMD_WIDTH)
         self.warp_m = tir.floormod(self.sg, part.m_warp)
         self.warp_n = tir.floordiv(self.sg, part.m_warp)
-        k_whole = problem.K % self.inst.k == 0
-        self.a_ok = k_whole and tile_in_bounds(problem.A, analyzer)
-        self.b_ok = k_whole and tile_in_bounds(problem.B, analyzer)
-        self.c_ok = tile_in_bounds(problem.C, analyzer)
+        self.thread_index = thread_index
+        self.whole_k_steps = problem.K // self.inst.k  # steps that need no K guard
+        self._check_bounds()
         self.register_a = None  # the lane's A elements when A is a register fragment
         if has_register_a(problem):
             self.register_a = flat_view(problem.A.buffer, register_a_elements(problem, self.inst, part), f"{problem.A.buffer.name}_flat")
@@ -53,6 +56,13 @@ class SimdgroupTiling:
         src = left_operand_offset(self.inst, self.p, row_block, ko)
         value = tir.BufferLoad(self.register_a, [tir.Ramp(src, 1, n)])
         return tir.BufferStore(a_frag, value, [tir.Ramp(tir.const(row_block * n, INT32), 1, n)])
+
+    def _check_bounds(self) -> None:
+        """Which tiles provably lie inside their buffers (under the analyzer's current constraints):
+        their K steps need no guard; the flags are reset for the last step of a ragged K."""
+        self.a_ok = tile_in_bounds(self.p.A, self.analyzer)
+        self.b_ok = tile_in_bounds(self.p.B, self.analyzer)
+        self.c_ok = tile_in_bounds(self.p.C, self.analyzer)
 
     def init_accumulator(self, acc: Accumulator) -> Any:
         raise NotImplementedError
@@ -72,13 +82,47 @@ class SimdgroupTiling:
     def write_back(self, acc: Accumulator) -> Any:
         raise NotImplementedError
 
+    def _k_loop(self, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
+        """The whole K steps as a loop (the analyzer knows the step range, so no K guard), then the
+        last, partial step (ragged K) with its K guards."""
+        steps = []
+        if self.next_frags is not None and self.whole_k_steps >= 2:
+            frags = ((a_frag, b_frag), self.next_frags)
+            steps.append(prefetched_k_loop(self.k_step, self.analyzer, self.whole_k_steps, frags, acc))
+        elif self.whole_k_steps:
+            ko = tir.Var("k_outer", INT32)
+            self.analyzer.bind(ko, tvm.ir.Range(0, self.whole_k_steps))
+            body = self.k_step(ko, a_frag, b_frag, acc)
+            steps.append(tir.For(ko, tir.const(0, INT32), tir.const(self.whole_k_steps, INT32), tir.ForKind.SERIAL, body))
+        if self.k_steps > self.whole_k_steps:
+            a_ok, b_ok = self.a_ok, self.b_ok
+            self.a_ok = self.b_ok = False
+            steps.append(self.k_step(tir.const(self.whole_k_steps, INT32), a_frag, b_frag, acc))
+            self.a_ok, self.b_ok = a_ok, b_ok
+        return seq(steps)
+
+    def _body(self, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
+        return seq([self.init_accumulator(acc), self._k_loop(a_frag, b_frag, acc), self.write_back(acc)])
+
     def build(self, name: str) -> Any:
         p = self.p
         a_frag = local_buffer(self.names[0], self.rows * self.inst.left_elems, p.A.dtype)
         b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
         acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
-        ko = tir.Var("k_outer", INT32)
-        k_loop = tir.For(ko, tir.const(0, INT32), tir.const(self.k_steps, INT32), tir.ForKind.SERIAL, self.k_step(ko, a_frag, b_frag, acc))
-        body = seq([self.init_accumulator(acc), k_loop, self.write_back(acc)])
-        allocs = [a_frag, b_frag] + ([acc.buffer] if acc.owned else [])
+        self.next_frags = None  # the second operand set of the register prefetch (gemm/prefetch.py)
+        if config.k_prefetch() and p.A.scope in GLOBAL_SCOPES and p.B.scope in GLOBAL_SCOPES and self.whole_k_steps >= 2:
+            self.next_frags = (
+                local_buffer(self.names[0] + "_next", self.rows * self.inst.left_elems, p.A.dtype),
+                local_buffer(self.names[1] + "_next", self.cols * self.inst.right_elems, p.B.dtype),
+            )
+        interior = interior_condition(p, self.analyzer, self.thread_index, lambda s, n, e: dim_in_bounds(s, n, e, self.analyzer))
+        if interior is None:
+            body = self._body(a_frag, b_frag, acc)
+        else:  # interior threadgroups run the aligned body, edge ones the guarded body
+            with self.analyzer.constraint_scope(interior):
+                self._check_bounds()
+                inside = self._body(a_frag, b_frag, acc)
+            self._check_bounds()
+            body = uniform_branch(interior, inside, self._body(a_frag, b_frag, acc))
+        allocs = [a_frag, b_frag] + list(self.next_frags or ()) + ([acc.buffer] if acc.owned else [])
         return as_block_func(body, allocs, name)
