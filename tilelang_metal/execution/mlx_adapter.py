@@ -135,12 +135,13 @@ class MLXKernelAdapter(PluginKernelAdapter):
 
     def _metal_kernel(self, source: MLXKernelSource, roles: tuple[Role, ...]) -> Any:
         kernels = self.__dict__.setdefault("_kernels", {})
-        key = (source.kernel_name, roles)
+        factory = metal_kernel_factory()
+        key = (factory, source.kernel_name, roles)
         if key not in kernels:
             inputs = [p.mlx_name for p, r in zip(source.params, roles) if r is not Role.OUTPUT] + [AFTER]
             outputs = [p.mlx_name for p, r in zip(source.params, roles) if r is Role.OUTPUT] + [DONE]
             tag = "".join("o" if r is Role.OUTPUT else "w" if r is Role.IN_PLACE else "r" for r in roles)
-            kernels[key] = metal_kernel_factory()(
+            kernels[key] = factory(
                 name=f"{source.kernel_name}_{tag}", input_names=inputs, output_names=outputs,
                 source=source.source(roles), header=source.header,
             )
@@ -148,13 +149,14 @@ class MLXKernelAdapter(PluginKernelAdapter):
 
     def _copy_kernel(self, msl_type: str) -> Any:
         kernels = self.__dict__.setdefault("_copies", {})
-        if msl_type not in kernels:
+        factory = metal_kernel_factory()
+        if (factory, msl_type) not in kernels:
             body = "  uint i = thread_position_in_grid.x;\n  if (i < tlm_count) tlm_dst[i] = tlm_src[i];\n"
-            kernels[msl_type] = metal_kernel_factory()(
+            kernels[factory, msl_type] = factory(
                 name=f"tlm_copy_{msl_type}", input_names=["tlm_src", "tlm_count", AFTER], output_names=["tlm_dst"],
                 source=body, header="#include <metal_stdlib>\nusing namespace metal;\n",
             )
-        return kernels[msl_type]
+        return kernels[factory, msl_type]
 
     def _copy(self, flat: Any, count: int, size: int, after: Any) -> Any:
         """A new array of `size` elements whose first `count` are `flat`'s (the output of a kernel)."""
