@@ -224,3 +224,11 @@ def test_metal4_kernels_need_macos_26(on_a_mac, monkeypatch):
     monkeypatch.setattr(mlx_adapter.platform, "mac_ver", lambda: ("15.5", ("", "", ""), "arm64"))
     with pytest.raises(ValueError, match="MSL 4: MLX compiles it only on macOS 26"):
         compile_mlx(E.gemm_direct_global(64, 64, 32), out_idx=[-1], target=E.metal4_target())
+
+
+def test_profiler_on_mx_arrays(gemm):
+    profiler = gemm.get_profiler()
+    profiler.assert_allclose(lambda A, B: (A.astype(mx.float32) @ B.astype(mx.float32)).astype(mx.float16), atol=0.05, rtol=0.02)
+    with pytest.raises(AssertionError):
+        profiler.assert_allclose(lambda A, B: (A.astype(mx.float32) @ B.astype(mx.float32)).astype(mx.float16) + 1.0, atol=0.05, rtol=0.02)
+    assert profiler.do_bench(warmup=1, rep=2) > 0

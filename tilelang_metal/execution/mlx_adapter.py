@@ -24,6 +24,7 @@ macOS 26 and later; earlier macOS versions are refused when the kernel is compil
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from collections.abc import Callable
 from collections import Counter
@@ -140,10 +141,13 @@ class MLXKernelAdapter(PluginKernelAdapter):
         if key not in kernels:
             inputs = [p.mlx_name for p, r in zip(source.params, roles) if r is not Role.OUTPUT] + [AFTER]
             outputs = [p.mlx_name for p, r in zip(source.params, roles) if r is Role.OUTPUT] + [DONE]
-            tag = "".join("o" if r is Role.OUTPUT else "w" if r is Role.IN_PLACE else "r" for r in roles)
+            body = source.source(roles)
+            # MLX caches compiled kernels by name (and rebuilds when a name's source changes): one
+            # name per distinct source, so two compiled modules never evict each other.
+            digest = hashlib.sha256((source.header + body).encode()).hexdigest()[:16]
             kernels[key] = factory(
-                name=f"{source.kernel_name}_{tag}", input_names=inputs, output_names=outputs,
-                source=source.source(roles), header=source.header,
+                name=f"{source.kernel_name}_{digest}", input_names=inputs, output_names=outputs,
+                source=body, header=source.header,
             )
         return kernels[key]
 
