@@ -22,6 +22,7 @@ if not os.environ.get("CI"):
 import mlx.core as mx  # noqa: E402  (in CI a missing MLX fails here, on purpose)
 
 from property_kernels import accumulate_into_initialised_c  # noqa: E402
+from test_calling_convention import bool_mask, split_sum_then_combine, symbolic_rows  # noqa: E402
 from tilelang_metal import examples as E  # noqa: E402
 from tilelang_metal.execution import mlx_adapter, mlx_emulated  # noqa: E402
 from tilelang_metal.execution.mlx_source import AFTER, DONE, PREFIX  # noqa: E402
@@ -95,9 +96,12 @@ class RecordingMetalKernel:
             # (`after` only orders launches: the body never reads it.)
             sized = [x for n, x in zip(self.spec["input_names"], inputs) if n != AFTER]
             assert all(x.ndim == 0 or x.size >= 8 for x in sized), [x.shape for x in sized]
-        RecordingMetalKernel.calls.append(dict(self.spec, inputs=list(inputs), output_shapes=list(output_shapes),
-                                               output_dtypes=list(output_dtypes), grid=tuple(grid), threadgroup=tuple(threadgroup)))
-        return self.inner(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid, threadgroup=threadgroup, **kwargs)
+        record = dict(self.spec, inputs=list(inputs), output_shapes=list(output_shapes),
+                      output_dtypes=list(output_dtypes), grid=tuple(grid), threadgroup=tuple(threadgroup))
+        RecordingMetalKernel.calls.append(record)
+        record["outputs_made"] = self.inner(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
+                                            threadgroup=threadgroup, **kwargs)
+        return record["outputs_made"]
 
 
 @pytest.fixture
@@ -201,7 +205,7 @@ def test_mac_launch_follows_the_metal_kernel_contract(on_a_mac):
     assert call["threadgroup"] == (128, 1, 1)
     assert call["grid"] == (256, 2, 1)
     assert call["output_shapes"][0] == (128 * 256,) and call["output_dtypes"][0] == mx.float16
-    assert call["inputs"][0] is A or np.array_equal(np.array(call["inputs"][0]), np.array(A).reshape(-1))
+    np.testing.assert_array_equal(np.array(call["inputs"][0]), np.array(A).reshape(-1))  # A itself, flat
     assert "MetalPerformancePrimitives" in call["header"]  # cooperative tensors: MSL 4 (macOS 26)
     assert "threadgroup_position_in_grid" in call["source"] or "simdgroup_index_in_threadgroup" in call["source"]
 
@@ -226,9 +230,39 @@ def test_metal4_kernels_need_macos_26(on_a_mac, monkeypatch):
         compile_mlx(E.gemm_direct_global(64, 64, 32), out_idx=[-1], target=E.metal4_target())
 
 
+@pytest.mark.filterwarnings("ignore:tilelang_metal. do_bench:RuntimeWarning")  # emulated here: CPU wall time
 def test_profiler_on_mx_arrays(gemm):
     profiler = gemm.get_profiler()
     profiler.assert_allclose(lambda A, B: (A.astype(mx.float32) @ B.astype(mx.float32)).astype(mx.float16), atol=0.05, rtol=0.02)
     with pytest.raises(AssertionError):
         profiler.assert_allclose(lambda A, B: (A.astype(mx.float32) @ B.astype(mx.float32)).astype(mx.float16) + 1.0, atol=0.05, rtol=0.02)
     assert profiler.do_bench(warmup=1, rep=2) > 0
+
+
+def test_two_kernel_module_runs_in_order_and_returns_both_written_arrays(on_a_mac):
+    """Kernel 1 writes Partial (passed in: a private copy), kernel 2 reads it and writes Out."""
+    kernel = compile_mlx(split_sum_then_combine(), out_idx=[2])
+    X = mx.random.normal((45, 32), key=mx.random.key(7))
+    Partial = mx.zeros((4, 45))
+    out, partial = kernel(0.5, X, Partial)
+    x = np.array(X)
+    np.testing.assert_allclose(np.array(out), 0.5 * x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(partial), x.reshape(45, 4, 8).sum(axis=2).T, rtol=1e-5, atol=1e-5)
+    assert not np.array(Partial).any()  # the array passed in is untouched
+    first, second = (c for c in on_a_mac if not c["name"].startswith("tlm_copy"))
+    done_of_first = first["output_names"].index(DONE)
+    assert second["input_names"][-1] == AFTER  # kernel 2 waits for kernel 1 through its `done`
+    assert np.array_equal(np.array(second["inputs"][-1]), np.array(first["outputs_made"][done_of_first]))
+
+
+def test_bool_parameters_and_a_symbolic_size():
+    kernel = compile_mlx(bool_mask(), out_idx=[2])
+    A = mx.array(np.linspace(-1, 1, 40, dtype=np.float32))
+    flip = mx.array(np.arange(40) % 3 == 0)
+    out = kernel(A, flip)
+    assert out.dtype == mx.bool_ and out.shape == (40,)
+    np.testing.assert_array_equal(np.array(out), (np.array(A) > 0) != np.array(flip))
+    rows = compile_mlx(symbolic_rows(), out_idx=[2])
+    for m in (5, 13):
+        a, b = mx.ones((m, 16)), mx.full((m, 16), 3.0)
+        np.testing.assert_array_equal(np.array(rows(a, b)), np.full((m, 16), 7.0))

@@ -62,6 +62,12 @@ def metal_kernel_factory() -> Callable[..., Any]:
     return emulated_metal_kernel
 
 
+def mx_dtype(name: str) -> Any:
+    """MLX's dtype of a kernel dtype name (`bool` is `mx.bool_`)."""
+    mx = mlx_module()
+    return mx.bool_ if name == "bool" else getattr(mx, name)
+
+
 def _check_mlx_array(p: TensorParam, arg: Any) -> None:
     mx = mlx_module()
     if not isinstance(arg, mx.array):
@@ -96,12 +102,12 @@ class _Unwritten:
 def _poison(shape: tuple[int, ...], dtype: str) -> Any:
     mx = mlx_module()
     if dtype.startswith("float") or dtype == "bfloat16":
-        return mx.full(shape, float("nan"), dtype=getattr(mx, dtype))
+        return mx.full(shape, float("nan"), dtype=mx_dtype(dtype))
     if dtype == "bool":
         return mx.full(shape, True)
     if dtype.startswith("uint"):
-        return mx.full(shape, (1 << int(dtype[4:])) - 1, dtype=getattr(mx, dtype))
-    return mx.full(shape, -1, dtype=getattr(mx, dtype))
+        return mx.full(shape, (1 << int(dtype[4:])) - 1, dtype=mx_dtype(dtype))
+    return mx.full(shape, -1, dtype=mx_dtype(dtype))
 
 
 def _metal_version_ok() -> bool:
@@ -223,7 +229,7 @@ class MLXKernelAdapter(PluginKernelAdapter):
             value = self._copy(value, count, count, after) if position in calls.dirty else value[:count]
             shaped = value.reshape(shape)
             if dtype_name(shaped.dtype) != param.dtype:
-                shaped = shaped.view(getattr(mx, param.dtype))
+                shaped = shaped.view(mx_dtype(param.dtype))
             results.append(shaped)
         if not results:
             return None
@@ -240,7 +246,7 @@ class MLXKernelAdapter(PluginKernelAdapter):
             if isinstance(value, _Unwritten) and uses[position] == 1:
                 continue  # a fresh MLX output
             if position not in calls.owned or value.size < MIN_DEVICE_ELEMENTS:
-                dtype = getattr(mx, next(a.dtype for a in launch.arguments if a.position == position))
+                dtype = mx_dtype(next(a.dtype for a in launch.arguments if a.position == position))
                 flat = _flat(_poison(value.shape, value.dtype) if isinstance(value, _Unwritten) else value, dtype)
                 calls.state[position] = self._copy(flat, flat.size, max(flat.size, MIN_DEVICE_ELEMENTS), after)
                 calls.owned.add(position)
@@ -250,10 +256,10 @@ class MLXKernelAdapter(PluginKernelAdapter):
         for arg, param in pairs:
             if arg.position is None:
                 roles.append(Role.SCALAR)
-                inputs.append(mx.array(arg.value(bound.env), dtype=getattr(mx, arg.dtype)))
+                inputs.append(mx.array(arg.value(bound.env), dtype=mx_dtype(arg.dtype)))
                 continue
             value = calls.state[arg.position]
-            kernel_dtype = getattr(mx, arg.dtype)
+            kernel_dtype = mx_dtype(arg.dtype)
             if isinstance(value, _Unwritten) and param.written:
                 roles.append(Role.OUTPUT)
                 outputs.append((arg.position, (_count(value.shape),), kernel_dtype))
