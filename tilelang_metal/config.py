@@ -72,7 +72,7 @@ SETTINGS: dict[str, Setting] = {
             PREFIX + "EMULATOR_CACHE_MB",
             "1024",
             "an integer >= 1",
-            "size limit of the emulator cache in MiB: after each build, least-recently-used entries are evicted down to 90% of it",
+            "size limit of the emulator cache in MiB: when it is passed, least-recently-used entries are evicted down to 90% of it (soft: checked as builds add entries)",
             False,
         ),
         Setting(

@@ -105,6 +105,7 @@ def test_a_build_trims_the_cache_to_the_configured_limit(root, monkeypatch):
     stale = _entry(root, "kernels", "stale-eeee.so", 2 * 1024 * KB, age=10_000)
     monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(root))
     monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE_MB", "1")
+    monkeypatch.setattr(cache, "_estimate", None)  # as if this process had not scanned the cache yet
     emu.clear_memory_cache()
     try:
         kernel = emu.compile_kernel(K.reverse_tile())
@@ -135,3 +136,19 @@ def test_cli_bad_cache_limit_is_one_line(monkeypatch, capsys, root):
     assert main(["cache", "info"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "TILELANG_METAL_EMULATOR_CACHE_MB='lots'" in err
+
+
+def test_a_process_scans_only_when_its_estimate_passes_the_limit(root, monkeypatch):
+    monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE_MB", "1")
+    monkeypatch.setattr(cache, "_estimate", None)
+    scans = []
+    real_trim = cache.trim
+    monkeypatch.setattr(cache, "trim", lambda r, limit, now=None: scans.append(limit) or real_trim(r, limit, now))
+    small = [_entry(root, "syntax", f"s{i}-{i:04d}.ok", 10 * KB, age=5000) for i in range(5)]
+    for path in small:
+        cache.after_publish(root, path)
+    assert len(scans) == 1  # the first publish scans; the next ones only add to the estimate
+    big = _entry(root, "kernels", "big-ffff.so", 1100 * KB, age=0)
+    cache.after_publish(root, big)  # the estimate passes 1 MiB: scan and trim
+    assert len(scans) == 2
+    assert not any(p.exists() for p in small) and big.exists()  # old stamps go, the new build stays

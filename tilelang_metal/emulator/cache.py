@@ -3,8 +3,9 @@
 An entry is what one build publishes: a kernel library (`kernels/NAME-KEY.so` with its `.cpp`),
 a runtime object (`runtime/KEY.o`), a precompiled prelude (`prelude/KEY/`) or a syntax-check stamp
 (`syntax/NAME-KEY.ok`). Every use of an entry sets its modification time (`touch`), so the mtime
-is the time of last use. After each new build the cache is trimmed to 90% of its limit
-(`config.emulator_cache_mb()`), oldest use first.
+is the time of last use. After a new build the cache is trimmed to 90% of its limit
+(`config.emulator_cache_mb()`), oldest use first, whenever this process's estimate of the size
+passes the limit (see `after_publish`).
 
 Several processes share the cache (pytest-xdist workers, concurrent users): builds publish with
 atomic renames (toolchain.py), and eviction tolerates files that vanish under it or appear while it
@@ -25,6 +26,7 @@ from .. import config
 SECTIONS = ("kernels", "runtime", "prelude", "syntax")
 RECENT_SECONDS = 60.0
 LOW_WATER = 0.9  # trim to this fraction of the limit, so not every build trims again
+RESCAN_SECONDS = 300.0  # a process rescans the cache at least this often while it builds
 
 
 @dataclass(frozen=True)
@@ -44,38 +46,43 @@ def touch(path: Path) -> bool:
         return False
 
 
-def _size(path: Path) -> int:
+def _dir_size(path: str) -> int:
+    total = 0
     try:
-        if path.is_dir():
-            return sum(_size(p) for p in path.iterdir())
-        return path.stat().st_size
+        with os.scandir(path) as it:
+            for item in it:
+                try:
+                    total += _dir_size(item.path) if item.is_dir(follow_symlinks=False) else item.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    pass
     except FileNotFoundError:
-        return 0
+        pass
+    return total
 
 
 def entries(root: Path) -> list[Entry]:
-    """Every published entry under `root` (in-progress `.build-*` directories excluded)."""
+    """Every published entry under `root` (in-progress `.build-*` directories excluded). One
+    `stat` per file (a few thousand entries scan in well under a second)."""
     found: list[Entry] = []
     for section in SECTIONS:
-        directory = root / section
+        groups: dict[str, list[tuple[Path, int, float]]] = {}
         try:
-            names = sorted(os.listdir(directory))
+            with os.scandir(root / section) as it:
+                for item in it:
+                    if item.name.startswith("."):
+                        continue
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                        size = _dir_size(item.path) if item.is_dir(follow_symlinks=False) else st.st_size
+                    except FileNotFoundError:
+                        continue  # evicted by another process meanwhile
+                    stem = item.name.rsplit(".", 1)[0] if section == "kernels" else item.name
+                    groups.setdefault(stem, []).append((Path(item.path), size, st.st_mtime))
         except FileNotFoundError:
             continue
-        groups: dict[str, list[Path]] = {}
-        for name in names:
-            if name.startswith("."):
-                continue
-            path = directory / name
-            stem = name.rsplit(".", 1)[0] if section == "kernels" else name
-            groups.setdefault(stem, []).append(path)
-        for stem, paths in groups.items():
-            key = next((p for p in paths if p.suffix == ".so"), paths[0])
-            try:
-                last_use = key.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            found.append(Entry(key, tuple(paths), sum(_size(p) for p in paths), last_use))
+        for items in groups.values():
+            key = next((i for i in items if i[0].suffix == ".so"), items[0])
+            found.append(Entry(key[0], tuple(p for p, _, _ in items), sum(size for _, size, _ in items), key[2]))
     return found
 
 
@@ -115,9 +122,34 @@ def trim(root: Path, limit: int, now: float | None = None) -> list[Entry]:
     return evicted
 
 
-def after_publish(root: Path) -> None:
-    """Called after each new build: keep the cache within its limit."""
-    trim(root, limit_bytes())
+# This process's running estimate of the cache size: (bytes, time of the scan it started from).
+_estimate: tuple[int, float] | None = None
+
+
+def after_publish(root: Path, published: Path) -> None:
+    """Called after each new build: keep the cache within its limit. A scan of the cache costs a
+    fraction of a second for thousands of entries, so a process scans (and trims) only when its
+    running estimate (last scan + what it built since) passes the limit, or when its last scan is
+    older than RESCAN_SECONDS (other processes build too). The limit is therefore soft: it can be
+    exceeded by what other processes build between two scans."""
+    global _estimate
+    limit = limit_bytes()
+    now = time.time()
+    added = _dir_size(str(published)) if published.is_dir() else _file_size(published)
+    if _estimate is not None:
+        size, scanned_at = _estimate
+        if size + added <= limit and now - scanned_at < RESCAN_SECONDS:
+            _estimate = (size + added, scanned_at)
+            return
+    trim(root, limit, now)
+    _estimate = (sum(e.size for e in entries(root)), now)
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass(frozen=True)

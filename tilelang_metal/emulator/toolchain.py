@@ -168,7 +168,7 @@ def runtime_object() -> Path:
         _publish(combined, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache.after_publish(cache_dir())
+    cache.after_publish(cache_dir(), final)
     return final
 
 
@@ -265,7 +265,7 @@ def prelude_header(instrument: str | None = None) -> Path | None:
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache.after_publish(cache_dir())
+    cache.after_publish(cache_dir(), final)
     return header if (final / (PRELUDE_NAME + ".gch")).exists() else None
 
 
@@ -300,7 +300,7 @@ def syntax_check(unit: SourceUnit) -> None:
             )
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.touch()
-    cache.after_publish(cache_dir())
+    cache.after_publish(cache_dir(), stamp)
 
 
 def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = None) -> Path:
@@ -334,5 +334,5 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
         _publish(lib, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache.after_publish(cache_dir())
+    cache.after_publish(cache_dir(), final)
     return final
