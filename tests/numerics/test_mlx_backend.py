@@ -138,6 +138,8 @@ def test_gemm_on_mx_arrays_matches_numpy(gemm):
     assert isinstance(C, mx.array) and C.shape == (100, 200) and C.dtype == mx.float16
     ref = np32(A) @ np32(B)
     np.testing.assert_allclose(np32(C), ref, atol=0.05, rtol=0.02)
+    A_t = mx.transpose(mx.transpose(A) * 1)  # a non-contiguous view of the same values
+    np.testing.assert_allclose(np32(gemm(A_t, B)), ref, atol=0.05, rtol=0.02)
 
 
 def test_read_and_written_parameter_comes_back_new_and_the_input_is_untouched(axpy):
