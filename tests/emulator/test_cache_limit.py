@@ -3,8 +3,11 @@ processes, and `python -m tilelang_metal cache info|clear`."""
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import emu_msl_kernels as K
 import pytest
@@ -152,3 +155,29 @@ def test_a_process_scans_only_when_its_estimate_passes_the_limit(root, monkeypat
     cache.after_publish(root, big)  # the estimate passes 1 MiB: scan and trim
     assert len(scans) == 2
     assert not any(p.exists() for p in small) and big.exists()  # old stamps go, the new build stays
+
+
+def test_processes_sharing_a_small_cache_build_and_evict_without_errors(root):
+    """Two processes (as pytest-xdist workers do) build distinct kernels into one cache over its
+    limit, full of stale entries both try to evict at once; both succeed and run their kernels."""
+    runtime = emu.toolchain.runtime_object()
+    (root / "runtime").mkdir(parents=True)
+    shutil.copy2(runtime, root / "runtime" / runtime.name)
+    stale = [_entry(root, "kernels", f"stale{i}-{i:04d}.so", 64 * KB, age=10_000 + i) for i in range(40)]
+    script = (
+        "import sys, torch, tilelang_metal.emulator as e\n"
+        "src = sys.stdin.read()\n"
+        "for variant in range(1):\n"
+        "    k = e.compile_kernel(src.replace(') {\\n', ') {\\n  // process %s variant %d\\n' % (sys.argv[1], variant), 1))\n"
+        "    a = torch.arange(256, dtype=torch.float32); b = torch.zeros(256)\n"
+        "    k.launch([a, b], (2, 1, 1), (128, 1, 1))\n"
+        "    assert b[0].item() == 127.0, b[:4]\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), TILELANG_METAL_EMULATOR_CACHE=str(root),
+               TILELANG_METAL_EMULATOR_CACHE_MB="1")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    results = [p.communicate(K.reverse_tile(), timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    assert not any(p.exists() for p in stale)  # 2.5 MiB of stale entries over a 1 MiB limit: evicted
+    assert len([e for e in cache.entries(root) if e.key.suffix == ".so"]) == 2  # both new builds stay
