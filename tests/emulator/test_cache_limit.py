@@ -159,19 +159,18 @@ def test_a_process_scans_only_when_its_estimate_passes_the_limit(root, monkeypat
 
 def test_processes_sharing_a_small_cache_build_and_evict_without_errors(root):
     """Two processes (as pytest-xdist workers do) build distinct kernels into one cache over its
-    limit, full of stale entries both try to evict at once; both succeed and run their kernels."""
+    limit, full of stale entries both try to evict at once; both succeed and load their kernels."""
     runtime = emu.toolchain.runtime_object()
     (root / "runtime").mkdir(parents=True)
     shutil.copy2(runtime, root / "runtime" / runtime.name)
+    prelude = emu.toolchain.prelude_header()  # also from the usual cache: no prelude rebuilds
+    if prelude is not None:
+        shutil.copytree(prelude.parent, root / "prelude" / prelude.parent.name)
     stale = [_entry(root, "kernels", f"stale{i}-{i:04d}.so", 64 * KB, age=10_000 + i) for i in range(40)]
-    script = (
-        "import sys, torch, tilelang_metal.emulator as e\n"
-        "src = sys.stdin.read()\n"
-        "for variant in range(1):\n"
-        "    k = e.compile_kernel(src.replace(') {\\n', ') {\\n  // process %s variant %d\\n' % (sys.argv[1], variant), 1))\n"
-        "    a = torch.arange(256, dtype=torch.float32); b = torch.zeros(256)\n"
-        "    k.launch([a, b], (2, 1, 1), (128, 1, 1))\n"
-        "    assert b[0].item() == 127.0, b[:4]\n"
+    script = (  # compile_kernel loads the library it built (no torch needed in the workers)
+        "import sys, tilelang_metal.emulator as e\n"
+        "src = sys.stdin.read().replace(') {\\n', ') {\\n  // process %s\\n' % sys.argv[1], 1)\n"
+        "assert e.compile_kernel(src).library_path.exists()\n"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), TILELANG_METAL_EMULATOR_CACHE=str(root),
                TILELANG_METAL_EMULATOR_CACHE_MB="1")
