@@ -10,7 +10,7 @@ from . import _host, config
 from . import gemm as gemm_metal
 from .codegen.build import build_metal
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
-from .execution.backends import EMULATOR, MLX, execution_backends
+from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
 from .pipeline import lower_metal
 from .target import detect_metal_target, is_metal, normalize_metal_target
 from .version import __version__
@@ -106,4 +106,5 @@ def build_hooks() -> _host.HostHooks:
         codegen_settings=config.codegen_settings,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
+        unavailable_hint=unavailable_hint,
     )

@@ -40,3 +40,12 @@ def execution_backends() -> tuple[Any, ...]:
         ExecutionBackendSpec(EMULATOR, is_available=lambda: cxx_available()),
         ExecutionBackendSpec(MLX, is_available=lambda: mlx_available()),
     )
+
+
+def unavailable_hint(name: str) -> str | None:
+    """What to do when tilelang refuses a plugin backend as unavailable on this host."""
+    if name == MLX and not mlx_available():
+        return "execution_backend='mlx' needs MLX: pip install 'tilelang-metal[mlx]' (on Linux it installs MLX's CPU build)."
+    if name == EMULATOR and not cxx_available():
+        return "execution_backend='emulator' needs a C++20 compiler (g++ or c++) on PATH (or TILELANG_METAL_EMULATOR_CXX)."
+    return None

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends import mlx_available
 from .binding import Device, TensorParam, shape_text
 from .calling import PluginKernelAdapter
 from .launch import KernelLaunch
@@ -312,4 +311,4 @@ def _flat(array: Any, kernel_dtype: Any) -> Any:
     return flat if flat.dtype == kernel_dtype else flat.view(kernel_dtype)
 
 
-__all__ = ["MLX", "MLXKernelAdapter", "metal_kernel_factory", "mlx_available"]
+__all__ = ["MLX", "MLXKernelAdapter", "metal_kernel_factory", "mx_dtype"]
