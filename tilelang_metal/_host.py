@@ -609,14 +609,16 @@ def _swap_profiler(record: _Installed) -> None:
 
 
 _backend_hint_installed = False
+_unavailable_hint: Callable[[str], str | None] = lambda name: None
 
 
-def _install_inactive_backend_hint(plugin_backends: tuple[str, ...]) -> None:
+def _install_inactive_backend_hint(plugin_backends: tuple[str, ...], unavailable_hint: Callable[[str], str | None]) -> None:
     """After `deactivate()`, `execution_backend="emulator"` on a Metal target fails in tilelang with
     only "Allowed: torch, tvm_ffi". Add how to get it back. Installed once, at the first
     activation, and kept on purpose: it changes that error's text and nothing else (every
     successful resolution and every other error pass through untouched)."""
-    global _backend_hint_installed
+    global _backend_hint_installed, _unavailable_hint
+    _unavailable_hint = unavailable_hint  # why a plugin backend is unavailable (e.g. MLX not installed)
     if _backend_hint_installed:
         return
     _backend_hint_installed = True
@@ -634,6 +636,9 @@ def _install_inactive_backend_hint(plugin_backends: tuple[str, ...]) -> None:
                     f"{err} execution_backend={name!r} comes from the tilelang_metal plugin, which is not "
                     "active: `import tilelang_metal` (activates it) or call `tilelang_metal.activate()`."
                 ) from err
+            why = _unavailable_hint(name) if name in plugin_backends and kind == "metal" else None
+            if why:
+                raise ValueError(f"{err} {why}") from err
             raise
 
     BackendModule.resolve_execution_backend = resolve_execution_backend
@@ -659,6 +664,7 @@ class HostHooks:
     codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
     error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
     adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
+    unavailable_hint: Callable[[str], str | None] = lambda name: None  # why a backend is unavailable here
 
 
 def install(hooks: HostHooks) -> bool:
@@ -681,7 +687,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
-            _install_inactive_backend_hint(tuple(hooks.adapters))
+            _install_inactive_backend_hint(tuple(hooks.adapters), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):
                 restore()

@@ -1,8 +1,9 @@
-"""`python -m tilelang_metal {lower,run,demo}`: inspect and execute the plugin's Metal GEMMs.
+"""`python -m tilelang_metal {lower,run,demo,cache}`: inspect and execute the plugin's Metal GEMMs.
 
 lower  print the MSL of a GEMM (default: the spec's fast path, 4096^3 fp16 direct-global on metal4)
 run    lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
 demo   the main job: print the default kernel's MSL, then run it at a size that takes seconds
+cache  the emulator's build cache: `cache info` (path, entries, size, limit), `cache clear`
 
 Exit status: 0 success, 1 the result does not match torch, 2 a usage or kernel error (one line on
 stderr; add --debug for the traceback).
@@ -85,12 +86,39 @@ def _parser() -> argparse.ArgumentParser:
         if name != "lower":
             p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"],
                            help="execution backend: torch (MPS, Mac only), emulator (CPU), auto: torch where MPS is, else emulator (default: %(default)s)")
+    p = sub.add_parser("cache", help="the emulator's build cache: info or clear", description="the emulator's build cache")
+    p.add_argument("action", choices=["info", "clear"], help="info: path, entry count, size and limit; clear: remove every entry (required, no default)")
+    p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
     return parser
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def cache_command(action: str) -> int:
+    """`cache info` / `cache clear` (imports neither tilelang nor torch)."""
+    from .emulator import cache
+    from .emulator.toolchain import cache_dir
+
+    root = cache_dir()
+    if action == "clear":
+        removed = cache.clear(root)
+        print(f"removed {removed} entries from {root}")
+        return 0
+    found = cache.info(root)
+    print(f"path:    {found.path}")
+    print(f"entries: {found.entries}")
+    print(f"size:    {_mib(found.size)}")
+    print(f"limit:   {_mib(found.limit)} (TILELANG_METAL_EMULATOR_CACHE_MB; least recently used entries are evicted)")
+    return 0
 
 
 def validate(args: argparse.Namespace) -> argparse.Namespace:
     """Refuse flags that do not apply to the chosen path (they would be silently ignored) and fill
     the path-dependent defaults."""
+    if args.command == "cache":
+        return args
     shared = args.path == "shared"
     if not shared:
         if args.epilogue is not None:
@@ -234,6 +262,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "cache":
+        return cache_command(args.action)
     if args.command == "lower":
         source, decisions = lower_source(args)
         if args.explain:

@@ -83,6 +83,13 @@ SETTINGS: dict[str, Setting] = {
             False,
         ),
         Setting(
+            PREFIX + "EMULATOR_CACHE_MB",
+            "1024",
+            "an integer >= 1",
+            "size limit of the emulator cache in MiB: when it is passed, least-recently-used entries are evicted down to 90% of it (soft: checked as builds add entries)",
+            False,
+        ),
+        Setting(
             PREFIX + "EMULATOR_CXX",
             "g++",
             "a C++20 compiler command",
@@ -179,6 +186,11 @@ def debug() -> bool:
 def emulator_cache() -> Path:
     value = _raw(PREFIX + "EMULATOR_CACHE")
     return Path(value).expanduser() if value else Path.home() / ".cache" / "tilelang_metal" / "emulator"
+
+
+def emulator_cache_mb() -> int:
+    """Size limit of the emulator cache in MiB (least recently used entries go first)."""
+    return _integer(PREFIX + "EMULATOR_CACHE_MB", 1) or 1024
 
 
 def emulator_cxx() -> str:

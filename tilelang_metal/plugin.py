@@ -10,7 +10,7 @@ from . import _host, config
 from . import gemm as gemm_metal
 from .codegen.build import build_metal
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
-from .execution.backends import EMULATOR, execution_backends
+from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
 from .pipeline import lower_metal
 from .target import detect_metal_target, is_metal, normalize_metal_target
 from .version import __version__
@@ -62,6 +62,12 @@ def _make_emulator_adapter(**kwargs: Any) -> Any:
     return EmulatorKernelAdapter(**kwargs)
 
 
+def _make_mlx_adapter(**kwargs: Any) -> Any:
+    from .execution.mlx_adapter import MLXKernelAdapter
+
+    return MLXKernelAdapter(**kwargs)
+
+
 def _make_mps_adapter(**kwargs: Any) -> Any:
     from .execution.mps_adapter import MPSKernelAdapter
 
@@ -99,5 +105,6 @@ def build_hooks() -> _host.HostHooks:
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
         codegen_settings=config.codegen_settings,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
-        adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter},
+        adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
+        unavailable_hint=unavailable_hint,
     )

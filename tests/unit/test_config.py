@@ -22,6 +22,7 @@ ACCESSORS = {
     "K_PREFETCH": config.k_prefetch,
     "DEBUG": config.debug,
     "EMULATOR_CACHE": config.emulator_cache,
+    "EMULATOR_CACHE_MB": config.emulator_cache_mb,
     "EMULATOR_CXX": config.emulator_cxx,
     "EMULATOR_FIBERS": config.emulator_fibers,
     "EMULATOR_WORKERS": config.emulator_workers,
@@ -49,6 +50,7 @@ def test_defaults(clean_env):
     assert config.emulator_fibers() == "native"
     assert config.emulator_workers() is None
     assert config.emulator_stack_kb() == 0
+    assert config.emulator_cache_mb() == 1024
 
 
 def test_blank_means_default(clean_env):
@@ -75,6 +77,7 @@ def test_flags_accept_the_usual_spellings(clean_env, text, value):
         ("EMULATOR_WORKERS", "four", "integer >= 1"),
         ("EMULATOR_STACK_KB", "-8", "integer >= 0"),
         ("EMULATOR_STACK_KB", "1.5", "integer >= 0"),
+        ("EMULATOR_CACHE_MB", "0", "integer >= 1"),
     ],
 )
 def test_bad_values_give_one_line_naming_variable_and_allowed_values(clean_env, short, value, allowed):

@@ -1,5 +1,5 @@
 """Hints where users get stuck: no target on a host without Metal, the emulator backend while the
-plugin is inactive. Each error names the fix."""
+plugin is inactive, the MLX backend without MLX installed. Each error names the fix."""
 
 from __future__ import annotations
 
@@ -68,3 +68,12 @@ def test_the_hint_leaves_successful_resolution_alone():
             assert wrapped(in_tree, name, target) is wrapped.__wrapped__(in_tree, name, target)
     finally:
         tilelang_metal.activate()
+
+
+def test_mlx_backend_without_mlx_says_how_to_install_it(func, monkeypatch):
+    from tilelang_metal.execution import backends
+
+    monkeypatch.setattr(backends, "mlx_available", lambda: False)
+    with pytest.raises(ValueError, match="not available") as info:
+        tilelang.compile(func, out_idx=[-1], target="metal", execution_backend="mlx")
+    assert "pip install 'tilelang-metal[mlx]'" in str(info.value)

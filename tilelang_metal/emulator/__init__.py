@@ -80,7 +80,7 @@ def compile_kernel(msl: str, *, checked: bool = True, instrument: str | None = N
     memo_key = (msl, checked, str(toolchain.cache_dir()), toolchain.fiber_flavour(), toolchain.compiler(), instrument)
     with _memo_lock:
         hit = _memo.get(memo_key)
-    if hit is not None and hit.library_path.exists():
+    if hit is not None and toolchain.cache.touch(hit.library_path):  # a use, for the LRU limit
         toolchain.bump("memory_hits")
         hit._stack = stack_bytes(hit.signature, array_scale=_array_scale(instrument))  # the limit may have moved
         return hit

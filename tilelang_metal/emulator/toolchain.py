@@ -3,7 +3,8 @@
 Kernels are compiled with the machine's g++ against the shim headers; the CPU runtime is compiled
 once per (runtime sources, compiler, flags) into a relocatable object that every kernel library
 links statically. Everything is cached under `cache_dir()` by content hash and published with
-`os.replace`, so concurrent processes building the same thing are safe.
+`os.replace`, so concurrent processes building the same thing are safe. Every use of an entry is
+recorded and the cache is kept within its size limit, least recently used first (cache.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
+from . import cache
 from .errors import EmulatorCompileError
 from .version import SHIM_VERSION
 
@@ -145,7 +147,7 @@ def runtime_object() -> Path:
     flags = [*COMMON_FLAGS, *RUNTIME_FLAGS, *_defines()]
     key = _key("runtime", sources_hash(), compiler_identity(cxx), " ".join(flags))
     final = cache_dir() / "runtime" / f"{key[:32]}.o"
-    if final.exists():
+    if cache.touch(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
@@ -166,6 +168,7 @@ def runtime_object() -> Path:
         _publish(combined, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    cache.after_publish(cache_dir(), final)
     return final
 
 
@@ -246,7 +249,7 @@ def prelude_header(instrument: str | None = None) -> Path | None:
     key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]
     header = final / PRELUDE_NAME
-    if (final / (PRELUDE_NAME + ".gch")).exists():
+    if (final / (PRELUDE_NAME + ".gch")).exists() and cache.touch(final):
         return header
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
@@ -262,6 +265,7 @@ def prelude_header(instrument: str | None = None) -> Path | None:
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    cache.after_publish(cache_dir(), final)
     return header if (final / (PRELUDE_NAME + ".gch")).exists() else None
 
 
@@ -282,7 +286,7 @@ def syntax_check(unit: SourceUnit) -> None:
     flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines()])
     key = _key("syntax", sources_hash(), compiler_identity(cxx), flags, unit.text)
     stamp = cache_dir() / "syntax" / f"{unit.kernel_name[:48]}-{key[:32]}.ok"
-    if stamp.exists():
+    if cache.touch(stamp):
         return
     with tempfile.TemporaryDirectory(prefix="tlm-check-") as d:
         build = Path(d)
@@ -296,6 +300,7 @@ def syntax_check(unit: SourceUnit) -> None:
             )
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.touch()
+    cache.after_publish(cache_dir(), stamp)
 
 
 def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = None) -> Path:
@@ -305,7 +310,7 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
     key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.text)
     kdir = cache_dir() / "kernels"
     final = kdir / f"{unit.kernel_name[:48]}-{key[:32]}.so"
-    if final.exists():
+    if cache.touch(final):
         bump("disk_hits")
         return final
     rt = runtime_object()
@@ -329,4 +334,5 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
         _publish(lib, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    cache.after_publish(cache_dir(), final)
     return final

@@ -40,7 +40,7 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _shape_text(dims: Sequence[Any]) -> str:
+def shape_text(dims: Sequence[Any]) -> str:
     items = [str(d) for d in dims]
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
@@ -54,10 +54,12 @@ def _integer_range(dtype: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Device:
-    """Where an adapter's tensors live: a torch device type and the backend name for messages."""
+    """Where an adapter's tensors live: a torch device type and the backend name for messages.
+    `check_array(param, arg)` replaces the torch checks for adapters taking other arrays (MLX)."""
 
     type: str
     backend: str
+    check_array: Callable[[Any, Any], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,8 @@ class CallSignature:
         for dim, stride in zip(reversed(list(buffer.shape)), reversed(strides)):
             if not analyzer.can_prove_equal(stride, expected):
                 raise ValueError(
-                    f"parameter {name}: declared strides {_shape_text(strides)} are not the dense row-major layout "
-                    f"of shape {_shape_text(buffer.shape)}; the Metal backend takes contiguous tensors only"
+                    f"parameter {name}: declared strides {shape_text(strides)} are not the dense row-major layout "
+                    f"of shape {shape_text(buffer.shape)}; the Metal backend takes contiguous tensors only"
                 )
             expected = expected * dim
 
@@ -184,7 +186,7 @@ class CallSignature:
                 if missing:
                     role = "output" if p.position in self.outputs else "input"
                     raise ValueError(
-                        f"{role} {p.name} of shape {_shape_text(p.shape)}: no input gives {missing[0].name} "
+                        f"{role} {p.name} of shape {shape_text(p.shape)}: no input gives {missing[0].name} "
                         "(a symbolic size must be a whole dimension of an input tensor or a scalar parameter)"
                     )
 
@@ -224,34 +226,37 @@ class CallSignature:
                 expected = tuple(d(env) for d in p.dims)
                 got = tuple(int(s) for s in values[p.position].shape)
                 if expected != got:
-                    raise ValueError(f"{p.name}: expected shape {self._expected_text(p, expected, env)}, got {_shape_text(got)}")
+                    raise ValueError(f"{p.name}: expected shape {self._expected_text(p, expected, env)}, got {shape_text(got)}")
         for i in self.outputs:
             p = self.params[i]
             assert isinstance(p, TensorParam)
             shape = [int(d(env)) for d in p.dims]
             if any(s < 0 for s in shape):
-                raise ValueError(f"output {p.name}: shape {_shape_text(p.shape)} evaluates to {_shape_text(shape)}")
+                raise ValueError(f"output {p.name}: shape {shape_text(p.shape)} evaluates to {shape_text(shape)}")
             values[i] = allocate(shape, torch_dtype(p.dtype))
         return BoundCall(values, env, self.outputs)
 
     def _expected_text(self, p: TensorParam, expected: tuple[int, ...], env: list[Any]) -> str:
-        text = _shape_text(expected)
+        text = shape_text(expected)
         if p.symbolic:
             seen: list[Any] = []
             for d in p.shape:
                 seen += [v for v in free_vars(d) if not any(v.same_as(s) for s in seen)]
             where = ", ".join(f"{v.name}={env[self.slot_of(v)]}" for v in seen)
-            text += f" ({_shape_text(p.shape)} with {where})"
+            text += f" ({shape_text(p.shape)} with {where})"
         return text
 
     @staticmethod
     def _check_tensor(p: TensorParam, arg: Any, device: Device) -> None:
         import torch
 
+        if device.check_array is not None:
+            device.check_array(p, arg)
+            return
         if not isinstance(arg, torch.Tensor):
-            raise TypeError(f"{p.name}: expected a torch.Tensor of shape {_shape_text(p.shape)}, got {type(arg).__name__}")
+            raise TypeError(f"{p.name}: expected a torch.Tensor of shape {shape_text(p.shape)}, got {type(arg).__name__}")
         if arg.dim() != len(p.shape):
-            raise ValueError(f"{p.name}: expected {len(p.shape)} dims {_shape_text(p.shape)}, got shape {_shape_text(tuple(arg.shape))}")
+            raise ValueError(f"{p.name}: expected {len(p.shape)} dims {shape_text(p.shape)}, got shape {shape_text(tuple(arg.shape))}")
         if _dtype_name(arg.dtype) != p.dtype:
             raise TypeError(f"{p.name}: expected dtype {p.dtype}, got {_dtype_name(arg.dtype)}")
         if arg.device.type != device.type:
@@ -261,7 +266,7 @@ class CallSignature:
         if not arg.is_contiguous():
             raise ValueError(
                 f"{p.name}: expected a contiguous tensor, got strides {tuple(arg.stride())} for shape "
-                f"{_shape_text(tuple(arg.shape))}; pass {p.name}.contiguous() (and copy results back if it is written)"
+                f"{shape_text(tuple(arg.shape))}; pass {p.name}.contiguous() (and copy results back if it is written)"
             )
 
     @staticmethod
@@ -270,7 +275,11 @@ class CallSignature:
 
         if isinstance(arg, torch.Tensor):
             if arg.numel() != 1:
-                raise TypeError(f"{p.name}: expected a {p.dtype} scalar, got a tensor of shape {_shape_text(tuple(arg.shape))}")
+                raise TypeError(f"{p.name}: expected a {p.dtype} scalar, got a tensor of shape {shape_text(tuple(arg.shape))}")
+            arg = arg.item()
+        elif not isinstance(arg, (bool, int, float)) and hasattr(arg, "item") and hasattr(arg, "shape"):
+            if tuple(arg.shape) not in ((), (1,)):  # an MLX or numpy array of one element
+                raise TypeError(f"{p.name}: expected a {p.dtype} scalar, got an array of shape {shape_text(tuple(arg.shape))}")
             arg = arg.item()
         if p.dtype == "bool":
             if isinstance(arg, bool) or (isinstance(arg, int) and arg in (0, 1)):

@@ -6,7 +6,9 @@ keeps its API and changes only those places:
 - inputs are supplied on the adapter's device (CPU for the emulator, MPS for the torch backend);
 - `assert_allclose` / `manual_assert_close` synchronize that device (MPS) or nothing (CPU);
 - `do_bench` times with MPS events on a Mac; in the emulator it returns CPU wall time and warns
-  once that the number says nothing about GPU speed.
+  once that the number says nothing about GPU speed;
+- for `execution_backend="mlx"` inputs are `mx.array`s, results are compared as CPU tensors, and
+  `do_bench` times each call up to `mx.eval` of its results (MLX is lazy) with wall time.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class PluginProfiler(profiler_base()):
     # --- inputs on the adapter's device ---------------------------------------------------
     def _get_inputs(self, with_output: bool = False, dynamic_symbolic_constraints: dict[str, int] | None = None) -> list[Any]:
         tensors = super()._get_inputs(with_output=with_output, dynamic_symbolic_constraints=dynamic_symbolic_constraints)
+        if self.device.type == "mlx":
+            from .mlx_emulated import from_torch
+
+            return [from_torch(t) if hasattr(t, "detach") else t for t in tensors]
         return [t.to(self.device.type) if hasattr(t, "to") else t for t in tensors]
 
     def _synchronize(self) -> None:
@@ -72,6 +78,7 @@ class PluginProfiler(profiler_base()):
         for got, want in zip(produced, expected):
             if got is None or want is None:  # a reference may skip an output it cannot define
                 continue
+            got, want = _torch_view(got), _torch_view(want)
             assert_tensors_close(got, want, atol=atol, rtol=rtol, max_mismatched_ratio=max_mismatched_ratio)
 
     def manual_assert_close(
@@ -87,6 +94,8 @@ class PluginProfiler(profiler_base()):
 
     # --- timing -----------------------------------------------------------------------------
     def do_bench(self, func: Callable[..., Any] | None = None, *args: Any, backend: str = "event", device: Any = None, **kwargs: Any) -> float:
+        if self.device.type == "mlx":
+            return self._do_bench_mlx(func, *args, backend=backend, **kwargs)
         if self.device.type == "cpu":
             if backend not in ("event", "wall"):
                 raise ValueError(f"do_bench backend {backend!r} needs a CUDA GPU; the emulator runs on the CPU: use backend='wall' (the default here)")
@@ -97,6 +106,38 @@ class PluginProfiler(profiler_base()):
         import torch
 
         return super().do_bench(func, *args, backend=backend, device=device if device is not None else torch.device(self.device.type), **kwargs)
+
+
+    def _do_bench_mlx(self, func: Callable[..., Any] | None, *args: Any, backend: str, **kwargs: Any) -> float:
+        import mlx.core as mx
+
+        if backend not in ("event", "wall"):
+            raise ValueError(f"do_bench backend {backend!r} is not available for execution_backend='mlx': use backend='wall' (the default here)")
+        if not mx.metal.is_available():
+            self._warn_emulator_timing()
+        target = func if func is not None else self.adapter
+
+        def evaluated(*inputs: Any) -> None:
+            results = target(*inputs)
+            if results is not None:
+                mx.eval(results)  # MLX is lazy: the call is done when its results are
+
+        return super().do_bench(evaluated, *args, backend="wall", device="cpu", **kwargs)
+
+    @staticmethod
+    def _warn_emulator_timing() -> None:
+        if not PluginProfiler._warned_about_emulator_timing:
+            PluginProfiler._warned_about_emulator_timing = True
+            warnings.warn(EMULATOR_TIMING_WARNING, RuntimeWarning, stacklevel=3)
+
+
+def _torch_view(value: Any) -> Any:
+    """An MLX array as a CPU torch tensor (for tilelang's comparison); anything else unchanged."""
+    if type(value).__module__.startswith("mlx"):
+        from .mlx_emulated import to_torch
+
+        return to_torch(value)
+    return value
 
 
 def make_profiler(adapter: Any, params: list[Any], out_idx: Any, supply_type: Any, device: Device) -> PluginProfiler:
