@@ -242,8 +242,10 @@ def write_markdown(rows: Sequence[Row], env: dict[str, str], path: Path, *, titl
 def write_chart(rows: Sequence[Row], env: dict[str, str], path: Path, *, title: str, backends: Sequence[str],
                 peak_tflops: float | None) -> Path:
     """Grouped bars: TFLOP/s per problem and backend; the right axis reads the same bars as % of peak."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("the benchmark chart needs matplotlib: pip install -e '.[bench]' (or pip install matplotlib)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
