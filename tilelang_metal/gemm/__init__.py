@@ -17,15 +17,14 @@ from typing import Any
 from .. import config
 from .._host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
-from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
-from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
+from ..isa import SIMD_WIDTH, MatrixInstruction, for_kind
+from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
     Partition,
     Selection,
-    choose_partition,
-    copy_compatible_square_partition,
     select_inst,
+    warp_partition,
 )
 from ..target import has_metal4
 from .cooperative_tensor import lower_cooperative_tensor
@@ -120,19 +119,13 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             "one representation per fragment",
         )
     num_warps = threads // SIMD_WIDTH
-    if selection.kind == COOPERATIVE_TENSOR:
-        part = selection.partition
-    else:
-        if problem.c_scope in SIMDGROUP_SCOPES:
-            part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
-        else:
-            part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SIMDGROUP_8x8x8.m, SIMDGROUP_8x8x8.n)
-        if part is None:
-            raise GemmLoweringError(
-                f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
-                f"simdgroup needs a whole number of 8x8 fragments (M divisible by m_warp*8, N by n_warp*8, "
-                f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of 8*simdgroups or fewer threads."
-            )
+    part = warp_partition(selection, problem.c_scope, problem.policy, problem.M, problem.N, num_warps)
+    if part is None:
+        raise GemmLoweringError(
+            f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
+            f"simdgroup needs a whole number of 8x8 fragments (M divisible by m_warp*8, N by n_warp*8, "
+            f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of 8*simdgroups or fewer threads."
+        )
     dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
     for plans in getattr(_recorders, "stack", ()):
