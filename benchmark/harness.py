@@ -154,6 +154,16 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _git_commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def environment(chip: Any, *, dry_run: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What the numbers were measured on: chip and its peak (from tilelang_metal.roofline), OS,
     Python and library versions."""
@@ -167,6 +177,7 @@ def environment(chip: Any, *, dry_run: bool, extra: dict[str, str] | None = None
     }
     for dist in ("tilelang", "tilelang-metal", "torch", "mlx", "numpy", "matplotlib"):
         env[dist] = _version(dist)
+    env["tilelang_metal commit"] = _git_commit()
     if dry_run:
         env["mode"] = DRY_RUN_NOTE
     env.update(extra or {})
@@ -311,22 +322,24 @@ def mlx_core() -> Any | None:
 
 
 def mlx_runner(name: str, mx: Any, compute: Callable[[], Any]) -> Runner:
-    """A Runner for an MLX computation: launches are queued (`async_eval`) and waited for at sync."""
-    pending: list[Any] = []
+    """A Runner for an MLX computation: launches are queued (`async_eval`) and waited for at sync.
+    Only the last output is kept (the stream runs in order, so waiting for it waits for all; keeping
+    every output of a long measurement would hold gigabytes)."""
+    last: list[Any] = []
 
     def launch() -> Any:
         out = compute()
         if hasattr(mx, "async_eval"):
             mx.async_eval(out)
-            pending.append(out)
+            last[:] = [out]
         else:
             mx.eval(out)
         return out
 
     def sync() -> None:
-        if pending:
-            mx.eval(*pending)
-            pending.clear()
+        if last:
+            mx.eval(*last)
+            last.clear()
         if hasattr(mx, "synchronize"):
             mx.synchronize()
 
