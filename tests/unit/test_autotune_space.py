@@ -88,7 +88,6 @@ def _lowers(cfg: GemmConfig, target) -> bool:
         (GemmConfig(DIRECT_GLOBAL, 64, 64, 96), "metal4"),
         (GemmConfig(SHARED, 128, 128, 128, 32, 2), "metal4"),
         (GemmConfig(SHARED, 32, 64, 128, 64, 3), "metal4"),
-        (GemmConfig(SHARED, 128, 64, 256, 16, 0, 8), "metal"),
         (GemmConfig(DIRECT_GLOBAL, 32, 32, 1024), "metal"),
     ],
 )
