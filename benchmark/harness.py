@@ -13,7 +13,6 @@ Reporting: one `Row` per (problem, backend), written as CSV (every column), a Ma
 from __future__ import annotations
 
 import csv
-import dataclasses
 import importlib.metadata
 import math
 import platform
@@ -296,10 +295,6 @@ def write_all(rows: Sequence[Row], env: dict[str, str], out_dir: Path, stem: str
                              ratio_of=ratio_of, ratio_to=ratio_to),
         "png": write_chart(rows, env, out_dir / f"{stem}.png", title=title, backends=backends, peak_tflops=peak_tflops),
     }
-
-
-def rows_as_dicts(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    return [dict(dataclasses.asdict(r), tflops=r.tflops, pct_peak=r.pct_peak) for r in rows]
 
 
 def mps_available() -> bool:
