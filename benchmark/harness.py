@@ -262,7 +262,7 @@ def write_chart(rows: Sequence[Row], env: dict[str, str], path: Path, *, title: 
     labels = list(dict.fromkeys(r.label for r in rows))
     table = {(r.label, r.backend): r for r in rows}
     width = 0.8 / max(1, len(backends))
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(labels) * max(1, len(backends)) / 2 + 3), 5.5))
+    fig, ax = plt.subplots(figsize=(min(40.0, max(8.0, 0.35 * len(labels) * max(1, len(backends)) / 2 + 3)), 5.5))
     for i, backend in enumerate(backends):
         xs, ys = [], []
         for j, label in enumerate(labels):
