@@ -59,9 +59,10 @@ def test_small_tiles_reread_more_and_rank_last(ranked):
     assert staged.counts["threadgroup_store_bytes"] > 0 and large.counts["threadgroup_store_bytes"] == 0
 
 
-def test_tilelang_autotune_picks_a_checked_configuration_in_the_emulator():
+def test_tilelang_autotune_picks_a_checked_configuration_in_the_emulator(tmp_path, monkeypatch):
     """The space plugs into tilelang.autotune (the Mac path; here timed on the CPU, which only proves
     the wiring): the returned kernel is one of the candidates and computes the GEMM."""
+    monkeypatch.chdir(tmp_path)  # tilelang's autotuner writes autotuner.log into the working directory
     space = [GemmConfig(DIRECT_GLOBAL, 32, 32, 128), GemmConfig(SHARED, 32, 32, 128, 32, 0)]
     with pytest.warns(RuntimeWarning, match="CPU wall time"):
         kernel = autotune.autotune_gemm(64, 64, 32, space=space, target=autotune.target_for(roofline.chip("M5")),
