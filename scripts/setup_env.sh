@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create (once) the project virtualenv in .venv and install the package with its test and mlx extras.
+# Create (once) the project virtualenv in .venv and install the package with its test, mlx and bench
+# extras (bench: matplotlib, which the benchmark dry-run test needs for its chart).
 # On Linux the CPU builds of torch and MLX are pinned through constraints/linux-cpu.txt.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +19,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   log="$venv/install.log"
   echo "setting up $venv (log: $log) ..." >&2
   # ${arr[@]+...}: an empty array under `set -u` is an error in macOS's bash 3.2
-  if ! "$venv/bin/python" -m pip install ${constraints[@]+"${constraints[@]}"} -e "$root[test,mlx]" >"$log" 2>&1; then
+  if ! "$venv/bin/python" -m pip install ${constraints[@]+"${constraints[@]}"} -e "$root[test,mlx,bench]" >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "installation failed; see $log" >&2
     exit 1

@@ -1,9 +1,11 @@
-"""`python -m tilelang_metal {lower,run,demo,cache}`: inspect and execute the plugin's Metal GEMMs.
+"""`python -m tilelang_metal {lower,run,demo,profile,cache}`: inspect and execute the plugin's Metal GEMMs.
 
-lower  print the MSL of a GEMM (default: the spec's fast path, 4096^3 fp16 direct-global on metal4)
-run    lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
-demo   the main job: print the default kernel's MSL, then run it at a size that takes seconds
-cache  the emulator's build cache: `cache info` (path, entries, size, limit), `cache clear`
+lower    print the MSL of a GEMM (default: the spec's fast path, 4096^3 fp16 direct-global on metal4)
+run      lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
+demo     the main job: print the default kernel's MSL, then run it at a size that takes seconds
+profile  run a GEMM once in the emulator and print what it did (memory traffic, barriers, matrix
+         operations; in total and per kind of threadgroup) with a roofline estimate for an Apple GPU
+cache    the emulator's build cache: `cache info` (path, entries, size, limit), `cache clear`
 
 Exit status: 0 success, 1 the result does not match torch, 2 a usage or kernel error (one line on
 stderr; add --debug for the traceback).
@@ -79,13 +81,19 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="python -m tilelang_metal", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
-    helps = {"lower": "print the MSL of a GEMM", "run": "run a GEMM and compare with torch", "demo": "print the default MSL, then run the GEMM"}
-    for name in ("lower", "run", "demo"):
+    helps = {"lower": "print the MSL of a GEMM", "run": "run a GEMM and compare with torch", "demo": "print the default MSL, then run the GEMM",
+             "profile": "count what a GEMM does in the emulator, with a roofline estimate"}
+    for name in ("lower", "run", "demo", "profile"):
         p = sub.add_parser(name, help=helps[name], description=helps[name])
         _add_kernel_flags(p, big=name == "lower")
-        if name != "lower":
+        if name in ("run", "demo"):
             p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"],
                            help="execution backend: torch (MPS, Mac only), emulator (CPU), auto: torch where MPS is, else emulator (default: %(default)s)")
+        if name == "profile":
+            from .roofline import CHIPS
+
+            p.add_argument("--chip", default=None, choices=list(CHIPS), metavar="CHIP",
+                           help=f"Apple GPU for the roofline estimate, one of: {', '.join(CHIPS)} (default: this Mac's, else M5)")
     p = sub.add_parser("cache", help="the emulator's build cache: info or clear", description="the emulator's build cache")
     p.add_argument("action", choices=["info", "clear"], help="info: path, entry count, size and limit; clear: remove every entry (required, no default)")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
@@ -261,9 +269,40 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ValueError, UnsupportedHostError)
 
 
+def profile(args: argparse.Namespace) -> None:
+    """Print the emulator's counts of one launch: the total, then each distinct per-threadgroup
+    profile with how many threadgroups share it (interior vs edge tiles), then the roofline estimate."""
+    import tilelang
+
+    from . import roofline
+    from .emulator import COUNTER_NAMES, counters
+
+    kernel = tilelang.compile(_build(args), out_idx=[-1], target=_target(args.target), execution_backend="emulator")
+    inputs, _ = _inputs(args)
+    stats = counters(kernel, *inputs)
+    print(f"// counts of one launch of the {args.m}x{args.n}x{args.k} {args.dtype} {args.path} GEMM (emulator)")
+    width = max(len(name) for name in COUNTER_NAMES)
+    for name in COUNTER_NAMES:
+        print(f"{name:<{width}}  {stats.total[name]}")
+    kinds: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+    for pos, row in sorted(stats.threadgroups.items()):
+        kinds.setdefault(tuple(row[name] for name in COUNTER_NAMES), []).append(pos)
+    print(f"// {len(stats.threadgroups)} threadgroups, {len(kinds)} distinct per-threadgroup profile(s):")
+    for values, positions in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        nonzero = ", ".join(f"{name}={v}" for name, v in zip(COUNTER_NAMES, values) if v)
+        print(f"//   {len(positions)} like {positions[0]}: {nonzero or 'nothing'}")
+    chip = roofline.chip(args.chip) if args.chip else roofline.detect_chip() or roofline.chip("M5")
+    estimate = roofline.estimate(stats.total, chip)
+    print(f"// ESTIMATE, not a measurement: {estimate.describe()}")
+    print(f"// chip figures ({'partly estimated' if chip.estimated else 'as stated by Apple'}): {chip.source}")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "cache":
         return cache_command(args.action)
+    if args.command == "profile":
+        profile(args)
+        return 0
     if args.command == "lower":
         source, decisions = lower_source(args)
         if args.explain:

@@ -147,6 +147,48 @@ def gemm_shared(
     return main
 
 
+def gemm_staged(
+    M: int,
+    N: int,
+    K: int,
+    block_M: int = 64,
+    block_N: int = 64,
+    block_K: int = 32,
+    *,
+    dtype: str = "float16",
+    out_dtype: str = "float16",
+    threads: int = 128,
+    trans_B: bool = False,
+    num_stages: int = 0,
+    swizzle_panel: int = 0,
+) -> Any:
+    """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
+    with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
+    (tilelang_metal.autotune tunes both)."""
+    b_shape = (N, K) if trans_B else (K, N)
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            if swizzle_panel:
+                T.use_swizzle(swizzle_panel, order="mlx")
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                if trans_B:
+                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                else:
+                    T.copy(B[ko * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=trans_B)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return main
+
+
 def flash_attention_forward(*args: Any, **kwargs: Any) -> Any:
     """The compiled flash-attention forward kernel (see tilelang_metal.attention)."""
     from .attention import flash_attention_forward as build

@@ -126,6 +126,18 @@ def can_use_cooperative_tensor(policy: int, M: int, N: int, K: int, num_warps: i
     return not cooperative_tensor_blockers(policy, M, N, K, num_warps)
 
 
+def warp_partition(selection: Selection, c_scope: str, policy: int, M: int, N: int, num_warps: int) -> Partition | None:
+    """The m_warp x n_warp split GemmMetal lowers a selection with; None when there is no legal one.
+
+    Cooperative tensors use the split the selection chose; a `metal.simdgroup` accumulator the split
+    tilelang's copy assumes; any other simdgroup accumulator the policy's split in whole 8x8 fragments."""
+    if selection.kind == COOPERATIVE_TENSOR:
+        return selection.partition
+    if c_scope in SIMDGROUP_SCOPES:
+        return copy_compatible_square_partition(M, N, num_warps)
+    return choose_partition(policy, M, N, num_warps, SIMDGROUP_8x8x8.m, SIMDGROUP_8x8x8.n)
+
+
 def select_inst(
     *,
     c_scope: str,

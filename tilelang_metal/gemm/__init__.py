@@ -17,16 +17,15 @@ from typing import Any
 from .. import config
 from .._host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
-from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction, for_kind
-from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
+from ..isa import SIMD_WIDTH, MatrixInstruction, for_kind
+from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
     SIMDGROUP,
     Partition,
     Selection,
-    choose_partition,
-    copy_compatible_square_partition,
     select_inst,
+    warp_partition,
 )
 from ..target import has_metal4
 from .cooperative_tensor import lower_cooperative_tensor
@@ -143,22 +142,15 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
                 SIMDGROUP, "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers)
             )
         part = register_a_partition(problem, for_kind(selection.kind), num_warps)
-    elif selection.kind == COOPERATIVE_TENSOR:
-        part = selection.partition
+        dataflow = "register_a"
     else:
-        if problem.c_scope in SIMDGROUP_SCOPES:
-            part = copy_compatible_square_partition(problem.M, problem.N, num_warps)
-        else:
-            part = choose_partition(problem.policy, problem.M, problem.N, num_warps, SIMDGROUP_8x8x8.m, SIMDGROUP_8x8x8.n)
+        part = warp_partition(selection, problem.c_scope, problem.policy, problem.M, problem.N, num_warps)
         if part is None:
             raise GemmLoweringError(
                 f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
                 f"simdgroup needs a whole number of 8x8 fragments (M divisible by m_warp*8, N by n_warp*8, "
                 f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of 8*simdgroups or fewer threads."
             )
-    if has_register_a(problem):
-        dataflow = "register_a"
-    else:
         dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
     record(result)

@@ -1,0 +1,48 @@
+"""`python -m tilelang_metal profile`: the emulator's counts of one launch, grouped by kind of
+threadgroup, with a roofline estimate labelled as one."""
+
+from __future__ import annotations
+
+import re
+
+from tilelang_metal import roofline
+from tilelang_metal.cli import main
+
+
+def _profile(capsys, *argv):
+    code = main(["profile", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    total = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
+    return out, total
+
+
+def test_aligned_kernel_counts_and_estimate(capsys):
+    """128x128x64 on the default 64x128 direct-global tile: 2 identical threadgroups, exactly
+    M*N*K / (16*32*16) matmul2d runs, no threadgroup memory, no guards."""
+    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M4 Max")
+    assert total["matmul2d_16x32x16"] == 128 * 128 * 64 // (16 * 32 * 16)
+    assert total["threadgroup_store_bytes"] == 0 and total["predicated_device_loads"] == 0
+    assert total["device_store_bytes"] == 128 * 128 * 2
+    assert "// 2 threadgroups, 1 distinct per-threadgroup profile(s):" in out
+    assert "//   2 like (0, 0, 0): " in out
+    est = roofline.estimate(total, roofline.chip("M4 Max"))
+    assert f"// ESTIMATE, not a measurement: {est.describe()}" in out
+
+
+def test_ragged_kernel_shows_its_edge_threadgroups(capsys):
+    out, total = _profile(capsys, "--m", "100", "--n", "200", "--k", "64", "--target", "metal", "--chip", "M2")
+    assert total["simdgroup_multiply_accumulate_8x8x8"] > 0 and total["matmul2d_16x32x16"] == 0  # plain metal
+    assert total["predicated_device_loads"] > 0
+    kinds = re.search(r"// 4 threadgroups, (\d+) distinct", out)
+    assert kinds and int(kinds[1]) >= 2
+    assert "on M2 (3.6 TFLOP/s, 100 GB/s)" in out and "as stated by Apple" in out
+
+
+def test_unknown_chip_is_one_line_usage_error(capsys):
+    try:
+        code = main(["profile", "--chip", "M9"])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and "invalid choice: 'M9'" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,142 @@
+"""Apple GPU peaks and a roofline estimate of a kernel's time from the emulator's counters.
+
+The chip table is what the benchmarks' "% of peak" column and the autotuner's Linux ranking divide
+by. Every entry names its source. Apple states FP32 TFLOPS and memory bandwidth for some chips and
+not for others; the rest are estimates, marked `estimated=True` with their derivation in `source`.
+On M1-M4 a simdgroup_matrix fp16/bf16 multiply-accumulate runs at the FP32 ALU rate, so the FP32
+figure is also the matrix peak; M5 adds a Neural Accelerator per GPU core (Metal 4 `matmul2d`).
+
+The estimate is a two-term roofline: time = max(matrix FLOPs / peak, device bytes / bandwidth).
+Device bytes are the bytes the kernel's load and store instructions move (the emulator cannot see
+caches), so it over-counts DRAM traffic for tiles that re-read the same panels: it ranks tilings,
+it does not predict times.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+_APPLE_NEWS = "Apple Newsroom"
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    gpu_cores: int  # the configuration the peak below is for
+    matrix_tflops: float  # fp16/bf16 matrix multiply-accumulate peak, TFLOP/s
+    bandwidth_gbs: float  # unified memory bandwidth, GB/s
+    source: str
+    estimated: bool = False
+
+    def scaled_to(self, gpu_cores: int) -> Chip:
+        """The same chip with another (binned) GPU core count: compute scales, bandwidth does not."""
+        if gpu_cores == self.gpu_cores:
+            return self
+        return Chip(self.name, gpu_cores, self.matrix_tflops * gpu_cores / self.gpu_cores, self.bandwidth_gbs,
+                    self.source + f"; scaled from {self.gpu_cores} to {gpu_cores} GPU cores", self.estimated)
+
+
+def _alu_estimate(cores: int, ghz: float) -> float:
+    """cores x 128 FP32 lanes x 2 FLOP (FMA) x clock."""
+    return round(cores * 128 * 2 * ghz / 1000, 2)
+
+
+CHIPS: dict[str, Chip] = {c.name: c for c in (
+    Chip("M1", 8, 2.6, 68.25, f"{_APPLE_NEWS} 2020-11-10 (2.6 TFLOPS); bandwidth estimated: LPDDR4X-4266 x 128 bit", True),
+    Chip("M1 Pro", 16, 5.2, 200, f"{_APPLE_NEWS} 2021-10-18 (5.2 TFLOPS, 200 GB/s)"),
+    Chip("M1 Max", 32, 10.4, 400, f"{_APPLE_NEWS} 2021-10-18 (10.4 TFLOPS, 400 GB/s)"),
+    Chip("M1 Ultra", 64, 21.0, 800, f"{_APPLE_NEWS} 2022-03-08 (21 TFLOPS, 800 GB/s)"),
+    Chip("M2", 10, 3.6, 100, f"{_APPLE_NEWS} 2022-06-06 (3.6 TFLOPS, 100 GB/s)"),
+    Chip("M2 Pro", 19, 6.8, 200, f"{_APPLE_NEWS} 2023-01-17 (6.8 TFLOPS, 200 GB/s)"),
+    Chip("M2 Max", 38, 13.6, 400, f"{_APPLE_NEWS} 2023-01-17 (13.6 TFLOPS, 400 GB/s)"),
+    Chip("M2 Ultra", 76, 27.2, 800, f"{_APPLE_NEWS} 2023-06-05 (27.2 TFLOPS, 800 GB/s)"),
+    Chip("M3", 10, _alu_estimate(10, 1.38), 100, f"{_APPLE_NEWS} 2023-10-30 (100 GB/s); TFLOPS estimated: 10 cores x 256 FLOP/clk x 1.38 GHz", True),
+    Chip("M3 Pro", 18, _alu_estimate(18, 1.38), 150, f"{_APPLE_NEWS} 2023-10-30 (150 GB/s); TFLOPS estimated: 18 cores x 256 FLOP/clk x 1.38 GHz", True),
+    Chip("M3 Max", 40, _alu_estimate(40, 1.38), 400, f"{_APPLE_NEWS} 2023-10-30 (400 GB/s); TFLOPS estimated: 40 cores x 256 FLOP/clk x 1.38 GHz", True),
+    Chip("M4", 10, _alu_estimate(10, 1.58), 120, f"{_APPLE_NEWS} 2024-05-07 (120 GB/s); TFLOPS estimated: 10 cores x 256 FLOP/clk x 1.58 GHz", True),
+    Chip("M4 Pro", 20, _alu_estimate(20, 1.58), 273, f"{_APPLE_NEWS} 2024-10-30 (273 GB/s); TFLOPS estimated: 20 cores x 256 FLOP/clk x 1.58 GHz", True),
+    Chip("M4 Max", 40, _alu_estimate(40, 1.58), 546, f"{_APPLE_NEWS} 2024-10-30 (546 GB/s); TFLOPS estimated: 40 cores x 256 FLOP/clk x 1.58 GHz", True),
+    Chip("M5", 10, round(4 * _alu_estimate(10, 1.58), 2), 153,
+         f"{_APPLE_NEWS} 2025-10-15 (153 GB/s; 'over 4x the peak GPU compute for AI of M4'); TFLOPS estimated: 4 x the M4 estimate", True),
+)}
+
+
+def chip(name: str) -> Chip:
+    """The table entry for `name` ("M4 Pro", case and spacing insensitive); a clear error otherwise."""
+    wanted = " ".join(name.split()).lower().removeprefix("apple ")
+    for entry in CHIPS.values():
+        if entry.name.lower() == wanted:
+            return entry
+    raise ValueError(f"unknown Apple chip {name!r}; known: {', '.join(CHIPS)}")
+
+
+def detect_chip() -> Chip | None:
+    """The chip of this Mac (scaled to its GPU core count), or None off macOS / for an unknown chip."""
+    if platform.system() != "Darwin":
+        return None
+    try:
+        brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=10).stdout
+        found = chip(brand.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    cores = _gpu_cores()
+    return found.scaled_to(cores) if cores else found
+
+
+def _gpu_cores() -> int | None:
+    try:
+        text = subprocess.run(["system_profiler", "SPDisplaysDataType"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"Total Number of Cores:\s*(\d+)", text)
+    return int(match.group(1)) if match else None
+
+
+# FLOPs of one execution of each matrix counter (emulator/instrument.py COUNTER_NAMES).
+MATRIX_FLOPS: dict[str, int] = {
+    "matmul2d_16x32x16": 2 * 16 * 32 * 16,
+    "simdgroup_multiply_accumulate_8x8x8": 2 * 8 * 8 * 8,
+    "simdgroup_multiply_8x8x8": 2 * 8 * 8 * 8,
+}
+
+
+@dataclass(frozen=True)
+class RooflineEstimate:
+    """An estimate, not a measurement: see the module docstring."""
+
+    chip: Chip
+    matrix_flops: int
+    device_bytes: int
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+    def describe(self) -> str:
+        return (
+            f"roofline estimate on {self.chip.name} ({self.chip.matrix_tflops:g} TFLOP/s, {self.chip.bandwidth_gbs:g} GB/s): "
+            f"{self.seconds * 1e6:.1f} us, {self.bound}-bound ({self.matrix_flops} matrix FLOP, {self.device_bytes} device bytes)"
+        )
+
+
+def estimate(total: dict[str, int], on: Chip) -> RooflineEstimate:
+    """Roofline time of one launch from `counters(...).total`."""
+    flops = sum(int(total.get(name, 0)) * per for name, per in MATRIX_FLOPS.items())
+    moved = int(total.get("device_load_bytes", 0)) + int(total.get("device_store_bytes", 0))
+    return RooflineEstimate(on, flops, moved, flops / (on.matrix_tflops * 1e12), moved / (on.bandwidth_gbs * 1e9))
+
+
+def describe_table() -> list[dict[str, Any]]:
+    """The chip table as rows (docs, CLI)."""
+    return [{"chip": c.name, "gpu_cores": c.gpu_cores, "matrix_tflops": c.matrix_tflops, "bandwidth_gbs": c.bandwidth_gbs,
+             "estimated": c.estimated, "source": c.source} for c in CHIPS.values()]
