@@ -54,7 +54,8 @@ def test_plain_metal_keeps_staging_with_fewer_stages():
 def test_plain_metal_loads_simdgroup_matrices_from_device_when_one_stage_does_not_fit():
     source, decisions = _lower(_standard(K=256, bk=128, stages=2), E.plain_metal_target())  # 64 KiB per stage
     assert _no_threadgroup_memory(source)
-    assert "simdgroup_load(A_sg[0], (A +" in source
+    # spec 1.4 spelling: one `const device` tile pointer into A per K step, the loads offset from it
+    assert "const device half* __src = (A + " in source and "simdgroup_load(A_sg[0], (__src + (0))" in source
     assert any(d.startswith("shared staging bypass") and "plain metal" in d for d in decisions), decisions
 
 
