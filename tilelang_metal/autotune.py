@@ -7,9 +7,7 @@
 A configuration is kept only when the plugin's own rules accept it: the instruction selection and
 warp partition GemmMetal would use (`selection.select_inst`, `selection.warp_partition`) must give
 a legal split, the threads fit a threadgroup, and the staged tiles fit Metal's 32 KiB of threadgroup
-memory (`transform.resource_check`). Larger staging lowers too while the staging bypass is on
-(`transform/shared_staging.py` drops or thins it), but such a kernel does not run as its
-configuration says, so the space leaves it out. See docs/benchmarks.md (Autotuning).
+memory (`transform.resource_check`). See docs/benchmarks.md (Autotuning).
 """
 
 from __future__ import annotations
@@ -81,10 +79,8 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     if shared and cfg.block_k <= 0:
         return "the shared path needs block_k > 0"
     staged = threadgroup_bytes(cfg, dtype)
-    if staged > THREADGROUP_MEMORY_BYTES and not settings.staging_bypass():
-        # with the bypass on, the plugin drops or thins such staging (transform/shared_staging.py)
-        return (f"stages {staged} B of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES} "
-                f"(TILELANG_METAL_STAGING_BYPASS=1 would lower it without that staging)")
+    if staged > THREADGROUP_MEMORY_BYTES:
+        return f"stages {staged} B of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES}"
     c_scope = "local.fragment" if shared else "global"
     k_extent = cfg.block_k if shared else K  # direct-global: the T.gemm spans the whole K
     selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=k_extent, threads=cfg.threads,
@@ -126,8 +122,6 @@ def config_space(
     "metal"), minus the hopeless ones: tiles a smaller one covers as well, swizzle panels taller than
     the tile grid, and simdgroups owning fewer than `min_simdgroup_elements` of C (one Metal 4
     matmul2d destination by default: smaller shares leave the matrix units idle)."""
-    from .transform.resource_check import THREADGROUP_MEMORY_BYTES
-
     if dtype not in _BYTES:
         raise ValueError(f"dtype {dtype!r}: use one of {tuple(_BYTES)}")
     ms, ns = sorted({t[0] for t in tiles}), sorted({t[1] for t in tiles})
@@ -142,8 +136,6 @@ def config_space(
         ks = [(bk, st) for bk in block_ks for st in stages if _useful(K, bk, block_ks)] if path == SHARED else [(0, 0)]
         for bk, st in ks:
             cfg = GemmConfig(path, bm, bn, th, bk, st, sw)
-            if threadgroup_bytes(cfg, dtype) > THREADGROUP_MEMORY_BYTES:
-                continue  # lowers only with its staging bypassed or thinned: it would not run as described
             if rejection(cfg, K=K, dtype=dtype, target=target) is None:
                 space.append(cfg)
     return space
@@ -159,7 +151,8 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
         return examples.gemm_direct_global(M, N, K, cfg.block_m, cfg.block_n, dtype=dtype, out_dtype=out_dtype,
                                            threads=cfg.threads, trans_B=trans_B, swizzle_panel=cfg.swizzle)
     return examples.gemm_staged(M, N, K, cfg.block_m, cfg.block_n, cfg.block_k, dtype=dtype, out_dtype=out_dtype,
-                                threads=cfg.threads, trans_B=trans_B, num_stages=cfg.num_stages, swizzle_panel=cfg.swizzle)
+                                threads=cfg.threads, trans_B=trans_B, num_stages=cfg.num_stages, swizzle_panel=cfg.swizzle,
+                                keep_staging=True)  # the shared path as configured, not bypassed
 
 
 # ---------------------------------------------------------------- Linux: rank by roofline estimate

@@ -161,10 +161,12 @@ def gemm_staged(
     trans_B: bool = False,
     num_stages: int = 0,
     swizzle_panel: int = 0,
+    keep_staging: bool = False,
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
-    (tilelang_metal.autotune tunes both)."""
+    (tilelang_metal.autotune tunes both). Its staging is only staging, so the staging bypass lowers
+    it on the direct-global path unless `keep_staging` (then it runs as written)."""
     b_shape = (N, K) if trans_B else (K, N)
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
 
@@ -186,6 +188,10 @@ def gemm_staged(
                 T.gemm(A_s, B_s, acc, transpose_B=trans_B)
             T.copy(acc, C[by * block_M, bx * block_N])
 
+    if keep_staging:
+        from .transform.shared_staging import keep_shared_staging
+
+        return keep_shared_staging(main)
     return main
 
 

@@ -130,3 +130,17 @@ def test_cli_explain_says_when_the_bypass_fired_and_why_not(capsys):
     assert cli.main(["lower", "--path", "shared", "--m", "128", "--n", "128", "--k", "64", "--explain", "--target", "metal"]) == 0
     out = capsys.readouterr().out
     assert "// shared staging kept: T.gemm(A_s, B_s, C_acc); because plain metal target" in out
+
+
+def test_kernel_attribute_keeps_its_staging_with_the_bypass_on():
+    """`keep_shared_staging(func)` (the autotuner's shared configurations): the same staging-only
+    kernel keeps its threadgroup tiles on metal4, and a 48 KiB one is refused instead of bypassed."""
+    from tilelang_metal.transform.shared_staging import KEEP_STAGING_ATTR, keep_shared_staging
+
+    bypassed, _ = _lower(E.gemm_staged(128, 128, 64), E.metal4_target())
+    assert _no_threadgroup_memory(bypassed)
+    source, decisions = _lower(E.gemm_staged(128, 128, 64, keep_staging=True), E.metal4_target())
+    assert "threadgroup_barrier" in source and "A_s" in source
+    assert any("shared staging kept" in d and KEEP_STAGING_ATTR in d for d in decisions), decisions
+    with pytest.raises(MetalLoweringError, match="49152 bytes of threadgroup memory"):
+        _lower(keep_shared_staging(_standard()), E.metal4_target())

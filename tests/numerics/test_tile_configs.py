@@ -21,7 +21,7 @@ import tilelang.language as T
 from tests.gemm_support import assert_close, compile_emulated, operands
 from tilelang_metal import examples as E
 from tilelang_metal.emulator import counters
-from tilelang_metal.gemm import recorded_plans
+from tilelang_metal.gemm import GemmPlan, recorded_plans
 
 CONFIGS = [(128, 128, 256), (128, 128, 512), (64, 128, 256), (64, 128, 512)]  # block_M, block_N, threads
 PATHS = ("metal_simdgroup", "metal4_direct_global", "metal4_shared")
@@ -73,7 +73,8 @@ def built(path: str, bm: int, bn: int, threads: int):
                 target = E.plain_metal_target() if path == "metal_simdgroup" else E.metal4_target()
                 func, out = padded_shared_gemm(M, N, K, bm, bn, bk, threads), "float32"
             kernel = compile_emulated(func, target)
-        _cache[key] = (kernel, plans[0], M, N, K, out)
+        gemm_plans = [p for p in plans if isinstance(p, GemmPlan)]  # staging decisions are recorded too
+        _cache[key] = (kernel, gemm_plans[0], M, N, K, out)
     return _cache[key]
 
 

@@ -36,12 +36,10 @@ def test_every_kept_configuration_fits_and_has_no_rejection(space_4096):
         assert (cfg.block_k > 0) == (cfg.path == SHARED)
 
 
-def test_staging_over_32_kib_is_dropped(space_4096, monkeypatch):
+def test_staging_over_32_kib_is_dropped(space_4096):
     over = GemmConfig(SHARED, 128, 128, 256, 32, 3)
     assert threadgroup_bytes(over) == 3 * (128 + 128) * 32 * 2 > THREADGROUP_MEMORY_BYTES
-    assert over not in space_4096  # with the bypass it lowers, but not as configured
-    assert rejection(over) is None  # the staging bypass (on by default) drops or thins the staging
-    monkeypatch.setenv("TILELANG_METAL_STAGING_BYPASS", "0")
+    assert over not in space_4096
     assert "49152 B of threadgroup memory" in rejection(over)
     assert threadgroup_bytes(GemmConfig(SHARED, 128, 128, 256, 32, 2), "float32") == 65536  # fp32 staging is twice as big
 

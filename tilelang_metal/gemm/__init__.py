@@ -48,7 +48,7 @@ class GemmPlan:
     problem: GemmProblem
     selection: Selection
     partition: Partition
-    dataflow: str  # "direct_global" | "shared"
+    dataflow: str  # "direct_global" | "shared" | "register_a"
     threads: int
 
     @property
@@ -83,9 +83,10 @@ def simdgroup_accumulators(fragments: set) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def recorded_plans() -> Iterator[list[GemmPlan]]:
-    """Collect the plan of every T.gemm lowered in this thread inside the block (CLI --explain)."""
-    plans: list[GemmPlan] = []
+def recorded_plans() -> Iterator[list[Any]]:
+    """Collect the decisions of this thread's lowering inside the block (CLI --explain): a `GemmPlan`
+    per T.gemm, and the other passes' decisions (`record`), such as the shared-staging bypass's."""
+    plans: list[Any] = []
     stack = getattr(_recorders, "stack", None)
     if stack is None:
         stack = _recorders.stack = []

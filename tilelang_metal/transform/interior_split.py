@@ -22,7 +22,7 @@ import contextlib
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir, tvm
+from .._host import fresh_definitions, tir, tvm
 from ..gemm.edge_split import UNIFORM_BRANCH, uniform_branch
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
@@ -211,7 +211,7 @@ def split_function(func: Any) -> Any:
         with contextlib.ExitStack() as scopes:
             for c in conds:  # one scope per bound: each one reaches the bound analysis
                 scopes.enter_context(analyzer.constraint_scope(c))
-            interior = _prune_guards(edge, analyzer)
+            interior = fresh_definitions(_prune_guards(edge, analyzer))  # one definition per variable
         cond = conds[0]
         for c in conds[1:]:
             cond = tir.And(cond, c)

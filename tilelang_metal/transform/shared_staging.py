@@ -11,7 +11,8 @@ A shared buffer is *staging only* when all of these hold:
 results are the same. A `T.gemm` is rewritten only when both A and B are staging only (one operand
 in shared memory and one in global is not a Metal GEMM dataflow).
 
-Where it applies (`TILELANG_METAL_STAGING_BYPASS=1`, the default):
+Where it applies (`TILELANG_METAL_STAGING_BYPASS=1`, the default, and the kernel does not carry
+the `KEEP_STAGING_ATTR` attribute):
 - `metal4`: always; no threadgroup memory, copies or barriers remain for those operands (TileLang's
   standard 128x128x32 GEMM with 3 stages needs 48 KiB of staging and would be refused);
 - plain `metal` (simdgroup matrices): the staging is kept while it fits the 32 KiB of threadgroup
@@ -34,6 +35,15 @@ from ..target import has_metal4
 from .ir_query import find_nodes
 
 THREADGROUP_MEMORY_LIMIT = 32 * 1024
+
+# A PrimFunc attribute: keep this kernel's shared staging as written, whatever the bypass setting
+# (`keep_shared_staging(func)`; the autotuner's shared-path configurations use it).
+KEEP_STAGING_ATTR = "tilelang_metal.keep_shared_staging"
+
+
+def keep_shared_staging(func: Any) -> Any:
+    """`func` marked so that the staging bypass leaves its shared buffers alone."""
+    return func.with_attr(KEEP_STAGING_ATTR, True)
 
 
 @dataclass(frozen=True)
@@ -240,6 +250,10 @@ def bypass_function(func: Any, target: Any) -> Any:
         return func
     metal4 = has_metal4(target)
     enabled = config.staging_bypass()
+    if func.attrs is not None and KEEP_STAGING_ATTR in func.attrs and bool(func.attrs[KEEP_STAGING_ATTR]):
+        for gemm_stmt, _, _ in found:
+            gemm_metal.record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", f"the kernel sets {KEEP_STAGING_ATTR}"))
+        return func
     bypass: list[tuple[Any, list[_Staging]]] = []
     stages: dict[Any, int] = {}
     ready = [(g, st) for g, _, st in found if not isinstance(st, str)]
