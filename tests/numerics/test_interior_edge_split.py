@@ -100,3 +100,43 @@ def test_odd_shapes_stay_correct(path, m, n, k):
     kern = _kernel(path, m, n, k)
     a, b = _inputs(path, m, n, k)
     torch.testing.assert_close(kern(a, b).float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
+def _triangular_gemm(m: int, n: int, k: int, bm: int = 64, bn: int = 64, bk: int = 32):
+    """Row block `by` sums the first `by + 1` K blocks only: a K loop whose extent depends on the
+    threadgroup (the shape of a causal attention loop), on a ragged M so the kernel is split."""
+    import tilelang.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((m, k), "float16"), B: T.Tensor((k, n), "float16"), C: T.Tensor((m, n), "float32")):
+        with T.Kernel(T.ceildiv(n, bn), T.ceildiv(m, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            for ko in T.serial(by + 1):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    return main
+
+
+@pytest.mark.parametrize("path", ["metal4", "metal"])
+def test_loop_with_threadgroup_dependent_extent_in_both_copies(path):
+    """The interior and edge copies each define the K loop's variable once (TVM's analyzers refuse
+    one variable bound to two ranges: the interior copy gets fresh variables)."""
+    import tilelang
+
+    m, n, k, bm, bk = 150, 64, 96, 64, 32
+    target = E.metal4_target() if path == "metal4" else E.plain_metal_target()
+    kern = tilelang.compile(_triangular_gemm(m, n, k), out_idx=[-1], target=target, execution_backend="emulator")
+    torch.manual_seed(5)
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    ref = torch.empty(m, n)
+    for row0 in range(0, m, bm):
+        depth = min(k, (row0 // bm + 1) * bk)
+        ref[row0:row0 + bm] = a[row0:row0 + bm, :depth].float() @ b[:depth].float()
+    torch.testing.assert_close(kern(a, b), ref, rtol=1e-2, atol=1e-2)
+    assert any(row["predicated_device_loads"] == 0 for row in counters(kern, a, b).threadgroups.values())
