@@ -43,6 +43,7 @@ def test_plain_metal_simdgroup_loads_from_device_when_staging_cannot_fit():
     assert t["simdgroup_multiply_accumulate_8x8x8"] > 0
 
 
+@pytest.mark.slow
 def test_metal4_bypass_with_transposed_staging_and_ragged_edges():
     import tilelang
 

@@ -6,6 +6,7 @@ import sys
 import textwrap
 import threading
 
+import pytest
 import tilelang
 from tilelang import tvm
 
@@ -44,6 +45,7 @@ def test_import_activates_and_lowering_goes_through_the_plugin():
     assert source.splitlines()[0].startswith(f"// tilelang_metal {tilelang_metal.__version__}")
 
 
+@pytest.mark.slow  # two fresh interpreters importing tilelang: ~12 s of CPU
 def test_deactivate_restores_the_in_tree_backend_byte_for_byte():
     from tilelang.backend import module as backend_module
     from tilelang.backend import target as backend_target
@@ -97,6 +99,7 @@ def test_autoload_can_be_turned_off():
     assert out.strip() == "False"
 
 
+@pytest.mark.slow  # a fresh interpreter: ~9 s of CPU
 def test_unsupported_tilelang_fails_at_import_naming_the_range():
     code = "import tilelang; tilelang.__version__ = '0.3.1'; import tilelang_metal"
     env = dict(os.environ, PYTHONPATH=REPO)

@@ -62,6 +62,8 @@ SCENARIOS = {  # the ones marked LOWER end by lowering TINY_KERNEL
 }
 
 
+pytestmark = pytest.mark.slow  # five fresh interpreters importing tilelang (~35 s of CPU): full tier
+
 LOWER = {"plugin_first", "tilelang_first", "threads_import_tilelang"}
 
 
