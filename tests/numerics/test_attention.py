@@ -243,6 +243,7 @@ def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq
         torch.testing.assert_close(partial_lse[:, :, s], torch.logsumexp(part, -1) / math.log(2), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_guide_attention_snippet():
     """The attention example of docs/guide.md runs as written."""
     import pathlib

@@ -24,6 +24,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # the plugin's attention kernels in the emulator; the stand-in tests below stay quick
 def test_dry_run_runs_the_plugin_kernel_in_the_emulator(bench_attention, tmp_path, capsys):
     code = bench_attention.main(["--dry-run", "--out", str(tmp_path)])
     printed = capsys.readouterr().out

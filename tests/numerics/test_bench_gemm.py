@@ -26,6 +26,7 @@ def dry_run(bench_gemm, tmp_path_factory):
     return code, out, rows
 
 
+@pytest.mark.slow  # the dry run (shared fixture) runs every dry shape in the emulator
 def test_dry_run_writes_csv_markdown_and_png(dry_run, bench_gemm):
     code, out, rows = dry_run
     assert code == 0
@@ -40,6 +41,7 @@ def test_dry_run_writes_csv_markdown_and_png(dry_run, bench_gemm):
     assert {r["layout"] for r in rows} == {"NN", "NT"} and {r["dtype"] for r in rows} == set(bench_gemm.DTYPES)
 
 
+@pytest.mark.slow  # the dry run (shared fixture) runs every dry shape in the emulator
 def test_every_plugin_row_is_verified_and_timed(dry_run, bench_gemm):
     _, _, rows = dry_run
     plugin = [r for r in rows if r["backend"] == "plugin"]
@@ -52,6 +54,7 @@ def test_every_plugin_row_is_verified_and_timed(dry_run, bench_gemm):
         assert float(r["tflops"]) > 0 and float(r["pct_peak"]) > 0
 
 
+@pytest.mark.slow  # the dry run (shared fixture) runs every dry shape in the emulator
 def test_gpu_baselines_are_reported_not_available(dry_run):
     _, _, rows = dry_run
     others = [r for r in rows if r["backend"] != "plugin"]

@@ -95,7 +95,7 @@ def test_ragged_k_costs_only_the_last_step():
     assert ragged["predicated_device_stores"] == whole["predicated_device_stores"] == 0  # C stays unguarded
 
 
-@pytest.mark.parametrize("path, m, n, k", [("metal4", 1, 200, 16), ("metal", 67, 129, 44)])
+@pytest.mark.parametrize("path, m, n, k", [("metal4", 1, 200, 16), pytest.param("metal", 67, 129, 44, marks=pytest.mark.slow)])
 def test_odd_shapes_stay_correct(path, m, n, k):
     kern = _kernel(path, m, n, k)
     a, b = _inputs(path, m, n, k)
