@@ -23,7 +23,7 @@ os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
-from harness import ERROR, NOT_AVAILABLE, OK, WRONG, Row, Runner  # noqa: E402
+from harness import OK, Row, Runner  # noqa: E402
 
 BACKENDS = ("plugin", "torch-mps", "mlx")
 DTYPES = ("float16", "bfloat16")
@@ -143,33 +143,13 @@ class _MlxAttention:
 
 
 def run_case(shape: Shape, dtype: str, args: argparse.Namespace, peak: float | None) -> list[Row]:
-    case = case_of(shape, dtype)
     p = Problem(shape, dtype, "cpu" if args.dry_run else "mps")
-    rows: dict[str, Row] = {}
-    runners: list[Runner] = []
-    for backend in args.backends:
-        row = rows[backend] = Row(case, backend, NOT_AVAILABLE, p.flops, peak_tflops=peak)
-        try:
-            made = make_runner(backend, p, args)
-            if isinstance(made, str):
-                row.note = made
-                continue
-            out = made.launch()
-            made.sync()
-            row.rel_err = harness.relative_error(out, p.reference)
-            row.verified = row.rel_err <= TOLERANCE[dtype]
-            row.status = OK if row.verified else WRONG
-            if not row.verified:
-                row.note = f"max |O - ref| / max |ref| = {row.rel_err:.3g} > {TOLERANCE[dtype]}"
-            runners.append(made)
-        except Exception as err:  # a failing backend is a result, not the end of the benchmark
-            row.status, row.note = ERROR, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-    if runners:
-        launches = 1 if args.dry_run else harness.calibrate_launches(runners, args.target_ms / 1e3, 3, args.max_launches)
-        times = harness.time_interleaved(runners, trials=args.trials, launches=launches, warmup=1 if args.dry_run else 3)
-        for name, seconds in times.items():
-            harness.record_times(rows[name], seconds, launches)
-    return list(rows.values())
+
+    def check(backend: str, out: Any) -> tuple[float, float, str]:
+        return harness.relative_error(out, p.reference), TOLERANCE[dtype], ""
+
+    return harness.measure_case(case_of(shape, dtype), args.backends, p.flops, peak, lambda b: make_runner(b, p, args), check,
+                                dry_run=args.dry_run, trials=args.trials, target_ms=args.target_ms, max_launches=args.max_launches)
 
 
 def ratio_lines(rows: list[Row]) -> list[str]:

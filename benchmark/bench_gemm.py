@@ -21,7 +21,7 @@ os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")  # plugin and in-tree lower
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
-from harness import ERROR, NOT_AVAILABLE, OK, WRONG, Row, Runner  # noqa: E402
+from harness import Row, Runner  # noqa: E402
 
 BACKENDS = ("plugin", "torch-mps", "mlx", "in-tree")
 DTYPES = {"fp16": ("float16", "float16"), "bf16": ("bfloat16", "bfloat16"), "fp16->fp32": ("float16", "float32")}
@@ -184,39 +184,17 @@ class _MlxResult:
 def run_case(shape: Shape, layout: str, dtype: str, args: argparse.Namespace, peak: float | None) -> list[Row]:
     import torch
 
-    case = case_of(shape, layout, dtype)
-    device = "cpu" if args.dry_run else "mps"
-    p = Problem(shape, layout, dtype, device)
-    rows: dict[str, Row] = {}
-    runners: list[Runner] = []
-    for backend in args.backends:
-        row = rows[backend] = Row(case, backend, NOT_AVAILABLE, p.flops, peak_tflops=peak)
-        try:
-            made = make_runner(backend, p, args)
-            if isinstance(made, str):
-                row.note = made
-                continue
-            out = made.launch()
-            made.sync()
-            row.rel_err = harness.relative_error(out, p.reference)
-            tolerance = TOLERANCE[str(out.dtype).removeprefix("torch.")]
-            row.verified = row.rel_err <= tolerance
-            row.status = OK if row.verified else WRONG
-            if not row.verified:
-                row.note = f"max |C - ref| / max |ref| = {row.rel_err:.3g} > {tolerance}"
-            elif dtype == "fp16->fp32" and backend != "plugin":
-                row.note = "writes C in fp16 (no fp32-output mode here)"
-            runners.append(made)
-        except Exception as err:  # a failing backend is a result, not the end of the benchmark
-            row.status, row.note = ERROR, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-    if runners:
-        launches = 1 if args.dry_run else harness.calibrate_launches(runners, args.target_ms / 1e3, 3, args.max_launches)
-        times = harness.time_interleaved(runners, trials=args.trials, launches=launches, warmup=1 if args.dry_run else 3)
-        for name, seconds in times.items():
-            harness.record_times(rows[name], seconds, launches)
+    p = Problem(shape, layout, dtype, "cpu" if args.dry_run else "mps")
+
+    def check(backend: str, out: Any) -> tuple[float, float, str]:
+        note = "writes C in fp16 (no fp32-output mode here)" if dtype == "fp16->fp32" and backend != "plugin" else ""
+        return harness.relative_error(out, p.reference), TOLERANCE[str(out.dtype).removeprefix("torch.")], note
+
+    rows = harness.measure_case(case_of(shape, layout, dtype), args.backends, p.flops, peak, lambda b: make_runner(b, p, args), check,
+                                dry_run=args.dry_run, trials=args.trials, target_ms=args.target_ms, max_launches=args.max_launches)
     if not args.dry_run:
         torch.mps.empty_cache()
-    return list(rows.values())
+    return rows
 
 
 # ---------------------------------------------------------------- main

@@ -132,6 +132,49 @@ def record_times(row: Row, seconds: Sequence[float], launches: int) -> Row:
     return row
 
 
+def measure_case(
+    case: str,
+    backends: Sequence[str],
+    flops: float,
+    peak: float | None,
+    make_runner: Callable[[str], "Runner | str"],
+    check: Callable[[str, Any], "tuple[float, float, str]"],
+    *,
+    dry_run: bool,
+    trials: int,
+    target_ms: float,
+    max_launches: int,
+) -> list[Row]:
+    """One problem on every backend: build each runner (`make_runner(backend)` returns a Runner, or
+    a string saying why the backend is not available), check its output once (`check(backend, out)`
+    gives the relative error, the tolerance and a note for a correct result), then time the correct
+    ones interleaved. A backend that raises is an `error` row, not the end of the benchmark."""
+    rows: dict[str, Row] = {}
+    runners: list[Runner] = []
+    for backend in backends:
+        row = rows[backend] = Row(case, backend, NOT_AVAILABLE, flops, peak_tflops=peak)
+        try:
+            made = make_runner(backend)
+            if isinstance(made, str):
+                row.note = made
+                continue
+            out = made.launch()
+            made.sync()
+            row.rel_err, tolerance, note = check(backend, out)
+            row.verified = row.rel_err <= tolerance
+            row.status = OK if row.verified else WRONG
+            row.note = note if row.verified else f"max |out - ref| / max |ref| = {row.rel_err:.3g} > {tolerance}"
+            runners.append(made)
+        except Exception as err:  # a failing backend is a result, not the end of the benchmark
+            row.status, row.note = ERROR, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    if runners:
+        launches = 1 if dry_run else calibrate_launches(runners, target_ms / 1e3, 3, max_launches)
+        times = time_interleaved(runners, trials=trials, launches=launches, warmup=1 if dry_run else 3)
+        for name, seconds in times.items():
+            record_times(rows[name], seconds, launches)
+    return list(rows.values())
+
+
 def relative_error(out: Any, ref: Any) -> float:
     """max |out - ref| / max |ref|, in float32 on the CPU."""
     o = out.float().cpu()
