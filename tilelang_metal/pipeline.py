@@ -41,6 +41,7 @@ from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
+from .transform.while_loop_sync import SyncWhileLoops
 
 
 def lower_metal(mod: object, target: object) -> object:
@@ -138,6 +139,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     )(mod)
     mod = tl.ThreadSync("shared")(mod)
     mod = tl.ThreadSync("shared.dyn")(mod)
+    mod = SyncWhileLoops(mod)  # plugin: ThreadSync leaves `while` iterations unordered
     mod = tl.MergeIfStmt()(mod)
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)

@@ -16,7 +16,7 @@ from tilelang.layout import Layout, make_swizzled_layout
 
 from tilelang_metal import examples as E
 
-DEVICE_BARRIER = "threadgroup_barrier(mem_flags::mem_device);"
+DEVICE_BARRIER = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"
 
 
 def _targets():

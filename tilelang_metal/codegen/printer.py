@@ -301,7 +301,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             elif scope == "warp":
                 self.emit("simdgroup_barrier(mem_flags::mem_none);")
             else:
-                self.emit("threadgroup_barrier(mem_flags::mem_device);")
+                # tilelang's ThreadSync counts a sync of any scope as ordering threadgroup memory too
+                # (it places no threadgroup barrier next to this one), so this one must order both
+                self.emit("threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);")
             return True
         if op == "tirx.ret":
             self.emit("return;")

@@ -7,8 +7,9 @@ pass from one thread to another through device memory: without a barrier the sec
 read a stale value (a `T.gemm(..., clear_accum=False)` accumulating into a C that a `T.Parallel`
 just initialised). tilelang's ThreadSync orders threadgroup memory only (it skips the global scope),
 so this pass inserts `tvm_storage_sync("global")` (printed as
-`threadgroup_barrier(mem_flags::mem_device)`) between such statements, and at the end of a loop
-body whose tail conflicts with its head (the next iteration).
+`threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)`: tilelang's ThreadSync,
+which runs later, treats any sync as one for threadgroup memory too and adds none beside it) between
+such statements, and at the end of a loop body whose tail conflicts with its head (the next iteration).
 
 Runs at tile level, before layout inference, on statement sequences outside `T.Parallel` loops
 (whose bodies run per element, not per statement). Each access is a box of elements: a tile-op

@@ -1,0 +1,66 @@
+"""`SyncWhileLoops`: a threadgroup barrier at the end of a `while` body that both writes and reads
+threadgroup memory.
+
+tilelang's ThreadSync orders threadgroup memory inside a body and across the iterations of a `for`
+loop, but not across the iterations of a `while` loop: a stream-K kernel whose `while` loop stages
+each tile piece in threadgroup memory writes the next piece's tile while slower threads still read
+the last one (the emulator's race checker reports it). The barrier goes at the end of the body
+unless the body already ends with one; its cost is one barrier per `while` iteration. Conservative:
+any threadgroup buffer written and read in the body counts, whether or not a thread would read
+another thread's element.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tir, tvm
+from ..scopes import SHARED_SCOPES
+from .function_pass import per_function_pass
+
+
+def _threadgroup(buffer: Any) -> bool:
+    return str(buffer.scope()) in SHARED_SCOPES
+
+
+def _exchanges_through_threadgroup_memory(body: Any) -> bool:
+    """Whether the body writes a threadgroup buffer and also reads it: through a load, or through any
+    other use of its data pointer (the matrix loads take the pointer)."""
+    written: set = set()
+    used: set = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.BufferStore) and _threadgroup(node.buffer):
+            written.add(node.buffer.data)
+        elif isinstance(node, tir.BufferLoad) and _threadgroup(node.buffer):
+            used.add(node.buffer.data)
+        elif isinstance(node, tir.Var):
+            used.add(node)
+
+    tvm.tirx.stmt_functor.post_order_visit(body, visit)
+    return bool(written & used)
+
+
+def _ends_with_threadgroup_barrier(body: Any) -> bool:
+    last = body.seq[-1] if isinstance(body, tir.SeqStmt) else body
+    if not isinstance(last, tir.Evaluate) or not isinstance(last.value, tir.Call):
+        return False
+    call = last.value
+    return str(call.op.name) == "tirx.tvm_storage_sync" and str(call.args[0].value) in SHARED_SCOPES
+
+
+def threadgroup_barrier() -> Any:
+    return tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm("shared")))
+
+
+def sync_function(func: Any) -> Any:
+    def add_barrier(node: Any) -> Any:
+        body = node.body
+        if not _exchanges_through_threadgroup_memory(body) or _ends_with_threadgroup_barrier(body):
+            return None
+        return tir.While(node.condition, tir.SeqStmt([body, threadgroup_barrier()]))
+
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, add_barrier, ["tirx.While"]))
+
+
+SyncWhileLoops = per_function_pass("tilelang_metal.SyncWhileLoops", sync_function)
