@@ -49,6 +49,34 @@ def check_attention_config(head_dim: int, block_m: int, block_n: int, dtype: str
     )
 
 
+def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> Any:
+    """A `T.macro` for one block of keys of the online softmax, shared by both kernels: fold the
+    masked scores `S` (rows x cols, fp32) into the running row maximum, turn them into
+    probabilities in `P`, add their row sums to `denominator` and rescale `acc_o` (rows x
+    head_dim) to the new maximum. A row that has seen no key yet keeps the mask value as its
+    maximum and gets zero probabilities and a zero rescale factor (flash decoding's empty splits).
+    `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale)."""
+
+    @T.macro
+    def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator):
+        T.copy(row_max, row_max_prev)
+        T.reduce_max(S, row_max, dim=1, clear=False)
+        for i in T.Parallel(rows):
+            row_rescale[i] = T.if_then_else(
+                row_max[i] == -T.infinity(ACCUM), 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
+            )
+        for i, j in T.Parallel(rows, cols):
+            S[i, j] = T.if_then_else(row_max[i] == -T.infinity(ACCUM), 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
+        T.reduce_sum(S, row_sum, dim=1)
+        for i in T.Parallel(rows):
+            denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
+        T.copy(S, P)
+        for i, d in T.Parallel(rows, head_dim):
+            acc_o[i, d] *= row_rescale[i]
+
+    return step
+
+
 def flash_attention_program(
     batch: int,
     heads: int,
@@ -79,6 +107,7 @@ def flash_attention_program(
     bshd = layout == "bshd"
     q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
     kv_shape = (batch, seq, kv_heads, head_dim) if bshd else (batch, kv_heads, seq, head_dim)
+    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale)
 
     def rows(tensor: Any, b: Any, h: Any, start: Any, count: int) -> Any:
         if bshd:
@@ -128,19 +157,7 @@ def flash_attention_program(
                         S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], -T.infinity(ACCUM))
                     else:
                         S[i, j] = T.if_then_else(key < seq, S[i, j], -T.infinity(ACCUM))
-                # online softmax: the running row maximum, and the factor that moves the old sums to it
-                T.copy(row_max, row_max_prev)
-                T.reduce_max(S, row_max, dim=1, clear=False)
-                for i in T.Parallel(block_m):
-                    row_rescale[i] = T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
-                for i, j in T.Parallel(block_m, block_n):
-                    S[i, j] = T.exp2(S[i, j] * scale - row_max[i] * scale)
-                T.reduce_sum(S, row_sum, dim=1)
-                for i in T.Parallel(block_m):
-                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
-                T.copy(S, P)
-                for i, j in T.Parallel(block_m, head_dim):
-                    acc_o[i, j] *= row_rescale[i]
+                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
@@ -181,6 +198,7 @@ def flash_decoding_program(
     kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
     partial_shape = (batch, heads, num_split, head_dim)
     lse_shape = (batch, heads, num_split)
+    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale)
 
     @T.prim_func
     def main(
@@ -219,21 +237,7 @@ def flash_decoding_program(
                 T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_h, block_n):
                     S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], -T.infinity(ACCUM))
-                T.copy(row_max, row_max_prev)
-                T.reduce_max(S, row_max, dim=1, clear=False)
-                for i in T.Parallel(block_h):
-                    # a row that has seen no key yet keeps a -inf maximum: rescale by 0, not NaN
-                    row_rescale[i] = T.if_then_else(
-                        row_max[i] == -T.infinity(ACCUM), 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
-                    )
-                for i, j in T.Parallel(block_h, block_n):
-                    S[i, j] = T.if_then_else(row_max[i] == -T.infinity(ACCUM), 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
-                T.reduce_sum(S, row_sum, dim=1)
-                for i in T.Parallel(block_h):
-                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
-                T.copy(S, P)
-                for i, d in T.Parallel(block_h, head_dim):
-                    acc_o[i, d] *= row_rescale[i]
+                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, d in T.Parallel(block_h, head_dim):

@@ -109,39 +109,41 @@ def test_register_a_needs_every_simdgroup_along_m():
         tilelang.lower(pv_program(16, 32, 32, 16, 128, False), target="metal")
 
 
-def test_transposed_register_a_is_refused():
+def fragment_a_program(M, K, N, threads, transpose_A=False, annotate_A=False):
+    """C = A B with A loaded by T.copy from device memory into a register fragment (stored (K, M)
+    when transpose_A). annotate_A: A's fragment is given a thread layout by hand as well."""
+    a_shape = (K, M) if transpose_A else (M, K)
+
     @T.prim_func
-    def main(A: T.Tensor((32, 32), "float16"), B: T.Tensor((32, 32), "float16"), C: T.Tensor((32, 32), "float32")):
-        with T.Kernel(1, threads=32) as _:
-            A_f = T.alloc_fragment((32, 32), "float16")
-            B_s = T.alloc_shared((32, 32), "float16")
-            acc = T.alloc_fragment((32, 32), "float32")
+    def main(A: T.Tensor(a_shape, "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            A_f = T.alloc_fragment(a_shape, "float16")
+            B_s = T.alloc_shared((K, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            if annotate_A:
+                T.annotate_layout({A_f: T.Fragment(a_shape, forward_thread_fn=lambda i, j: (i * K + j) % threads)})
             T.copy(A, A_f)
             T.copy(B, B_s)
             T.clear(acc)
-            T.gemm(A_f, B_s, acc, transpose_A=True)
+            T.gemm(A_f, B_s, acc, transpose_A=transpose_A)
             T.copy(acc, C)
 
+    return main
+
+
+def test_transposed_register_a_is_refused():
     with pytest.raises(MetalLoweringError, match="cannot transpose A"):
-        tilelang.lower(main, target="metal")
+        tilelang.lower(fragment_a_program(32, 32, 32, 32, transpose_A=True), target="metal")
+
+
+def test_annotated_register_a_layout_is_refused():
+    with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
+        tilelang.lower(fragment_a_program(64, 32, 48, 64, annotate_A=True), target="metal")
 
 
 def test_register_a_loaded_by_copy_from_global():
     """A fragment A filled by T.copy from device memory takes the layout the GEMM proposes."""
-
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
-        with T.Kernel(1, threads=64) as _:
-            A_f = T.alloc_fragment((64, 32), "float16")
-            B_s = T.alloc_shared((32, 48), "float16")
-            acc = T.alloc_fragment((64, 48), "float32")
-            T.copy(A, A_f)
-            T.copy(B, B_s)
-            T.clear(acc)
-            T.gemm(A_f, B_s, acc)
-            T.copy(acc, C)
-
-    kernel = tilelang.compile(main, target="metal", execution_backend="emulator")
+    kernel = tilelang.compile(fragment_a_program(64, 32, 48, 64), target="metal", execution_backend="emulator")
     a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
     c = torch.empty(64, 48)
     kernel(a, b, c)
@@ -253,24 +255,6 @@ def test_guide_attention_snippet():
     block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", guide, re.S)
     assert block, "the guide's attention snippet is missing"
     exec(compile(block.group(1), "docs/guide.md", "exec"), {})
-
-
-def test_annotated_register_a_layout_is_refused():
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
-        with T.Kernel(1, threads=64) as _:
-            A_f = T.alloc_fragment((64, 32), "float16")
-            B_s = T.alloc_shared((32, 48), "float16")
-            acc = T.alloc_fragment((64, 48), "float32")
-            T.annotate_layout({A_f: T.Fragment((64, 32), forward_thread_fn=lambda i, j: (i * 32 + j) % 64)})
-            T.copy(A, A_f)
-            T.copy(B, B_s)
-            T.clear(acc)
-            T.gemm(A_f, B_s, acc)
-            T.copy(acc, C)
-
-    with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
-        tilelang.lower(main, target="metal")
 
 
 @pytest.mark.parametrize("target", ["metal4", pytest.param("metal", marks=pytest.mark.slow)])
