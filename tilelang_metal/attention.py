@@ -31,22 +31,59 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def check_attention_config(head_dim: int, block_m: int, block_n: int, dtype: str, threads: int) -> None:
-    """Refuse, before lowering, a configuration whose staged tiles exceed Metal's threadgroup memory,
-    naming the buffers and a block size that fits."""
+def _multiples_near(value: int, step: int) -> str:
+    below, above = value // step * step, -(-value // step) * step
+    return " or ".join(str(v) for v in (below, above) if v > 0)
+
+
+def check_attention_config(
+    head_dim: int, block_m: int, block_n: int, dtype: str, threads: int, *, rows_name: str = "block_m"
+) -> None:
+    """Refuse, before lowering, a configuration the kernels cannot run, saying what fits: head_dim
+    and block_n must cover Metal's 8x8 matrix tiles whole, the `rows_name` query rows must give every
+    simdgroup whole 8-row tiles (both GEMMs are FullRow), and the staged tiles must fit Metal's
+    threadgroup memory."""
+    if dtype not in ("float16", "bfloat16", "float32"):
+        raise MetalLoweringError(f"flash attention dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
+    if threads <= 0 or threads % 32:
+        raise MetalLoweringError(f"threads={threads} must be a positive multiple of 32 (one simdgroup is 32 threads); use 64 or 128")
+    if head_dim <= 0 or head_dim % 8:
+        raise MetalLoweringError(
+            f"head_dim={head_dim} is not a multiple of 8: both GEMMs cover head_dim with whole 8x8 Metal matrix tiles; "
+            f"use a head_dim that is a multiple of 8 (e.g. {_multiples_near(max(head_dim, 1), 8)})"
+        )
+    if block_n <= 0 or block_n % 8:
+        raise MetalLoweringError(
+            f"block_n={block_n} is not a multiple of 8: the scores S are 8x8 Metal matrix tiles; use block_n={_multiples_near(max(block_n, 1), 8)}"
+        )
+    rows_per_tile = threads // 32 * 8
+    if block_m <= 0 or block_m % rows_per_tile:
+        raise MetalLoweringError(
+            f"{rows_name}={block_m} with threads={threads} ({threads // 32} simdgroups): each simdgroup needs whole 8-row tiles "
+            f"of S (policy=FullRow), so {rows_name} must be a multiple of {rows_per_tile}; use {rows_name}={_multiples_near(max(block_m, 1), rows_per_tile)} or fewer threads"
+        )
     size = _bytes(dtype)
     buffers = {"Q_shared": block_m * head_dim * size, "K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}
     total = sum(buffers.values())
     if total <= THREADGROUP_MEMORY_BYTES:
         return
     fits = [(m, n) for m in (64, 32, 16) for n in (64, 32, 16) if (m + 2 * n) * head_dim * size <= THREADGROUP_MEMORY_BYTES]
-    fits = [(m, n) for m, n in fits if m % max(8, threads // 32 * 8) == 0] or fits
+    fits = [(m, n) for m, n in fits if m % rows_per_tile == 0] or fits
     detail = ", ".join(f"{name} {nbytes} B" for name, nbytes in buffers.items())
-    hint = f"block_m={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
+    hint = f"{rows_name}={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
     raise MetalLoweringError(
-        f"flash attention with head_dim={head_dim}, block_m={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
+        f"flash attention with head_dim={head_dim}, {rows_name}={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
         f"threadgroup memory ({detail}); Metal has {THREADGROUP_MEMORY_BYTES} B. Use {hint}."
     )
+
+
+def _check_gqa(heads: int, kv_heads: int) -> None:
+    if kv_heads <= 0 or heads <= 0 or heads % kv_heads:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0] if heads > 0 else []
+        raise MetalLoweringError(
+            f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads}): each KV head serves a whole group of "
+            f"query heads; use kv_heads in {divisors}"
+        )
 
 
 def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> Any:
@@ -96,8 +133,7 @@ def flash_attention_program(
     heads, dim); "bhsd": (batch, heads, seq, dim)); K and V have `kv_heads` heads (GQA: query head h
     reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length."""
     kv_heads = kv_heads or heads
-    if heads % kv_heads:
-        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
+    _check_gqa(heads, kv_heads)
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
     check_attention_config(head_dim, block_m, block_n, dtype, threads)
@@ -185,12 +221,11 @@ def flash_decoding_program(
     Kernel 1 splits the keys into `num_split` ranges; each threadgroup handles `block_h` query
     heads of one KV group and writes a partial output and its log2-sum-exp. Kernel 2 combines the
     splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim)."""
+    _check_gqa(heads, kv_heads)
     group = heads // kv_heads
-    if heads % kv_heads:
-        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
     if group % block_h and block_h % group:
         raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
-    check_attention_config(head_dim, block_h, block_n, dtype, threads)
+    check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h")
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
     split_len = -(-seq_len_kv // num_split)
     scale = LOG2_E / math.sqrt(head_dim)

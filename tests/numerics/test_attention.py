@@ -206,6 +206,64 @@ def test_flash_attention_matches_sdpa(config):
     run_attention(*config)
 
 
+# ----------------------------------------------------------------------------- wrong inputs
+
+# The quick tier's GQA kernel: bhsd, bfloat16, 2 query heads on 1 KV head, head_dim 64, runtime seq_len.
+GQA_RUNTIME = ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128)
+
+
+def _bhsd(heads, seq, dim=64, dtype=torch.bfloat16, batch=1):
+    return torch.randn(batch, heads, seq, dim).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        # batch, heads, head_dim or seq_len that disagree with the kernel or with each other
+        (lambda: (_bhsd(2, 40, batch=2), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\)"),
+        (lambda: (_bhsd(2, 40), _bhsd(1, 40, batch=2), _bhsd(1, 40)), ValueError, r"^K: expected shape \(1, 1, 40, 64\)"),
+        (lambda: (_bhsd(3, 40), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\).*got \(1, 3, 40, 64\)$"),
+        (lambda: (_bhsd(2, 40), _bhsd(2, 40), _bhsd(2, 40)), ValueError, r"^K: expected shape \(1, 1, 40, 64\).*got \(1, 2, 40, 64\)$"),
+        (lambda: (_bhsd(2, 40, dim=32), _bhsd(1, 40, dim=32), _bhsd(1, 40, dim=32)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\)"),
+        (lambda: (_bhsd(2, 40), _bhsd(1, 50), _bhsd(1, 50)), ValueError, r"^seq_len: Q has 40 but K has 50; both are seq_len and must be equal$"),
+        (lambda: (_bhsd(2, 40), _bhsd(1, 40), _bhsd(1, 41)), ValueError, r"seq_len: Q has 40 but V has 41; both are seq_len and must be equal$"),
+        (lambda: (_bhsd(2, 40), _bhsd(1, 40, dtype=torch.float16), _bhsd(1, 40)), TypeError, r"^K: expected dtype bfloat16, got float16; pass K\.to\(torch\.bfloat16\)$"),
+        (lambda: (_bhsd(2, 40, dim=128)[..., :64], _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected a contiguous tensor.*pass Q\.contiguous\(\)"),
+        # a bshd tensor viewed as bhsd (the layout the kernel was not built for)
+        (lambda: (torch.randn(1, 40, 2, 64).bfloat16().transpose(1, 2), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected a contiguous tensor.*pass Q\.contiguous\(\)"),
+        (lambda: (_bhsd(2, 40), _bhsd(1, 40), _bhsd(1, 40, dim=128)[..., ::2]), ValueError, r"^V: expected a contiguous tensor"),
+    ],
+    ids=["q-batch", "k-batch", "q-heads", "gqa-kv-heads", "head-dim", "k-seq-len", "v-seq-len", "dtype", "q-slice", "q-transposed", "v-strided"],
+)
+def test_wrong_inputs_are_refused_at_call_time(make, error, message):
+    """Each wrong call is one line naming the parameter and what to pass; the kernel still works after."""
+    kernel = attention_kernel(*GQA_RUNTIME)
+    with pytest.raises(error, match=message):
+        kernel(*make())
+    q, k, v = _bhsd(2, 20), _bhsd(1, 20), _bhsd(1, 20)  # seq_len 20: shorter than one block of keys or queries
+    torch.testing.assert_close(kernel(q, k, v).float(), attention_reference(q, k, v, True, "bhsd"), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: flash_attention_program(1, 2, 64, 63, block_m=32, block_n=32, threads=64), r"head_dim=63 is not a multiple of 8.*e\.g\. 56 or 64"),
+        (lambda: flash_attention_program(1, 2, 64, 36, block_m=32, block_n=32, threads=64), r"head_dim=36 is not a multiple of 8"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=20, threads=64), r"block_n=20 is not a multiple of 8.*use block_n=16 or 24"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=40, block_n=32, threads=64), r"block_m=40 with threads=64 \(2 simdgroups\).*multiple of 16; use block_m=32 or 48"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=32, threads=48), r"threads=48 must be a positive multiple of 32"),
+        (lambda: flash_attention_program(1, 2, 64, 64, dtype="float8_e4m3"), r"dtype='float8_e4m3' is not supported"),
+        (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
+        (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
+        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=8, threads=64), r"block_h=8 with threads=64.*use block_h=16"),
+    ],
+    ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "block-h"],
+)
+def test_configuration_errors_are_refused_when_the_program_is_built(build, message):
+    with pytest.raises(MetalLoweringError, match=message):
+        build()
+
+
 def test_too_much_threadgroup_memory_names_buffers_and_a_fit():
     with pytest.raises(MetalLoweringError, match=r"needs 49152 B .*Q_shared 16384 B.*Use block_m=\d+, block_n=\d+"):
         flash_attention_program(1, 1, 128, 128, block_m=64, block_n=64)
