@@ -8,8 +8,10 @@ runs them because `T.gemm` reads a register-fragment A operand in place
 accumulator `S` and its half-precision copy `P` share one lane layout and the softmax never
 moves data between lanes except for the row reductions.
 
-Sequence tails are masked (keys past the end get -inf scores, queries past the end are not
-stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
+Sequence tails are masked (keys past the end get the score MASKED_SCORE, queries past the end are
+not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
+The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
+MASKED_SCORE).
 
 No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
 """
@@ -25,6 +27,13 @@ from .errors import MetalLoweringError
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
 THREADGROUP_MEMORY_BYTES = 32 * 1024
+# The score of a masked key and the running maximum of a row that has seen no key yet: a large
+# finite negative number instead of -inf, because under Metal's fast math (MTLMathModeFast, the
+# default of MTLCompileOptions) the compiler may assume no infinities. exp2((MASKED_SCORE - m) *
+# scale) underflows to exactly 0 for any real row maximum m; times scale <= log2(e) (head_dim >= 1)
+# it stays finite; real scores of fp16/bf16 inputs are far above it. A row whose maximum is still
+# MASKED_SCORE gets zero probabilities explicitly (exp2(0) would be 1).
+MASKED_SCORE = -1.0e38
 
 
 def _bytes(dtype: str) -> int:
@@ -91,7 +100,8 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> An
     masked scores `S` (rows x cols, fp32) into the running row maximum, turn them into
     probabilities in `P`, add their row sums to `denominator` and rescale `acc_o` (rows x
     head_dim) to the new maximum. A row that has seen no key yet keeps the mask value as its
-    maximum and gets zero probabilities and a zero rescale factor (flash decoding's empty splits).
+    maximum (MASKED_SCORE) and gets zero probabilities and a zero rescale factor (flash decoding's
+    empty splits; a forward row sees key 0 in its first block).
     `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale)."""
 
     @T.macro
@@ -100,10 +110,10 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> An
         T.reduce_max(S, row_max, dim=1, clear=False)
         for i in T.Parallel(rows):
             row_rescale[i] = T.if_then_else(
-                row_max[i] == -T.infinity(ACCUM), 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
+                row_max[i] == MASKED_SCORE, 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
             )
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(row_max[i] == -T.infinity(ACCUM), 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
+            S[i, j] = T.if_then_else(row_max[i] == MASKED_SCORE, 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
         T.reduce_sum(S, row_sum, dim=1)
         for i in T.Parallel(rows):
             denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
@@ -177,7 +187,7 @@ def flash_attention_program(
             T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_shared)
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
-            T.fill(row_max, -T.infinity(ACCUM))
+            T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
                 query_pos[i] = bx * block_m + i
             kv_blocks = T.ceildiv(seq, block_n)
@@ -190,14 +200,14 @@ def flash_attention_program(
                 for i, j in T.Parallel(block_m, block_n):
                     key = kb * block_n + j
                     if causal:
-                        S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], -T.infinity(ACCUM))
+                        S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
                     else:
-                        S[i, j] = T.if_then_else(key < seq, S[i, j], -T.infinity(ACCUM))
+                        S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
                 softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
-                acc_o[i, j] /= denominator[i]
+                acc_o[i, j] = T.if_then_else(denominator[i] > 0, acc_o[i, j] / denominator[i], 0)
             T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
 
     return main
@@ -263,7 +273,7 @@ def flash_decoding_program(
                 Q_shared[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
-            T.fill(row_max, -T.infinity(ACCUM))
+            T.fill(row_max, MASKED_SCORE)
             key0 = split * split_len
             key_end = T.min(key0 + split_len, seq_len_kv)
             for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
@@ -271,7 +281,7 @@ def flash_decoding_program(
                 T.clear(S)
                 T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_h, block_n):
-                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], -T.infinity(ACCUM))
+                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
                 softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
@@ -282,14 +292,14 @@ def flash_decoding_program(
                 if i < heads_per_block:
                     # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
                     partial_lse[bb, head0 + i, split] = T.if_then_else(
-                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, -T.infinity(ACCUM)
+                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, MASKED_SCORE
                     )
 
         with T.Kernel(heads, batch, threads=head_dim) as (h, bb):
             lse_max = T.alloc_var(ACCUM)
             lse_total = T.alloc_var(ACCUM)
             tx = T.get_thread_binding()
-            lse_max = -T.infinity(ACCUM)
+            lse_max = MASKED_SCORE  # a split with no key has lse MASKED_SCORE: weight exp2(-1e38 - m) = 0
             for s in T.serial(num_split):
                 lse_max = T.max(lse_max, partial_lse[bb, h, s])
             lse_total = 0
