@@ -8,8 +8,10 @@ runs them because `T.gemm` reads a register-fragment A operand in place
 accumulator `S` and its half-precision copy `P` share one lane layout and the softmax never
 moves data between lanes except for the row reductions.
 
-Sequence tails are masked (keys past the end get -inf scores, queries past the end are not
-stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
+Sequence tails are masked (keys past the end get the score MASKED_SCORE, queries past the end are
+not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
+The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
+MASKED_SCORE).
 
 No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
 """
@@ -25,28 +27,101 @@ from .errors import MetalLoweringError
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
 THREADGROUP_MEMORY_BYTES = 32 * 1024
+# The score of a masked key and the running maximum of a row that has seen no key yet: a large
+# finite negative number instead of -inf, because under Metal's fast math (MTLMathModeFast, the
+# default of MTLCompileOptions) the compiler may assume no infinities. exp2((MASKED_SCORE - m) *
+# scale) underflows to exactly 0 for any real row maximum m; times scale <= log2(e) (head_dim >= 1)
+# it stays finite; real scores of fp16/bf16 inputs are far above it. A row whose maximum is still
+# MASKED_SCORE gets zero probabilities explicitly (exp2(0) would be 1).
+MASKED_SCORE = -1.0e38
 
 
 def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def check_attention_config(head_dim: int, block_m: int, block_n: int, dtype: str, threads: int) -> None:
-    """Refuse, before lowering, a configuration whose staged tiles exceed Metal's threadgroup memory,
-    naming the buffers and a block size that fits."""
+def _multiples_near(value: int, step: int) -> str:
+    below, above = value // step * step, -(-value // step) * step
+    return " or ".join(str(v) for v in (below, above) if v > 0)
+
+
+def check_attention_config(
+    head_dim: int, block_m: int, block_n: int, dtype: str, threads: int, *, rows_name: str = "block_m"
+) -> None:
+    """Refuse, before lowering, a configuration the kernels cannot run, saying what fits: head_dim
+    and block_n must cover Metal's 8x8 matrix tiles whole, the `rows_name` query rows must give every
+    simdgroup whole 8-row tiles (both GEMMs are FullRow), and the staged tiles must fit Metal's
+    threadgroup memory."""
+    if dtype not in ("float16", "bfloat16", "float32"):
+        raise MetalLoweringError(f"flash attention dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
+    if threads <= 0 or threads % 32:
+        raise MetalLoweringError(f"threads={threads} must be a positive multiple of 32 (one simdgroup is 32 threads); use 64 or 128")
+    if head_dim <= 0 or head_dim % 8:
+        raise MetalLoweringError(
+            f"head_dim={head_dim} is not a multiple of 8: both GEMMs cover head_dim with whole 8x8 Metal matrix tiles; "
+            f"use a head_dim that is a multiple of 8 (e.g. {_multiples_near(max(head_dim, 1), 8)})"
+        )
+    if block_n <= 0 or block_n % 8:
+        raise MetalLoweringError(
+            f"block_n={block_n} is not a multiple of 8: the scores S are 8x8 Metal matrix tiles; use block_n={_multiples_near(max(block_n, 1), 8)}"
+        )
+    rows_per_tile = threads // 32 * 8
+    if block_m <= 0 or block_m % rows_per_tile:
+        raise MetalLoweringError(
+            f"{rows_name}={block_m} with threads={threads} ({threads // 32} simdgroups): each simdgroup needs whole 8-row tiles "
+            f"of S (policy=FullRow), so {rows_name} must be a multiple of {rows_per_tile}; use {rows_name}={_multiples_near(max(block_m, 1), rows_per_tile)} or fewer threads"
+        )
     size = _bytes(dtype)
     buffers = {"Q_shared": block_m * head_dim * size, "K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}
     total = sum(buffers.values())
     if total <= THREADGROUP_MEMORY_BYTES:
         return
     fits = [(m, n) for m in (64, 32, 16) for n in (64, 32, 16) if (m + 2 * n) * head_dim * size <= THREADGROUP_MEMORY_BYTES]
-    fits = [(m, n) for m, n in fits if m % max(8, threads // 32 * 8) == 0] or fits
+    fits = [(m, n) for m, n in fits if m % rows_per_tile == 0] or fits
     detail = ", ".join(f"{name} {nbytes} B" for name, nbytes in buffers.items())
-    hint = f"block_m={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
+    hint = f"{rows_name}={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
     raise MetalLoweringError(
-        f"flash attention with head_dim={head_dim}, block_m={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
+        f"flash attention with head_dim={head_dim}, {rows_name}={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
         f"threadgroup memory ({detail}); Metal has {THREADGROUP_MEMORY_BYTES} B. Use {hint}."
     )
+
+
+def _check_gqa(heads: int, kv_heads: int) -> None:
+    if kv_heads <= 0 or heads <= 0 or heads % kv_heads:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0] if heads > 0 else []
+        raise MetalLoweringError(
+            f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads}): each KV head serves a whole group of "
+            f"query heads; use kv_heads in {divisors}"
+        )
+
+
+def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> Any:
+    """A `T.macro` for one block of keys of the online softmax, shared by both kernels: fold the
+    masked scores `S` (rows x cols, fp32) into the running row maximum, turn them into
+    probabilities in `P`, add their row sums to `denominator` and rescale `acc_o` (rows x
+    head_dim) to the new maximum. A row that has seen no key yet keeps the mask value as its
+    maximum (MASKED_SCORE) and gets zero probabilities and a zero rescale factor (flash decoding's
+    empty splits; a forward row sees key 0 in its first block).
+    `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale)."""
+
+    @T.macro
+    def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator):
+        T.copy(row_max, row_max_prev)
+        T.reduce_max(S, row_max, dim=1, clear=False)
+        for i in T.Parallel(rows):
+            row_rescale[i] = T.if_then_else(
+                row_max[i] == MASKED_SCORE, 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
+            )
+        for i, j in T.Parallel(rows, cols):
+            S[i, j] = T.if_then_else(row_max[i] == MASKED_SCORE, 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
+        T.reduce_sum(S, row_sum, dim=1)
+        for i in T.Parallel(rows):
+            denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
+        T.copy(S, P)
+        for i, d in T.Parallel(rows, head_dim):
+            acc_o[i, d] *= row_rescale[i]
+
+    return step
 
 
 def flash_attention_program(
@@ -68,8 +143,7 @@ def flash_attention_program(
     heads, dim); "bhsd": (batch, heads, seq, dim)); K and V have `kv_heads` heads (GQA: query head h
     reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length."""
     kv_heads = kv_heads or heads
-    if heads % kv_heads:
-        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
+    _check_gqa(heads, kv_heads)
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
     check_attention_config(head_dim, block_m, block_n, dtype, threads)
@@ -79,6 +153,7 @@ def flash_attention_program(
     bshd = layout == "bshd"
     q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
     kv_shape = (batch, seq, kv_heads, head_dim) if bshd else (batch, kv_heads, seq, head_dim)
+    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale)
 
     def rows(tensor: Any, b: Any, h: Any, start: Any, count: int) -> Any:
         if bshd:
@@ -112,7 +187,7 @@ def flash_attention_program(
             T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_shared)
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
-            T.fill(row_max, -T.infinity(ACCUM))
+            T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
                 query_pos[i] = bx * block_m + i
             kv_blocks = T.ceildiv(seq, block_n)
@@ -125,26 +200,14 @@ def flash_attention_program(
                 for i, j in T.Parallel(block_m, block_n):
                     key = kb * block_n + j
                     if causal:
-                        S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], -T.infinity(ACCUM))
+                        S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
                     else:
-                        S[i, j] = T.if_then_else(key < seq, S[i, j], -T.infinity(ACCUM))
-                # online softmax: the running row maximum, and the factor that moves the old sums to it
-                T.copy(row_max, row_max_prev)
-                T.reduce_max(S, row_max, dim=1, clear=False)
-                for i in T.Parallel(block_m):
-                    row_rescale[i] = T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
-                for i, j in T.Parallel(block_m, block_n):
-                    S[i, j] = T.exp2(S[i, j] * scale - row_max[i] * scale)
-                T.reduce_sum(S, row_sum, dim=1)
-                for i in T.Parallel(block_m):
-                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
-                T.copy(S, P)
-                for i, j in T.Parallel(block_m, head_dim):
-                    acc_o[i, j] *= row_rescale[i]
+                        S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
-                acc_o[i, j] /= denominator[i]
+                acc_o[i, j] = T.if_then_else(denominator[i] > 0, acc_o[i, j] / denominator[i], 0)
             T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
 
     return main
@@ -168,12 +231,11 @@ def flash_decoding_program(
     Kernel 1 splits the keys into `num_split` ranges; each threadgroup handles `block_h` query
     heads of one KV group and writes a partial output and its log2-sum-exp. Kernel 2 combines the
     splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim)."""
+    _check_gqa(heads, kv_heads)
     group = heads // kv_heads
-    if heads % kv_heads:
-        raise MetalLoweringError(f"GQA needs heads ({heads}) to be a multiple of kv_heads ({kv_heads})")
     if group % block_h and block_h % group:
         raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
-    check_attention_config(head_dim, block_h, block_n, dtype, threads)
+    check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h")
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
     split_len = -(-seq_len_kv // num_split)
     scale = LOG2_E / math.sqrt(head_dim)
@@ -181,6 +243,7 @@ def flash_decoding_program(
     kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
     partial_shape = (batch, heads, num_split, head_dim)
     lse_shape = (batch, heads, num_split)
+    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale)
 
     @T.prim_func
     def main(
@@ -210,7 +273,7 @@ def flash_decoding_program(
                 Q_shared[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
-            T.fill(row_max, -T.infinity(ACCUM))
+            T.fill(row_max, MASKED_SCORE)
             key0 = split * split_len
             key_end = T.min(key0 + split_len, seq_len_kv)
             for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
@@ -218,22 +281,8 @@ def flash_decoding_program(
                 T.clear(S)
                 T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_h, block_n):
-                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], -T.infinity(ACCUM))
-                T.copy(row_max, row_max_prev)
-                T.reduce_max(S, row_max, dim=1, clear=False)
-                for i in T.Parallel(block_h):
-                    # a row that has seen no key yet keeps a -inf maximum: rescale by 0, not NaN
-                    row_rescale[i] = T.if_then_else(
-                        row_max[i] == -T.infinity(ACCUM), 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
-                    )
-                for i, j in T.Parallel(block_h, block_n):
-                    S[i, j] = T.if_then_else(row_max[i] == -T.infinity(ACCUM), 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
-                T.reduce_sum(S, row_sum, dim=1)
-                for i in T.Parallel(block_h):
-                    denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
-                T.copy(S, P)
-                for i, d in T.Parallel(block_h, head_dim):
-                    acc_o[i, d] *= row_rescale[i]
+                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
+                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                 T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared)
                 T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, d in T.Parallel(block_h, head_dim):
@@ -243,14 +292,14 @@ def flash_decoding_program(
                 if i < heads_per_block:
                     # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
                     partial_lse[bb, head0 + i, split] = T.if_then_else(
-                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, -T.infinity(ACCUM)
+                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, MASKED_SCORE
                     )
 
         with T.Kernel(heads, batch, threads=head_dim) as (h, bb):
             lse_max = T.alloc_var(ACCUM)
             lse_total = T.alloc_var(ACCUM)
             tx = T.get_thread_binding()
-            lse_max = -T.infinity(ACCUM)
+            lse_max = MASKED_SCORE  # a split with no key has lse MASKED_SCORE: weight exp2(-1e38 - m) = 0
             for s in T.serial(num_split):
                 lse_max = T.max(lse_max, partial_lse[bb, h, s])
             lse_total = 0

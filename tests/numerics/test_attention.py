@@ -20,7 +20,7 @@ import tilelang.language as T
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.attention import flash_attention_program, flash_decoding_program
+from tilelang_metal.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.examples import metal4_target
 
@@ -109,39 +109,41 @@ def test_register_a_needs_every_simdgroup_along_m():
         tilelang.lower(pv_program(16, 32, 32, 16, 128, False), target="metal")
 
 
-def test_transposed_register_a_is_refused():
+def fragment_a_program(M, K, N, threads, transpose_A=False, annotate_A=False):
+    """C = A B with A loaded by T.copy from device memory into a register fragment (stored (K, M)
+    when transpose_A). annotate_A: A's fragment is given a thread layout by hand as well."""
+    a_shape = (K, M) if transpose_A else (M, K)
+
     @T.prim_func
-    def main(A: T.Tensor((32, 32), "float16"), B: T.Tensor((32, 32), "float16"), C: T.Tensor((32, 32), "float32")):
-        with T.Kernel(1, threads=32) as _:
-            A_f = T.alloc_fragment((32, 32), "float16")
-            B_s = T.alloc_shared((32, 32), "float16")
-            acc = T.alloc_fragment((32, 32), "float32")
+    def main(A: T.Tensor(a_shape, "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            A_f = T.alloc_fragment(a_shape, "float16")
+            B_s = T.alloc_shared((K, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            if annotate_A:
+                T.annotate_layout({A_f: T.Fragment(a_shape, forward_thread_fn=lambda i, j: (i * K + j) % threads)})
             T.copy(A, A_f)
             T.copy(B, B_s)
             T.clear(acc)
-            T.gemm(A_f, B_s, acc, transpose_A=True)
+            T.gemm(A_f, B_s, acc, transpose_A=transpose_A)
             T.copy(acc, C)
 
+    return main
+
+
+def test_transposed_register_a_is_refused():
     with pytest.raises(MetalLoweringError, match="cannot transpose A"):
-        tilelang.lower(main, target="metal")
+        tilelang.lower(fragment_a_program(32, 32, 32, 32, transpose_A=True), target="metal")
+
+
+def test_annotated_register_a_layout_is_refused():
+    with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
+        tilelang.lower(fragment_a_program(64, 32, 48, 64, annotate_A=True), target="metal")
 
 
 def test_register_a_loaded_by_copy_from_global():
     """A fragment A filled by T.copy from device memory takes the layout the GEMM proposes."""
-
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
-        with T.Kernel(1, threads=64) as _:
-            A_f = T.alloc_fragment((64, 32), "float16")
-            B_s = T.alloc_shared((32, 48), "float16")
-            acc = T.alloc_fragment((64, 48), "float32")
-            T.copy(A, A_f)
-            T.copy(B, B_s)
-            T.clear(acc)
-            T.gemm(A_f, B_s, acc)
-            T.copy(acc, C)
-
-    kernel = tilelang.compile(main, target="metal", execution_backend="emulator")
+    kernel = tilelang.compile(fragment_a_program(64, 32, 48, 64), target="metal", execution_backend="emulator")
     a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
     c = torch.empty(64, 48)
     kernel(a, b, c)
@@ -172,8 +174,16 @@ def _shape(layout, heads, seq, dim):
     return (1, seq, heads, dim) if layout == "bshd" else (1, heads, seq, dim)
 
 
+def assert_no_infinity(source):
+    """Masks and initial maxima are the finite MASKED_SCORE: under Metal's fast math (the
+    MTLCompileOptions default) the compiler may assume no infinities, so none is in the source."""
+    assert "INFINITY" not in source and "HUGE_VAL" not in source and "NAN" not in source
+    assert "-1e+38f" in source, "the mask value MASKED_SCORE is not in the source"
+
+
 def run_attention(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads, seqs):
     kernel = attention_kernel(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads)
+    assert_no_infinity(kernel.get_kernel_source())
     for n in seqs:
         torch.manual_seed(n * 7 + dim)
         q = torch.randn(_shape(layout, heads, n, dim)).to(TORCH[dtype])
@@ -187,9 +197,10 @@ def run_attention(target, heads, kv_heads, seq, dim, causal, layout, dtype, bloc
 # target, heads, kv_heads, seq (None: runtime), dim, causal, layout, dtype, block_m, block_n, threads, sequence lengths run
 QUICK = [
     ("metal", 2, 2, 77, 64, False, "bshd", "float16", 32, 32, 64, (77,)),  # tail of 13 keys / queries
+    # GQA, runtime length; causal with block_m = 2 block_n: rows 0-31 of query block 0 see a fully masked key block 1
+    ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),
 ]
 SLOW = [
-    ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),  # GQA, runtime length
     ("metal4", 2, 2, 128, 64, False, "bshd", "float16", 64, 64, 128, (128,)),
     ("metal", 2, 2, 100, 64, True, "bshd", "float16", 64, 64, 128, (100,)),
     ("metal", 4, 2, None, 64, True, "bhsd", "float16", 32, 32, 64, (33, 70)),
@@ -202,6 +213,66 @@ SLOW = [
 @pytest.mark.parametrize("config", QUICK + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW], ids=str)
 def test_flash_attention_matches_sdpa(config):
     run_attention(*config)
+
+
+# ----------------------------------------------------------------------------- wrong inputs
+
+# The quick tier's GQA kernel: bhsd, bfloat16, 2 query heads on 1 KV head, head_dim 64, runtime seq_len.
+GQA_RUNTIME = ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128)
+
+
+def _bhsd(heads, seq, dim=64, dtype=torch.bfloat16, batch=1):
+    return torch.randn(batch, heads, seq, dim).to(dtype)
+
+
+# (id, the arguments, the error, its message): each names the parameter and what to pass
+WRONG_INPUTS = [
+    # batch, heads, head_dim or seq_len that disagree with the kernel or with each other
+    ("q-batch", lambda: (_bhsd(2, 40, batch=2), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\)"),
+    ("k-batch", lambda: (_bhsd(2, 40), _bhsd(1, 40, batch=2), _bhsd(1, 40)), ValueError, r"^K: expected shape \(1, 1, 40, 64\)"),
+    ("q-heads", lambda: (_bhsd(3, 40), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\).*got \(1, 3, 40, 64\)$"),
+    ("gqa-kv-heads", lambda: (_bhsd(2, 40), _bhsd(2, 40), _bhsd(2, 40)), ValueError, r"^K: expected shape \(1, 1, 40, 64\).*got \(1, 2, 40, 64\)$"),
+    ("head-dim", lambda: (_bhsd(2, 40, dim=32), _bhsd(1, 40, dim=32), _bhsd(1, 40, dim=32)), ValueError, r"^Q: expected shape \(1, 2, 40, 64\)"),
+    ("k-seq-len", lambda: (_bhsd(2, 40), _bhsd(1, 50), _bhsd(1, 50)), ValueError, r"^seq_len: Q has 40 but K has 50; both are seq_len and must be equal$"),
+    ("v-seq-len", lambda: (_bhsd(2, 40), _bhsd(1, 40), _bhsd(1, 41)), ValueError, r"seq_len: Q has 40 but V has 41; both are seq_len and must be equal$"),
+    ("dtype", lambda: (_bhsd(2, 40), _bhsd(1, 40, dtype=torch.float16), _bhsd(1, 40)), TypeError, r"^K: expected dtype bfloat16, got float16; pass K\.to\(torch\.bfloat16\)$"),
+    ("q-slice", lambda: (_bhsd(2, 40, dim=128)[..., :64], _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected a contiguous tensor.*pass Q\.contiguous\(\)"),
+    # a bshd tensor viewed as bhsd (the layout the kernel was not built for)
+    ("q-transposed", lambda: (torch.randn(1, 40, 2, 64).bfloat16().transpose(1, 2), _bhsd(1, 40), _bhsd(1, 40)), ValueError, r"^Q: expected a contiguous tensor.*pass Q\.contiguous\(\)"),
+    ("v-strided", lambda: (_bhsd(2, 40), _bhsd(1, 40), _bhsd(1, 40, dim=128)[..., ::2]), ValueError, r"^V: expected a contiguous tensor"),
+]
+
+
+def test_wrong_inputs_are_refused_at_call_time():
+    """Every wrong call is refused before launch with one line; the kernel still works after. One test
+    (not parametrized) so that one worker compiles the kernel, shared with the quick GQA case."""
+    kernel = attention_kernel(*GQA_RUNTIME)
+    for case, make, error, message in WRONG_INPUTS:
+        with pytest.raises(error, match=message) as info:
+            kernel(*make())
+        assert "\n" not in str(info.value), case
+    q, k, v = _bhsd(2, 20), _bhsd(1, 20), _bhsd(1, 20)  # seq_len 20: shorter than one block of keys or queries
+    torch.testing.assert_close(kernel(q, k, v).float(), attention_reference(q, k, v, True, "bhsd"), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: flash_attention_program(1, 2, 64, 63, block_m=32, block_n=32, threads=64), r"head_dim=63 is not a multiple of 8.*e\.g\. 56 or 64"),
+        (lambda: flash_attention_program(1, 2, 64, 36, block_m=32, block_n=32, threads=64), r"head_dim=36 is not a multiple of 8"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=20, threads=64), r"block_n=20 is not a multiple of 8.*use block_n=16 or 24"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=40, block_n=32, threads=64), r"block_m=40 with threads=64 \(2 simdgroups\).*multiple of 16; use block_m=32 or 48"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=32, threads=48), r"threads=48 must be a positive multiple of 32"),
+        (lambda: flash_attention_program(1, 2, 64, 64, dtype="float8_e4m3"), r"dtype='float8_e4m3' is not supported"),
+        (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
+        (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
+        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=8, threads=64), r"block_h=8 with threads=64.*use block_h=16"),
+    ],
+    ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "block-h"],
+)
+def test_configuration_errors_are_refused_when_the_program_is_built(build, message):
+    with pytest.raises(MetalLoweringError, match=message):
+        build()
 
 
 def test_too_much_threadgroup_memory_names_buffers_and_a_fit():
@@ -222,11 +293,14 @@ def decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h
     "target,batch,heads,kv_heads,seq,dim,num_split,block_h,block_n,threads",
     [
         ("metal4", 2, 8, 2, 101, 64, 3, 16, 32, 64),  # 4 query heads per KV head, padded to 16 rows
+        # 20 keys in 6 splits of 4: the last split has no key at all (its rows never see a real score)
+        ("metal", 1, 4, 2, 20, 64, 6, 16, 32, 64),
         pytest.param("metal", 1, 4, 4, 70, 64, 4, 16, 32, 64, marks=pytest.mark.slow),  # MHA: 1 real row of 16
     ],
 )
 def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads):
     kernel = decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads)
+    assert_no_infinity(kernel.get_kernel_source())
     torch.manual_seed(seq)
     q = torch.randn(batch, heads, dim).half()
     k, v = (torch.randn(batch, seq, kv_heads, dim).half() for _ in range(2))
@@ -238,8 +312,12 @@ def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq
     # each split's log-sum-exp (base 2) agrees with its keys alone
     split_len = -(-seq // num_split)
     scores = (q.float()[:, :, None] @ kk.transpose(-1, -2))[:, :, 0] / math.sqrt(dim)
+    assert torch.isfinite(partial_out).all() and torch.isfinite(partial_lse).all()  # no inf/NaN, even for empty splits
     for s in range(num_split):
         part = scores[..., s * split_len : (s + 1) * split_len]
+        if part.shape[-1] == 0:  # no key: a zero partial output whose weight in the combine is exactly 0
+            assert (partial_out[:, :, s] == 0).all() and (partial_lse[:, :, s] == torch.tensor(MASKED_SCORE)).all()
+            continue
         torch.testing.assert_close(partial_lse[:, :, s], torch.logsumexp(part, -1) / math.log(2), atol=1e-3, rtol=1e-3)
 
 
@@ -254,24 +332,6 @@ def test_guide_attention_snippet():
     block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", guide, re.S)
     assert block, "the guide's attention snippet is missing"
     exec(compile(block.group(1), "docs/guide.md", "exec"), {})
-
-
-def test_annotated_register_a_layout_is_refused():
-    @T.prim_func
-    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 48), "float16"), C: T.Tensor((64, 48), "float32")):
-        with T.Kernel(1, threads=64) as _:
-            A_f = T.alloc_fragment((64, 32), "float16")
-            B_s = T.alloc_shared((32, 48), "float16")
-            acc = T.alloc_fragment((64, 48), "float32")
-            T.annotate_layout({A_f: T.Fragment((64, 32), forward_thread_fn=lambda i, j: (i * 32 + j) % 64)})
-            T.copy(A, A_f)
-            T.copy(B, B_s)
-            T.clear(acc)
-            T.gemm(A_f, B_s, acc)
-            T.copy(acc, C)
-
-    with pytest.raises(MetalLoweringError, match="fragment A_f is given two different thread layouts"):
-        tilelang.lower(main, target="metal")
 
 
 @pytest.mark.parametrize("target", ["metal4", pytest.param("metal", marks=pytest.mark.slow)])

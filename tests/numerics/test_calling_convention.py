@@ -304,7 +304,7 @@ def test_zero_rows_launch_nothing_and_return_an_empty_output(rows_kernel, monkey
 
 
 def test_symbolic_size_inconsistent_across_tensors(rows_kernel):
-    with pytest.raises(ValueError, match=r"^M: A has 64 but B has 65$"):
+    with pytest.raises(ValueError, match=r"^M: A has 64 but B has 65; both are M and must be equal$"):
         rows_kernel(torch.zeros(64, 16), torch.zeros(65, 16))
 
 

@@ -67,7 +67,7 @@ def test_symbolic_dims_bind_from_the_first_tensor_and_must_agree():
     bound = sig.bind((torch.zeros(5, 7), torch.zeros(7)), CPU, allocate)
     assert bound.values[2].shape == (5,) and torch.isnan(bound.values[2]).all()
     assert bound.env[sig.slot_of(M)] == 5 and bound.env[sig.slot_of(N)] == 7
-    with pytest.raises(ValueError, match=r"^N: A has 7 but B has 8$"):
+    with pytest.raises(ValueError, match=r"^N: A has 7 but B has 8; both are N and must be equal$"):
         sig.bind((torch.zeros(5, 7), torch.zeros(8)), CPU, allocate)
 
 
@@ -76,7 +76,7 @@ def test_a_size_repeated_in_one_tensor_names_the_axes():
     func, _ = prim_func([("S", (N, N), "float32")])
     sig = CallSignature(func, [])
     sig.bind((torch.zeros(3, 3),), CPU, allocate)
-    with pytest.raises(ValueError, match=r"^N: S.shape\[0\] has 3 but S.shape\[1\] has 4$"):
+    with pytest.raises(ValueError, match=r"^N: S.shape\[0\] has 3 but S.shape\[1\] has 4; both are N and must be equal$"):
         sig.bind((torch.zeros(3, 4),), CPU, allocate)
 
 
@@ -125,7 +125,7 @@ def test_a_scalar_that_is_also_a_size_must_agree_with_the_tensors():
     func, _ = prim_func([n, ("A", (n,), "float32")])
     sig = CallSignature(func, [])
     sig.bind((4, torch.zeros(4)), CPU, allocate)
-    with pytest.raises(ValueError, match=r"^n: argument n is 4 but A has 5$"):
+    with pytest.raises(ValueError, match=r"^n: argument n is 4 but A has 5; both are n and must be equal$"):
         sig.bind((4, torch.zeros(5)), CPU, allocate)
 
 

@@ -207,7 +207,8 @@ class CallSignature:
             if env[slot] is None:
                 env[slot], origin[slot] = value, where
             elif env[slot] != value:
-                raise ValueError(f"{self.slot_vars[slot].name}: {origin[slot]} but {where}")
+                name = self.slot_vars[slot].name
+                raise ValueError(f"{name}: {origin[slot]} but {where}; both are {name} and must be equal")
 
         for p, arg in zip(self.inputs, args):
             if isinstance(p, ScalarParam):
@@ -258,7 +259,7 @@ class CallSignature:
         if arg.dim() != len(p.shape):
             raise ValueError(f"{p.name}: expected {len(p.shape)} dims {shape_text(p.shape)}, got shape {shape_text(tuple(arg.shape))}")
         if _dtype_name(arg.dtype) != p.dtype:
-            raise TypeError(f"{p.name}: expected dtype {p.dtype}, got {_dtype_name(arg.dtype)}")
+            raise TypeError(f"{p.name}: expected dtype {p.dtype}, got {_dtype_name(arg.dtype)}; pass {p.name}.to(torch.{p.dtype})")
         if arg.device.type != device.type:
             raise ValueError(
                 f"{p.name}: expected a tensor on {device.type} (execution_backend={device.backend!r}), got device {arg.device}"

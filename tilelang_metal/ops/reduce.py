@@ -158,6 +158,10 @@ def identity(kind: str, dtype: str) -> Any:
     return info
 
 
+def _is_float(dtype: str) -> bool:
+    return tvm.DataType(dtype).type_code in (tvm.DataTypeCode.FLOAT, tvm.DataTypeCode.BFLOAT)
+
+
 def combine(kind: str, acc: Any, value: Any) -> Any:
     if kind in ("sum", "abssum"):
         return acc + value
@@ -346,8 +350,12 @@ def lower_fragment_reduce(
     part = tir.decl_buffer((count,), acc_dtype, op.dst.name + "_part", scope="local")
     buffers = [part]
     tx_rel = tx - src.thread_min if src.thread_min else tx
+    # A float max/min starts from the thread's first element, not from an infinite identity: under
+    # Metal's fast math the compiler may assume no infinities (attention.py, MASKED_SCORE). Threads
+    # outside the source layout fold nothing and keep the identity for the exchange.
+    seeded = op.kind in ("max", "min") and _is_float(acc_dtype) and src.threads_used >= block_threads
     init = identity(op.kind, acc_dtype)
-    stmts = [serial(count, lambda j: tir.BufferStore(part, init, [j]), "red_j")]
+    stmts = [] if seeded else [serial(count, lambda j: tir.BufferStore(part, init, [j]), "red_j")]
 
     # 1. local fold over the source elements this thread holds
     def local_body(dvars: list[Any]) -> Any:
@@ -356,7 +364,7 @@ def lower_fragment_reduce(
         for d in plan.thread_digits:
             thread_part = thread_part + tvm.tirx.floormod(tvm.tirx.floordiv(tx_rel, d.scale), d.extent) * d.lower_factor
 
-        def step(c: Any) -> Any:
+        def step(c: Any, first: bool = False) -> Any:
             r, stride = thread_part, 1
             for lower, size in plan.local_digits:
                 r = r + tvm.tirx.floormod(tvm.tirx.floordiv(c, stride), size) * lower
@@ -366,9 +374,17 @@ def lower_fragment_reduce(
             else:
                 indices = list(dvars[: op.dim]) + [r] + list(dvars[op.dim :])
             value = element(op.kind, tir.BufferLoad(op.src, indices), acc_dtype)
+            if first:
+                return tir.BufferStore(part, value, [j])
             return tir.BufferStore(part, combine(op.kind, tir.BufferLoad(part, [j]), value), [j])
 
-        fold = serial(plan.local_count, step, "red_c", unrolled=True)
+        if seeded:
+            fold: Any = step(tir.const(0, "int32"), first=True)
+            if plan.local_count > 1:
+                rest = serial(plan.local_count - 1, lambda c: step(c + 1), "red_c", unrolled=True)
+                fold = tir.SeqStmt([fold, rest])
+        else:
+            fold = serial(plan.local_count, step, "red_c", unrolled=True)
         if src.threads_used < block_threads:
             # threads outside the source layout hold no element: they would fold uninitialized registers
             fold = tir.IfThenElse(tx_rel < src.threads_used, fold, None)
