@@ -34,6 +34,7 @@ from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
+from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.shared_staging import BypassSharedStaging
 from .transform.shuffle_width import KeepShuffleWidths
@@ -86,6 +87,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.IfStmtBinding()(mod)
     mod = tl.PipelinePlanning()(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
+    mod = MarkRegisterStaging(mod)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
@@ -138,6 +140,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     )(mod)
     mod = tl.ThreadSync("shared")(mod)
     mod = tl.ThreadSync("shared.dyn")(mod)
+    mod = SplitStagedCopies(mod)  # plugin: those copies as register loads before the MMAs, stores after, one barrier per step (no cp.async)
     mod = tl.MergeIfStmt()(mod)
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)
