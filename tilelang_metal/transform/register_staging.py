@@ -276,6 +276,38 @@ def _drop_first_barrier(stmt: Any) -> tuple[Any, bool]:
     return stmt, False
 
 
+def _no_barrier(stmt: Any) -> Any:
+    return tir.Evaluate(0) if _barrier_scope(stmt) is not None else None
+
+
+def _writes_threadgroup(stmt: Any) -> bool:
+    """Whether a statement may write threadgroup memory (a pointer passed anywhere but a read-only
+    `tvm_access_ptr` counts as a write)."""
+    for node in find_nodes(stmt, ["tirx.BufferStore", "tirx.Call"]):
+        if isinstance(node, tir.BufferStore):
+            if _is_shared(node.buffer):
+                return True
+            continue
+        name = str(node.op.name)
+        if name == "tirx.tvm_storage_sync":
+            continue
+        if name == "tirx.tvm_access_ptr":
+            if _pointer_scope(node.args[1]).startswith("shared") and int(node.args[4]) & 2:
+                return True
+            continue
+        for arg in node.args:
+            if isinstance(arg, tir.Var) and _pointer_scope(arg).startswith("shared"):
+                return True
+            if isinstance(arg, tir.Call) and str(arg.op.name) == "tirx.address_of" and _is_shared(arg.args[0].buffer):
+                return True
+    return False
+
+
+def _pointer_scope(var: Any) -> str:
+    annotation = getattr(var, "type_annotation", None)
+    return str(getattr(annotation, "storage_scope", "")) if annotation is not None else ""
+
+
 def _split_loop(loop: Any, analyzer: Any) -> Any:
     names = {str(n) for n in loop.annotations[STAGED_BUFFERS_ATTR]}
     annotations = {k: v for k, v in loop.annotations.items() if k != STAGED_BUFFERS_ATTR}
@@ -293,7 +325,11 @@ def _split_loop(loop: Any, analyzer: Any) -> Any:
     rest = body[count:]
     if not leading or not rest:
         return unchanged
-    rest_stmt, found = _drop_first_barrier(tir.SeqStmt(rest) if len(rest) > 1 else rest[0])
+    rest_stmt = tir.SeqStmt(rest) if len(rest) > 1 else rest[0]
+    if _writes_threadgroup(rest_stmt):  # its own barriers may order those writes: keep all but the first
+        rest_stmt, _ = _drop_first_barrier(rest_stmt)
+    else:  # it only reads threadgroup memory, so its barriers ordered the copies' stores, which moved
+        rest_stmt = tvm.tirx.stmt_functor.ir_transform(rest_stmt, None, _no_barrier, ["tirx.Evaluate"])
     scope = scope or "shared"
     by_dtype: dict[str, list[Any]] = {}
     for stmt in leading:
@@ -341,7 +377,24 @@ def split_function(func: Any) -> Any:
             return None
         return _split_loop(node, analyzer)
 
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"])
+    if body.same_as(func.body):
+        return func
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(body, None, _merge_adjacent_barriers, ["tirx.SeqStmt"]))
+
+
+def _merge_adjacent_barriers(seq: Any) -> Any:
+    """One barrier where two follow each other (the one after a split loop and ThreadSync's own, which
+    may open the next statement)."""
+    flat: list[Any] = []
+    for stmt in seq.seq:
+        flat.extend(stmt.seq if isinstance(stmt, tir.SeqStmt) else [stmt])
+    kept: list[Any] = []
+    for stmt in flat:
+        if kept and _barrier_scope(kept[-1]) is not None and _drop_first_barrier(stmt)[1]:
+            kept.pop()  # `stmt` starts with its own barrier
+        kept.append(stmt)
+    return None if len(kept) == len(seq.seq) and len(flat) == len(seq.seq) else tir.SeqStmt(kept)
 
 
 SplitStagedCopies = per_function_pass("tilelang_metal.SplitStagedCopies", split_function)
