@@ -21,19 +21,13 @@ WORK = (
 
 @functools.lru_cache(maxsize=None)
 def _kernel(which, M, N, K, block, stages, accum, staging):
-    import os
-
-    os.environ["TILELANG_METAL_REGISTER_STAGING"] = staging  # read at lowering; restored by the fixture
     func = E.gemm_shared(M, N, K, block, block, 16, num_stages=stages, out_dtype="float16", accum_dtype=accum)
     target = E.metal4_target() if which == "metal4" else E.plain_metal_target()
-    kernel = tilelang.compile(keep_shared_staging(func), out_idx=[-1], target=target, execution_backend="emulator")
+    with pytest.MonkeyPatch.context() as patch:  # the setting is read at lowering; restored afterwards
+        patch.setenv("TILELANG_METAL_REGISTER_STAGING", staging)
+        kernel = tilelang.compile(keep_shared_staging(func), out_idx=[-1], target=target, execution_backend="emulator")
     assert ("staged_" in kernel.get_kernel_source()) == (staging == "1")
     return kernel
-
-
-@pytest.fixture(autouse=True)
-def _restore_flag(monkeypatch):
-    monkeypatch.delenv("TILELANG_METAL_REGISTER_STAGING", raising=False)
 
 
 CASES = [

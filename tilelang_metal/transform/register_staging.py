@@ -95,6 +95,11 @@ def _accesses(stmt: Any, staged: set) -> list[tuple[Any, bool]] | None:
     return out
 
 
+def _same_shape(a: Any, b: Any) -> bool:
+    analyzer = tvm.arith.Analyzer()
+    return len(a.shape) == len(b.shape) and all(analyzer.can_prove_equal(x, y) for x, y in zip(a.shape, b.shape))
+
+
 def _bounds(region: Any) -> list[tuple[Any, Any]]:
     extents = [1] * (len(region.mins) - len(region.extents)) + list(region.extents)
     return list(zip(region.mins, extents))
@@ -149,6 +154,8 @@ def _stageable(loop: Any) -> list[str]:
             if is_write:
                 return []
             for write in written[region.buffer.data]:
+                if not _same_shape(write.buffer, region.buffer):  # a view of another shape: indices not comparable
+                    return []
                 if not _disjoint(write, region, loop.loop_var, int(stages)):
                     return []
     return sorted(names)
