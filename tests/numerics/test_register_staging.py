@@ -63,3 +63,30 @@ def test_no_race_in_a_ragged_pipelined_kernel():
     bias = torch.zeros(N)
     out = racecheck(_kernel("metal", M, N, K, 32, 3, "float32", "1"), a, b, bias)
     torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_copy_read_in_its_own_step_is_not_staged():
+    """`stage=[0, 1, 1]` puts B's copy in the T.gemm's stage: B_s has one version, written and read in
+    the same K step, so its stores cannot move after the MMAs; the loop is left as written."""
+    import tilelang.language as T
+
+    M, N, K, bm, bk = 64, 64, 64, 32, 16
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(N // bm, M // bm, threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bm), "float16")
+            acc = T.alloc_fragment((bm, bm), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(K // bk, num_stages=2, order=[0, 1, 2], stage=[0, 1, 1]):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bm], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[by * bm, bx * bm])
+
+    kernel = tilelang.compile(keep_shared_staging(main), out_idx=[2], target=E.plain_metal_target(), execution_backend="emulator")
+    assert "staged_" not in kernel.get_kernel_source()
+    torch.manual_seed(5)
+    a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
