@@ -10,6 +10,9 @@ the in-tree Metal pipeline, and why:
   padding threadgroups;
 - tile ops tilelang has no Metal implementation for (reductions, reducer finalize, scans) are
   rewritten by the plugin right before LowerTileOp, from the layouts layout inference recorded;
+- Metal has no asynchronous global -> threadgroup copy, so a pipelined loop's copies of later K
+  steps are split (plugin passes around InjectSoftwarePipeline and ThreadSync): device loads into
+  registers before the current step's MMAs, threadgroup stores after them, one barrier per step;
 - the last passes put lane / simdgroup ids on Metal's execution attributes, unroll the short
   loops over matrix accumulators, hoist position-only address terms into the kernel prelude, record
   which thread arrays live in matrix objects, and check threadgroup resources: every decision is on
