@@ -6,23 +6,23 @@ copies of tile k+1 and the barrier after them wait for the device loads before t
 operations of tile k can start. Register staging splits each such copy in two: the device loads
 into a thread-local array stay where they were (before the matrix operations), the stores from that
 array into threadgroup memory move to the end of the loop body (after them). The loads are then
-in flight while the matrix operations run, and tilelang's ThreadSync (which runs after this pass)
-places the barriers for the new order.
+in flight while the matrix operations run.
 
 Two passes, one concept:
 - `MarkRegisterStaging` runs right after InjectSoftwarePipeline, where the loop body still has one
-  block per tile op with exact read / write regions. It marks a pipelined loop when every leading
+  block per tile op and the tile ops' regions are exact. It marks a pipelined loop when every leading
   `T.copy` from global into shared memory writes a pipeline version that no later statement of the
   body reads (proved per residue of the loop variable modulo the stage count) and no later statement
   writes that buffer: only then may its stores be delayed to the end of the body.
-- `SplitStagedCopies` runs on the flat device IR before the threadgroup allocations are merged and
-  the barriers are placed. In a marked loop it splits the leading statements that store a value read
-  from global memory into a marked buffer (vector widths, `if_then_else` masks, enclosing unrolled
-  loops and guards kept), so the value is computed at the same place and only its store moves.
+- `SplitStagedCopies` runs on the flat device IR right after ThreadSync. In a marked loop it splits
+  the leading statements that store a value read from global memory into a marked buffer (vector
+  widths, `if_then_else` masks, enclosing unrolled loops and guards kept), so the value is computed
+  at the same place and only its store moves, and it places the loop's barriers itself: one per K
+  step between the loads and the matrix operations, one after the loop (ThreadSync, seeing only
+  buffer offsets, would put one on each side of the moved stores).
 
-Cost: one register array per staged buffer per loop, of the elements each thread copies per K step
-(`block_M * block_K / threads` for A plus `block_K * block_N / threads` for B), live across the
-matrix operations.
+Cost: one register array per dtype per loop, of the elements each thread copies per K step
+(`(block_M * block_K + block_K * block_N) / threads`), live across the matrix operations.
 """
 
 from __future__ import annotations
