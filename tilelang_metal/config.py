@@ -69,6 +69,13 @@ SETTINGS: dict[str, Setting] = {
             True,
         ),
         Setting(
+            PREFIX + "REGISTER_STAGING",
+            "1",
+            _BOOL_VALUES,
+            "in a `T.Pipelined(num_stages>=2)` loop, each T.copy from global into shared memory of a later K step loads into thread registers before the current step's matrix operations and stores to threadgroup memory after them (the loads overlap the matrix operations); costs a register array of the elements each thread copies per K step; 0 keeps load-and-store together",
+            True,
+        ),
+        Setting(
             PREFIX + "DEBUG",
             "0",
             _BOOL_VALUES,
@@ -179,6 +186,12 @@ def k_prefetch() -> bool:
     return _flag(PREFIX + "K_PREFETCH", False)
 
 
+def register_staging() -> bool:
+    """Split a pipelined loop's global -> shared copies into register loads before the matrix
+    operations and threadgroup stores after them (transform/register_staging.py)."""
+    return _flag(PREFIX + "REGISTER_STAGING", True)
+
+
 def debug() -> bool:
     return _flag(PREFIX + "DEBUG", False)
 
@@ -217,7 +230,7 @@ def emulator_stack_kb() -> int:
 
 
 # One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch}
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch, PREFIX + "REGISTER_STAGING": register_staging}
 
 
 def codegen_settings() -> dict[str, str]:

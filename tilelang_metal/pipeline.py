@@ -10,6 +10,9 @@ the in-tree Metal pipeline, and why:
   padding threadgroups;
 - tile ops tilelang has no Metal implementation for (reductions, reducer finalize, scans) are
   rewritten by the plugin right before LowerTileOp, from the layouts layout inference recorded;
+- Metal has no asynchronous global -> threadgroup copy, so a pipelined loop's copies of later K
+  steps are split (plugin passes around InjectSoftwarePipeline and ThreadSync): device loads into
+  registers before the current step's MMAs, threadgroup stores after them, one barrier per step;
 - the last passes put lane / simdgroup ids on Metal's execution attributes, unroll the short
   loops over matrix accumulators, hoist position-only address terms into the kernel prelude, record
   which thread arrays live in matrix objects, and check threadgroup resources: every decision is on
@@ -34,6 +37,7 @@ from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
+from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.shared_staging import BypassSharedStaging
 from .transform.shuffle_width import KeepShuffleWidths
@@ -87,6 +91,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.IfStmtBinding()(mod)
     mod = tl.PipelinePlanning()(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
+    mod = MarkRegisterStaging(mod)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
@@ -139,6 +144,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     )(mod)
     mod = tl.ThreadSync("shared")(mod)
     mod = tl.ThreadSync("shared.dyn")(mod)
+    mod = SplitStagedCopies(mod)  # plugin: those copies as register loads before the MMAs, stores after, one barrier per step (no cp.async)
     mod = SyncWhileLoops(mod)  # plugin: ThreadSync leaves `while` iterations unordered
     mod = tl.MergeIfStmt()(mod)
     mod = tl.MakePackedAPI()(mod)

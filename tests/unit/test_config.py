@@ -20,6 +20,7 @@ ACCESSORS = {
     "FRAGMENT_CT": config.fragment_ct,
     "STAGING_BYPASS": config.staging_bypass,
     "K_PREFETCH": config.k_prefetch,
+    "REGISTER_STAGING": config.register_staging,
     "DEBUG": config.debug,
     "EMULATOR_CACHE": config.emulator_cache,
     "EMULATOR_CACHE_MB": config.emulator_cache_mb,
@@ -44,6 +45,7 @@ def test_every_setting_has_an_accessor():
 def test_defaults(clean_env):
     assert config.autoload() is True
     assert config.fragment_ct() is True
+    assert config.register_staging() is True
     assert config.debug() is False
     assert config.emulator_cache() == Path.home() / ".cache" / "tilelang_metal" / "emulator"
     assert config.emulator_cxx() == "g++"
@@ -102,7 +104,7 @@ def test_settings_are_read_per_call(clean_env):
 
 def test_codegen_settings_cover_exactly_the_settings_that_change_codegen(clean_env):
     changing = {s.name for s in config.SETTINGS.values() if s.changes_codegen}
-    assert set(config.codegen_settings()) == changing == {"TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH"}
+    assert set(config.codegen_settings()) == changing == {"TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH", "TILELANG_METAL_REGISTER_STAGING"}
     on = config.codegen_settings()
     clean_env.setenv("TILELANG_METAL_FRAGMENT_CT", "0")
     assert config.codegen_settings() != on

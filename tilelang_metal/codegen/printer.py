@@ -16,6 +16,7 @@ from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.integer_bits import bits_as_arithmetic
 from ..transform.ir_query import declared_element_counts
 from ..transform.kernel_prelude import prelude_vars
+from ..transform.register_staging import THREAD_ARRAY_ALIGN_ATTR
 from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
@@ -69,6 +70,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.device: dict[Any, tuple[str, bool]] = {}  # data var -> (dtype, read-only)
         self.threadgroup: dict[Any, str] = {}
         self.thread_arrays: dict[Any, str] = {}
+        self.aligned_thread_arrays: dict[Any, int] = {}  # var -> alignas bytes recorded on the AllocBuffer
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
@@ -200,6 +202,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if storage is not None:  # a cooperative accumulator kept as an array: fp32 like the MPP destination
             self.thread_arrays[var] = "float32"
             self.emit(f"float {name}[{count}];")
+            return
+        align = int(stmt.annotations.get(THREAD_ARRAY_ALIGN_ATTR, 0)) if stmt.annotations else 0
+        if align:  # recorded by the pass that moves whole 16-byte vectors through the array
+            self.aligned_thread_arrays[var] = align
+            self.emit(f"alignas({align}) {msl_type(dtype)} {name}[{count}];")
             return
         self.emit(f"{msl_type(dtype)} {name}[{count}];")
 
@@ -351,7 +358,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         lanes = split_dtype(dtype)[1]
         for buf, index in ends:
             var = buf.data
-            if str(buf.dtype) != self.elem_dtype(var) or not (var in self.device or var in self.threadgroup):
+            aligned_thread = self.aligned_thread_arrays.get(var, 0) >= 16
+            if str(buf.dtype) != self.elem_dtype(var) or not (var in self.device or var in self.threadgroup or aligned_thread):
                 return False
             if not (isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
                 return False

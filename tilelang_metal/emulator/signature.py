@@ -171,7 +171,7 @@ _DEVICE_POINTER_RE = re.compile(
 )
 # A thread-private array: `T NAME[COUNT];` (the printer's T.alloc_local / fragments).
 _THREAD_ARRAY_RE = re.compile(
-    r"^\s*(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
+    r"^\s*(?P<align>alignas\(\d+\)\s+)?(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
 )
 SCALAR_BYTES: dict[str, int] = {
     "bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2,
@@ -477,7 +477,7 @@ def _thread_array(content: str, lineno: int, start: int, body: _BodyDeclarations
     if racecheck and not arr.elem_type.startswith("simdgroup_"):
         indent = content[: len(content) - len(content.lstrip())]
         body.edits.append((start, start + len(content),
-                           f'{indent}tlm::local_array<{arr.elem_type}, {count}> {arr.name}("{arr.name}");'))
+                           f'{indent}{am.group("align") or ""}tlm::local_array<{arr.elem_type}, {count}> {arr.name}("{arr.name}");'))
         body.tracked_locals.add(arr.name)
     return True
 

@@ -1,0 +1,407 @@
+"""Register staging of a software-pipelined K loop's global -> threadgroup copies.
+
+Metal has no asynchronous global -> threadgroup copy (no cp.async): a `T.copy` lowers to device
+loads whose values are stored straight into threadgroup memory, so in a `T.Pipelined` loop the
+copies of tile k+1 and the barrier after them wait for the device loads before the matrix
+operations of tile k can start. Register staging splits each such copy in two: the device loads
+into a thread-local array stay where they were (before the matrix operations), the stores from that
+array into threadgroup memory move to the end of the loop body (after them). The loads are then
+in flight while the matrix operations run.
+
+Two passes, one concept:
+- `MarkRegisterStaging` runs right after InjectSoftwarePipeline, where the loop body still has one
+  block per tile op and the tile ops' regions are exact. It marks a pipelined loop when every leading
+  `T.copy` from global into shared memory writes a pipeline version that no later statement of the
+  body reads (proved per residue of the loop variable modulo the stage count) and no later statement
+  writes that buffer: only then may its stores be delayed to the end of the body.
+- `SplitStagedCopies` runs on the flat device IR right after ThreadSync. In a marked loop it splits
+  the leading statements that store a value read from global memory into a marked buffer (vector
+  widths, `if_then_else` masks, enclosing unrolled loops and guards kept), so the value is computed
+  at the same place and only its store moves, and it places the loop's barriers itself: one per K
+  step between the loads and the matrix operations, one after the loop (ThreadSync, seeing only
+  buffer offsets, would put one on each side of the moved stores).
+
+Cost: one register array per dtype per loop, of the elements each thread copies per K step
+(`(block_M * block_K + block_K * block_N) / threads`), live across the matrix operations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._host import tile_op_name, tile_region, tir, tvm
+from .. import config
+from .function_pass import per_function_pass
+from .ir_query import find_nodes
+
+PIPELINE_STAGES_ATTR = "tl_pipelined_num_stages"  # loop annotation InjectSoftwarePipeline leaves
+STAGED_BUFFERS_ATTR = "tilelang_metal.register_staging"  # names of the buffers whose copies may split
+
+_PURE_CALLS = ("tirx.if_then_else", "tirx.likely", "tirx.reinterpret")
+_GLOBAL_SCOPES = ("global", "")
+STAGED_PREFIX = "staged_"  # name of the register arrays (one per dtype)
+THREAD_ARRAY_ALIGN_ATTR = "tilelang_metal.align_bytes"  # AllocBuffer annotation: the printer declares alignas(N)
+
+
+def _is_global(buffer: Any) -> bool:
+    return str(buffer.scope()) in _GLOBAL_SCOPES
+
+
+def _is_shared(buffer: Any) -> bool:
+    return str(buffer.scope()).startswith("shared")
+
+
+def _statements(body: Any) -> list[Any]:
+    return list(body.seq) if isinstance(body, tir.SeqStmt) else [body]
+
+
+# ---------------------------------------------------------------------------------------------
+# Marking (tile level, right after InjectSoftwarePipeline)
+# ---------------------------------------------------------------------------------------------
+
+
+def _staging_copy(stmt: Any) -> Any | None:
+    """The destination region of a block holding one `T.copy` from global into shared memory."""
+    if not isinstance(stmt, tir.SBlockRealize):
+        return None
+    body = stmt.block.body
+    if not (isinstance(body, tir.Evaluate) and tile_op_name(body.value) == "copy"):
+        return None
+    call = body.value
+    if len(call.args) < 2:
+        return None
+    src, dst = tile_region(call.args[0]), tile_region(call.args[1])
+    if not (_is_global(src.buffer) and _is_shared(dst.buffer)):
+        return None
+    return dst
+
+
+def _accesses(stmt: Any, staged: set) -> list[tuple[Any, bool]] | None:
+    """Every access of a statement to the staged buffers as (region, is_write), or None when one
+    cannot be bounded (the buffer's pointer used directly). Block read / write annotations are not
+    used: InjectSoftwarePipeline widens them to the whole multi-versioned buffer."""
+    out = []
+    for node in find_nodes(stmt, ["tirx.Call", "tirx.BufferLoad", "tirx.BufferStore", "tirx.Var"]):
+        if isinstance(node, tir.Var):
+            if node in staged:
+                return None
+        elif isinstance(node, tir.Call):
+            if str(node.op.name) in ("tl.tileop.region", "tl.region"):
+                region = tile_region(node)
+                if region.buffer.data in staged:
+                    out.append((region, int(node.args[1]) != 1))
+        elif node.buffer.data in staged:
+            out.append((tile_region(tir.BufferLoad(node.buffer, node.indices)), isinstance(node, tir.BufferStore)))
+    return out
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    analyzer = tvm.arith.Analyzer()
+    return len(a.shape) == len(b.shape) and all(analyzer.can_prove_equal(x, y) for x, y in zip(a.shape, b.shape))
+
+
+def _bounds(region: Any) -> list[tuple[Any, Any]]:
+    extents = [1] * (len(region.mins) - len(region.extents)) + list(region.extents)
+    return list(zip(region.mins, extents))
+
+
+def _disjoint(write: Any, read: Any, loop_var: Any, stages: int) -> bool:
+    """Whether two regions of one buffer are disjoint for every value of `loop_var`: for each residue
+    of the loop variable modulo the stage count, some dimension's ranges provably do not overlap."""
+    quotient = tir.Var("stage_round", loop_var.dtype)
+    for residue in range(stages):
+        analyzer = tvm.arith.Analyzer()
+        value = quotient * stages + residue
+        found = False
+        for (w_min, w_ext), (r_min, r_ext) in zip(_bounds(write), _bounds(read)):
+            w_lo = analyzer.simplify(tvm.tirx.stmt_functor.substitute(w_min, {loop_var: value}))
+            r_lo = analyzer.simplify(tvm.tirx.stmt_functor.substitute(r_min, {loop_var: value}))
+            w_hi = analyzer.simplify(w_lo + w_ext)
+            r_hi = analyzer.simplify(r_lo + r_ext)
+            if analyzer.can_prove(w_hi <= r_lo) or analyzer.can_prove(r_hi <= w_lo):
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+def _stageable(loop: Any) -> list[str]:
+    """Names of the buffers whose leading copies in this pipelined loop may store late."""
+    stages = loop.annotations.get(PIPELINE_STAGES_ATTR)
+    if stages is None or int(stages) < 2:
+        return []
+    body = _statements(loop.body)
+    written: dict[Any, list[Any]] = {}
+    count = 0
+    for stmt in body:
+        region = _staging_copy(stmt)
+        if region is None:
+            break
+        written.setdefault(region.buffer.data, []).append(region)
+        count += 1
+    rest = body[count:]
+    if not written or not rest:
+        return []
+    names = {var.name for var in written}
+    if len(names) != len(written):  # two staged buffers with one name: the flat pass could not tell them apart
+        return []
+    for stmt in rest:
+        accesses = _accesses(stmt, set(written))
+        if accesses is None:
+            return []
+        for region, is_write in accesses:
+            if is_write:
+                return []
+            for write in written[region.buffer.data]:
+                if not _same_shape(write.buffer, region.buffer):  # a view of another shape: indices not comparable
+                    return []
+                if not _disjoint(write, region, loop.loop_var, int(stages)):
+                    return []
+    return sorted(names)
+
+
+def mark_function(func: Any) -> Any:
+    if not config.register_staging():
+        return func
+
+    def postorder(node: Any) -> Any:
+        if PIPELINE_STAGES_ATTR not in node.annotations:
+            return None
+        names = _stageable(node)
+        if not names:
+            return None
+        annotations = dict(node.annotations.items())
+        annotations[STAGED_BUFFERS_ATTR] = names
+        return tir.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
+
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
+
+
+MarkRegisterStaging = per_function_pass("tilelang_metal.MarkRegisterStaging", mark_function)
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting (flat device IR, right after ThreadSync)
+# ---------------------------------------------------------------------------------------------
+
+
+def _global_value(value: Any) -> bool:
+    """A value computed from global memory only (no threadgroup or thread memory, no side effects)."""
+    for node in find_nodes(tir.Evaluate(value), ["tirx.BufferLoad", "tirx.Call"]):
+        if isinstance(node, tir.BufferLoad) and not _is_global(node.buffer):
+            return False
+        if isinstance(node, tir.Call) and str(node.op.name) not in _PURE_CALLS:
+            return False
+    return True
+
+
+def _copy_shape(stmt: Any, names: set[str] | None) -> tuple[int, int] | None:
+    """(elements one execution of a copy statement stores, widest vector), or None when it is not a
+    splittable copy into one of `names` (None: any name, for statements already checked)."""
+    if isinstance(stmt, tir.BufferStore):
+        ok = (
+            _is_shared(stmt.buffer)
+            and (names is None or stmt.buffer.data.name in names)
+            and stmt.predicate is None
+            and len(stmt.indices) == 1
+            and _global_value(stmt.value)
+        )
+        lanes = stmt.value.dtype.lanes
+        return (lanes, lanes) if ok else None
+    if isinstance(stmt, tir.For):
+        if not (isinstance(stmt.min, tir.IntImm) and isinstance(stmt.extent, tir.IntImm)):
+            return None
+        if stmt.kind not in (tir.ForKind.SERIAL, tir.ForKind.UNROLLED) or stmt.thread_binding is not None:
+            return None
+        inner = _copy_shape(stmt.body, names)
+        return None if inner is None else (inner[0] * int(stmt.extent.value), inner[1])
+    if isinstance(stmt, tir.IfThenElse):
+        if stmt.else_case is not None or find_nodes(tir.Evaluate(stmt.condition), ["tirx.BufferLoad", "tirx.Call"]):
+            return None
+        return _copy_shape(stmt.then_case, names)
+    if isinstance(stmt, tir.SeqStmt):
+        shapes = [_copy_shape(part, names) for part in stmt.seq]
+        if any(shape is None for shape in shapes) or any(shape[0] % shapes[0][1] for shape in shapes):
+            return None  # parts of unequal vector widths: an offset could break a part's alignment
+        return sum(shape[0] for shape in shapes), max(shape[1] for shape in shapes)
+    return None
+
+
+def _split(stmt: Any, regs: Any, offset: Any) -> tuple[Any, Any]:
+    """(device loads into `regs` from `offset`, stores from `regs` into threadgroup memory)."""
+    if isinstance(stmt, tir.BufferStore):
+        lanes = stmt.value.dtype.lanes
+        index = tir.Ramp(offset, 1, lanes) if lanes > 1 else offset
+        load = tir.BufferStore(regs, stmt.value, [index])
+        store = tir.BufferStore(stmt.buffer, tir.BufferLoad(regs, [index]), list(stmt.indices))
+        return load, store
+    if isinstance(stmt, tir.For):
+        per_iteration = _copy_shape(stmt.body, None)[0]
+        fresh = tir.Var(stmt.loop_var.name + "_st", stmt.loop_var.dtype)
+        load_body, store_body = _split(stmt.body, regs, offset + (stmt.loop_var - stmt.min) * per_iteration)
+        store_body = tvm.tirx.stmt_functor.substitute(store_body, {stmt.loop_var: fresh})
+        load = tir.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, load_body, None, stmt.annotations)
+        store = tir.For(fresh, stmt.min, stmt.extent, stmt.kind, store_body, None, stmt.annotations)
+        return load, store
+    if isinstance(stmt, tir.IfThenElse):
+        load_body, store_body = _split(stmt.then_case, regs, offset)
+        return tir.IfThenElse(stmt.condition, load_body, None), tir.IfThenElse(stmt.condition, store_body, None)
+    loads, stores = [], []
+    for part in stmt.seq:
+        load, store = _split(part, regs, offset)
+        loads.append(load)
+        stores.append(store)
+        offset = offset + _copy_shape(part, None)[0]
+    return tir.SeqStmt(loads), tir.SeqStmt(stores)
+
+
+def _barrier_scope(stmt: Any) -> str | None:
+    """The scope of a `tvm_storage_sync` statement (a threadgroup barrier), None for anything else."""
+    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(stmt.value.op.name) == "tirx.tvm_storage_sync":
+        return str(stmt.value.args[0].value)
+    return None
+
+
+def _drop_first_barrier(stmt: Any) -> tuple[Any, bool]:
+    """`stmt` without the barrier it runs first (before anything but declarations), if there is one."""
+    if _barrier_scope(stmt) is not None:
+        return tir.Evaluate(0), True
+    if isinstance(stmt, tir.AttrStmt):
+        body, found = _drop_first_barrier(stmt.body)
+        return (tir.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body) if found else stmt), found
+    if isinstance(stmt, tir.SeqStmt):
+        parts = list(stmt.seq)
+        for i, part in enumerate(parts):
+            if isinstance(part, (tir.AllocBuffer, tir.DeclBuffer)):
+                continue
+            new, found = _drop_first_barrier(part)
+            if found:
+                parts[i] = new
+                return tir.SeqStmt(parts), True
+            return stmt, False
+    return stmt, False
+
+
+def _no_barrier(stmt: Any) -> Any:
+    return tir.Evaluate(0) if _barrier_scope(stmt) is not None else None
+
+
+def _writes_threadgroup(stmt: Any) -> bool:
+    """Whether a statement may write threadgroup memory (a pointer passed anywhere but a read-only
+    `tvm_access_ptr` counts as a write)."""
+    for node in find_nodes(stmt, ["tirx.BufferStore", "tirx.Call"]):
+        if isinstance(node, tir.BufferStore):
+            if _is_shared(node.buffer):
+                return True
+            continue
+        name = str(node.op.name)
+        if name == "tirx.tvm_storage_sync":
+            continue
+        if name == "tirx.tvm_access_ptr":
+            if _pointer_scope(node.args[1]).startswith("shared") and int(node.args[4]) & 2:
+                return True
+            continue
+        for arg in node.args:
+            if isinstance(arg, tir.Var) and _pointer_scope(arg).startswith("shared"):
+                return True
+            if isinstance(arg, tir.Call) and str(arg.op.name) == "tirx.address_of" and _is_shared(arg.args[0].buffer):
+                return True
+    return False
+
+
+def _pointer_scope(var: Any) -> str:
+    annotation = getattr(var, "type_annotation", None)
+    return str(getattr(annotation, "storage_scope", "")) if annotation is not None else ""
+
+
+def _split_loop(loop: Any, analyzer: Any) -> Any:
+    names = {str(n) for n in loop.annotations[STAGED_BUFFERS_ATTR]}
+    annotations = {k: v for k, v in loop.annotations.items() if k != STAGED_BUFFERS_ATTR}
+    unchanged = tir.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, annotations)
+    body = _statements(loop.body)
+    leading, scope, count = [], None, 0
+    for stmt in body:
+        if _barrier_scope(stmt) is not None:  # ThreadSync's barrier before the copies: replaced below
+            scope = scope or _barrier_scope(stmt)
+        elif _copy_shape(stmt, names) is not None:
+            leading.append(stmt)
+        else:
+            break
+        count += 1
+    rest = body[count:]
+    if not leading or not rest:
+        return unchanged
+    rest_stmt = tir.SeqStmt(rest) if len(rest) > 1 else rest[0]
+    if _writes_threadgroup(rest_stmt):  # its own barriers may order those writes: keep all but the first
+        rest_stmt, _ = _drop_first_barrier(rest_stmt)
+    else:  # it only reads threadgroup memory, so its barriers ordered the copies' stores, which moved
+        rest_stmt = tvm.tirx.stmt_functor.ir_transform(rest_stmt, None, _no_barrier, ["tirx.Evaluate"])
+    scope = scope or "shared"
+    by_dtype: dict[str, list[Any]] = {}
+    for stmt in leading:
+        dtype = str(find_nodes(stmt, ["tirx.BufferStore"])[0].buffer.dtype)
+        by_dtype.setdefault(dtype, []).append(stmt)
+    allocs, loads, stores = [], [], []
+    for dtype, stmts in by_dtype.items():
+        pieces, offset, widest = [], 0, 1
+        for stmt in stmts:
+            elements, lanes = _copy_shape(stmt, names)
+            offset = -(-offset // lanes) * lanes  # each vector at a multiple of its width (aligned moves)
+            pieces.append((stmt, offset))
+            offset += elements
+            widest = max(widest, lanes * tvm.DataType(dtype).bits // 8)
+        regs = tir.decl_buffer((offset,), dtype, name=f"{STAGED_PREFIX}{dtype}", scope="local")
+        align = {THREAD_ARRAY_ALIGN_ATTR: 16} if widest >= 16 else None
+        allocs.append(tir.AllocBuffer(regs, align))
+        for stmt, start in pieces:
+            load, store = _split(stmt, regs, tir.const(start, "int32"))
+            loads.append(load)
+            stores.append(store)
+    barrier = tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm(scope)))
+    # one barrier per K step: it orders the previous step's threadgroup stores before this step's
+    # reads (RAW) and the previous step's reads of the version stored now before the stores (WAR)
+    new_body = tir.SeqStmt(allocs + loads + [barrier, rest_stmt] + stores)
+    new_body = tvm.tirx.stmt_functor.ir_transform(new_body, None, lambda n: _simplify_staged(n, analyzer), ["tirx.BufferStore", "tirx.BufferLoad"])
+    new_loop = tir.For(loop.loop_var, loop.min, loop.extent, loop.kind, new_body, loop.thread_binding, annotations)
+    return tir.SeqStmt([new_loop, barrier])  # the last step's stores before whatever reads them next
+
+
+def _simplify_staged(node: Any, analyzer: Any) -> Any:
+    if not node.buffer.name.startswith(STAGED_PREFIX) or str(node.buffer.scope()) != "local":
+        return None
+    indices = [analyzer.simplify(i) for i in node.indices]
+    if isinstance(node, tir.BufferStore):
+        return tir.BufferStore(node.buffer, node.value, indices)
+    return tir.BufferLoad(node.buffer, indices)
+
+
+def split_function(func: Any) -> Any:
+    analyzer = tvm.arith.Analyzer()
+
+    def postorder(node: Any) -> Any:
+        if STAGED_BUFFERS_ATTR not in node.annotations:
+            return None
+        return _split_loop(node, analyzer)
+
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"])
+    if body.same_as(func.body):
+        return func
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(body, None, _merge_adjacent_barriers, ["tirx.SeqStmt"]))
+
+
+def _merge_adjacent_barriers(seq: Any) -> Any:
+    """One barrier where two follow each other (the one after a split loop and ThreadSync's own, which
+    may open the next statement)."""
+    flat: list[Any] = []
+    for stmt in seq.seq:
+        flat.extend(stmt.seq if isinstance(stmt, tir.SeqStmt) else [stmt])
+    kept: list[Any] = []
+    for stmt in flat:
+        if kept and _barrier_scope(kept[-1]) is not None and _drop_first_barrier(stmt)[1]:
+            kept.pop()  # `stmt` starts with its own barrier
+        kept.append(stmt)
+    return None if len(kept) == len(seq.seq) and len(flat) == len(seq.seq) else tir.SeqStmt(kept)
+
+
+SplitStagedCopies = per_function_pass("tilelang_metal.SplitStagedCopies", split_function)
