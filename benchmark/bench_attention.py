@@ -28,7 +28,6 @@ from harness import OK, Row, Runner  # noqa: E402
 BACKENDS = ("plugin", "torch-mps", "mlx")
 DTYPES = ("float16", "bfloat16")
 TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2}  # max |O - ref| / max |ref|
-MIN_TRIALS = 5
 
 
 @dataclass(frozen=True)
@@ -173,11 +172,7 @@ def ratio_lines(rows: list[Row]) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--out", type=Path, default=Path("bench_results"), help="directory for attention.csv/.md/.png (default: %(default)s)")
-    ap.add_argument("--dry-run", action="store_true", help="one small shape, plugin in the CPU emulator, GPU baselines n/a")
-    ap.add_argument("--trials", type=int, default=7, help=f"timed trials per problem, >= {MIN_TRIALS} (default: %(default)s)")
-    ap.add_argument("--target-ms", type=float, default=200.0, help="length of one measurement, ms (default: %(default)s)")
-    ap.add_argument("--max-launches", type=int, default=100, help="cap on launches per measurement (default: %(default)s)")
+    harness.add_run_options(ap, "attention", dry_run_help="one small shape, plugin in the CPU emulator, GPU baselines n/a", max_launches=100)
     ap.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     ap.add_argument("--dtypes", nargs="+", default=["float16"], choices=DTYPES)
     ap.add_argument("--target", default="metal4", choices=["metal4", "metal"], help="--dry-run only: the emulated target (default: %(default)s)")
@@ -191,10 +186,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.trials < MIN_TRIALS:
-        ap.error(f"--trials {args.trials}: need at least {MIN_TRIALS} for a median and a p90")
-    if not args.dry_run and not harness.mps_available():
-        ap.error("no MPS device: this benchmark times the Mac's GPU; use --dry-run elsewhere")
+    harness.check_run_options(ap, args)
     import tilelang_metal  # noqa: F401
     from tilelang_metal import roofline
 

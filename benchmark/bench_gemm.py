@@ -27,7 +27,6 @@ BACKENDS = ("plugin", "torch-mps", "mlx", "in-tree")
 DTYPES = {"fp16": ("float16", "float16"), "bf16": ("bfloat16", "bfloat16"), "fp16->fp32": ("float16", "float32")}
 LAYOUTS = ("NN", "NT")  # NT: B stored N x K (T.gemm transpose_B)
 TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3}  # max |C - ref| / max |ref|, by C's dtype
-MIN_TRIALS = 5
 
 
 @dataclass(frozen=True)
@@ -202,11 +201,7 @@ def run_case(shape: Shape, layout: str, dtype: str, args: argparse.Namespace, pe
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--out", type=Path, default=Path("bench_results"), help="directory for gemm.csv/.md/.png (default: %(default)s)")
-    ap.add_argument("--dry-run", action="store_true", help="small shapes, plugin in the CPU emulator, GPU baselines n/a (for CI)")
-    ap.add_argument("--trials", type=int, default=7, help=f"timed trials per problem, >= {MIN_TRIALS} (default: %(default)s)")
-    ap.add_argument("--target-ms", type=float, default=200.0, help="length of one measurement (launches back to back), ms (default: %(default)s)")
-    ap.add_argument("--max-launches", type=int, default=200, help="cap on launches per measurement (default: %(default)s)")
+    harness.add_run_options(ap, "gemm", dry_run_help="small shapes, plugin in the CPU emulator, GPU baselines n/a (for CI)", max_launches=200)
     ap.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     ap.add_argument("--groups", nargs="+", default=["square", "skinny", "ragged"], choices=["square", "skinny", "ragged"])
     ap.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
@@ -232,10 +227,7 @@ def resolve_chip(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.trials < MIN_TRIALS:
-        ap.error(f"--trials {args.trials}: need at least {MIN_TRIALS} for a median and a p90")
-    if not args.dry_run and not harness.mps_available():
-        ap.error("no MPS device: this benchmark times the Mac's GPU; use --dry-run elsewhere")
+    harness.check_run_options(ap, args)
     import tilelang_metal  # noqa: F401  (the plugin takes over target="metal")
 
     chip = resolve_chip(args)

@@ -175,6 +175,26 @@ def measure_case(
     return list(rows.values())
 
 
+MIN_TRIALS = 5  # fewer give no meaningful median and p90
+
+
+def add_run_options(ap: Any, stem: str, *, dry_run_help: str, max_launches: int) -> None:
+    """The options every benchmark takes: output directory, dry run and the timing budget."""
+    ap.add_argument("--out", type=Path, default=Path("bench_results"), help=f"directory for {stem}.csv/.md/.png (default: %(default)s)")
+    ap.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    ap.add_argument("--trials", type=int, default=7, help=f"timed trials per problem, >= {MIN_TRIALS} (default: %(default)s)")
+    ap.add_argument("--target-ms", type=float, default=200.0, help="length of one measurement (launches back to back), ms (default: %(default)s)")
+    ap.add_argument("--max-launches", type=int, default=max_launches, help="cap on launches per measurement (default: %(default)s)")
+
+
+def check_run_options(ap: Any, args: Any) -> None:
+    """Usage errors shared by the benchmarks: too few trials, or a GPU run without MPS."""
+    if args.trials < MIN_TRIALS:
+        ap.error(f"--trials {args.trials}: need at least {MIN_TRIALS} for a median and a p90")
+    if not args.dry_run and not mps_available():
+        ap.error("no MPS device: this benchmark times the Mac's GPU; use --dry-run elsewhere")
+
+
 def relative_error(out: Any, ref: Any) -> float:
     """max |out - ref| / max |ref|, in float32 on the CPU."""
     o = out.float().cpu()
