@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
+from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
 
 def device_barrier() -> Any:
-    return tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm("global")))
+    return storage_sync("global")
 
 
 Box = tuple  # ((min, max inclusive) per dimension), or () when unknown: the whole buffer
@@ -67,10 +68,7 @@ def conflicts(earlier: _Accesses, later: _Accesses, analyzer: Any) -> bool:
 
 
 def _is_barrier(stmt: Any) -> bool:
-    if not isinstance(stmt, tir.Evaluate) or not isinstance(stmt.value, tir.Call):
-        return False
-    call = stmt.value
-    return str(call.op.name) == "tirx.tvm_storage_sync" and str(call.args[0].value) == "global"
+    return sync_scope(stmt) == "global"
 
 
 class _Planner:

@@ -31,6 +31,7 @@ from typing import Any
 
 from .._host import tile_op_name, tile_region, tir, tvm
 from .. import config
+from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 
@@ -256,16 +257,10 @@ def _split(stmt: Any, regs: Any, offset: Any) -> tuple[Any, Any]:
     return tir.SeqStmt(loads), tir.SeqStmt(stores)
 
 
-def _barrier_scope(stmt: Any) -> str | None:
-    """The scope of a `tvm_storage_sync` statement (a threadgroup barrier), None for anything else."""
-    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(stmt.value.op.name) == "tirx.tvm_storage_sync":
-        return str(stmt.value.args[0].value)
-    return None
-
-
 def _drop_first_barrier(stmt: Any) -> tuple[Any, bool]:
-    """`stmt` without the barrier it runs first (before anything but declarations), if there is one."""
-    if _barrier_scope(stmt) is not None:
+    """`stmt` without the threadgroup barrier it runs first (before anything but declarations), if
+    there is one. A barrier that also orders device memory is never dropped."""
+    if is_threadgroup_barrier(stmt):
         return tir.Evaluate(0), True
     if isinstance(stmt, tir.AttrStmt):
         body, found = _drop_first_barrier(stmt.body)
@@ -284,7 +279,7 @@ def _drop_first_barrier(stmt: Any) -> tuple[Any, bool]:
 
 
 def _no_barrier(stmt: Any) -> Any:
-    return tir.Evaluate(0) if _barrier_scope(stmt) is not None else None
+    return tir.Evaluate(0) if is_threadgroup_barrier(stmt) else None
 
 
 def _writes_threadgroup(stmt: Any) -> bool:
@@ -322,8 +317,8 @@ def _split_loop(loop: Any, analyzer: Any) -> Any:
     body = _statements(loop.body)
     leading, scope, count = [], None, 0
     for stmt in body:
-        if _barrier_scope(stmt) is not None:  # ThreadSync's barrier before the copies: replaced below
-            scope = scope or _barrier_scope(stmt)
+        if is_threadgroup_barrier(stmt):  # ThreadSync's barrier before the copies: replaced below
+            scope = scope or sync_scope(stmt)
         elif _copy_shape(stmt, names) is not None:
             leading.append(stmt)
         else:
@@ -358,7 +353,7 @@ def _split_loop(loop: Any, analyzer: Any) -> Any:
             load, store = _split(stmt, regs, tir.const(start, "int32"))
             loads.append(load)
             stores.append(store)
-    barrier = tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm(scope)))
+    barrier = storage_sync(scope)
     # one barrier per K step: it orders the previous step's threadgroup stores before this step's
     # reads (RAW) and the previous step's reads of the version stored now before the stores (WAR)
     new_body = tir.SeqStmt(allocs + loads + [barrier, rest_stmt] + stores)
@@ -398,7 +393,7 @@ def _merge_adjacent_barriers(seq: Any) -> Any:
         flat.extend(stmt.seq if isinstance(stmt, tir.SeqStmt) else [stmt])
     kept: list[Any] = []
     for stmt in flat:
-        if kept and _barrier_scope(kept[-1]) is not None and _drop_first_barrier(stmt)[1]:
+        if kept and is_threadgroup_barrier(kept[-1]) and _drop_first_barrier(stmt)[1]:
             kept.pop()  # `stmt` starts with its own barrier
         kept.append(stmt)
     return None if len(kept) == len(seq.seq) and len(flat) == len(seq.seq) else tir.SeqStmt(kept)

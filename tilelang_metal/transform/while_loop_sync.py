@@ -16,6 +16,7 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..scopes import SHARED_SCOPES
+from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 
 
@@ -41,24 +42,17 @@ def _exchanges_through_threadgroup_memory(body: Any) -> bool:
     return bool(written & used)
 
 
-def _ends_with_threadgroup_barrier(body: Any) -> bool:
+def _ends_with_barrier(body: Any) -> bool:
     last = body.seq[-1] if isinstance(body, tir.SeqStmt) else body
-    if not isinstance(last, tir.Evaluate) or not isinstance(last.value, tir.Call):
-        return False
-    call = last.value
-    return str(call.op.name) == "tirx.tvm_storage_sync" and str(call.args[0].value) in SHARED_SCOPES
-
-
-def threadgroup_barrier() -> Any:
-    return tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm("shared")))
+    return sync_scope(last) in SHARED_SCOPES + ("global",)  # both order threadgroup memory
 
 
 def sync_function(func: Any) -> Any:
     def add_barrier(node: Any) -> Any:
         body = node.body
-        if not _exchanges_through_threadgroup_memory(body) or _ends_with_threadgroup_barrier(body):
+        if not _exchanges_through_threadgroup_memory(body) or _ends_with_barrier(body):
             return None
-        return tir.While(node.condition, tir.SeqStmt([body, threadgroup_barrier()]))
+        return tir.While(node.condition, tir.SeqStmt([body, storage_sync("shared")]))
 
     return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, add_barrier, ["tirx.While"]))
 
