@@ -89,7 +89,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.VerifyBufferInit()(mod)
 
     mod = tl.IfStmtBinding()(mod)
-    mod = tl.PipelinePlanning()(mod)
+    mod = _plan_pipelines(tl, mod)
     mod = tl.InjectSoftwarePipeline()(mod)
     mod = MarkRegisterStaging(mod)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs
     mod = tl.Simplify()(mod)
@@ -163,6 +163,23 @@ def _lower_metal_passes(mod: object, target: object) -> object:
 LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
 LAYOUT_TWICE = re.compile(r"Get different layout for (\S+)")
 NO_LAYOUT = "no available layout found"
+PIPELINE_TWO_WRITES = re.compile(r"both writing to buffer '([^']+)' with overlapping regions")
+
+
+def _plan_pipelines(tl: object, mod: object) -> object:
+    """tilelang's PipelinePlanning, with its multi-line internal error on a staged buffer that is
+    written twice in one iteration turned into one line naming the fix."""
+    try:
+        return tl.PipelinePlanning()(mod)
+    except Exception as err:
+        twice = PIPELINE_TWO_WRITES.search(str(err))
+        if not twice:
+            raise
+        raise MetalLoweringError(
+            f"T.Pipelined: shared buffer {twice.group(1)} is written by two statements of one iteration (a T.copy "
+            f"and a later in-place update), which tilelang cannot pipeline. Write the update into another "
+            f"buffer, or use num_stages=0."
+        ) from None
 
 
 def _infer_layouts(tl: object, mod: object) -> object:

@@ -59,3 +59,31 @@ def test_unpipelined_loop_is_left_alone():
     # num_stages=0: the copy writes what the MMAs read in the same step, so its stores cannot move
     loop = _k_loop(_source("metal", 0))
     assert "staged_" not in loop
+
+
+def test_staged_buffer_updated_in_place_is_refused_in_one_line():
+    """A staged tile scaled in place after its T.copy: tilelang's pipeline planner cannot pipeline
+    it; the error is one line naming the buffer and the fix, not a multi-line internal check."""
+    import tilelang
+    import tilelang.language as T
+
+    from tilelang_metal.errors import MetalLoweringError
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            A_s = T.alloc_shared((32, 16), "float16")
+            B_s = T.alloc_shared((16, 32), "float16")
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(4, num_stages=2):
+                T.copy(A[by * 32, ko * 16], A_s)
+                T.copy(B[ko * 16, bx * 32], B_s)
+                for i, j in T.Parallel(16, 32):
+                    B_s[i, j] = B_s[i, j] * T.float16(2)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[by * 32, bx * 32])
+
+    with pytest.raises(MetalLoweringError, match=r"shared buffer B_s is written by two statements.*num_stages=0") as info:
+        tilelang.lower(main, target=E.plain_metal_target())
+    assert "\n" not in str(info.value)
