@@ -41,6 +41,7 @@ from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources
 from .transform.shared_staging import BypassSharedStaging
 from .transform.shuffle_width import KeepShuffleWidths
+from .transform.skipped_body_sync import SyncSkippedBodies
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.tile_pointers import UseTilePointers
@@ -146,6 +147,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.ThreadSync("shared.dyn")(mod)
     mod = SplitStagedCopies(mod)  # plugin: those copies as register loads before the MMAs, stores after, one barrier per step (no cp.async)
     mod = SyncWhileLoops(mod)  # plugin: ThreadSync leaves `while` iterations unordered
+    mod = SyncSkippedBodies(mod)  # plugin: a barrier on the path that skips a loop or branch holding one (zero-trip pipelines)
     mod = tl.MergeIfStmt()(mod)
     mod = tl.MakePackedAPI()(mod)
     mod = tl.Simplify()(mod)

@@ -16,7 +16,7 @@ def storage_sync(scope: str) -> Any:
 
 def sync_scope(stmt: Any) -> str | None:
     """The scope of a `tvm_storage_sync` statement; None for any other statement."""
-    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(stmt.value.op.name) == "tirx.tvm_storage_sync":
+    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(getattr(stmt.value.op, "name", "")) == "tirx.tvm_storage_sync":
         return str(stmt.value.args[0].value)
     return None
 
