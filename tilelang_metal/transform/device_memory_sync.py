@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
+from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from .uniformity import ThreadDependence
 
 
 def device_barrier() -> Any:
@@ -72,8 +74,9 @@ def _is_barrier(stmt: Any) -> bool:
 
 
 class _Planner:
-    def __init__(self, device: set):
+    def __init__(self, device: set, thread: ThreadDependence):
         self.device = device
+        self.thread = thread
         self.analyzer = tvm.arith.Analyzer()
 
     def accesses(self, stmt: Any) -> _Accesses:
@@ -151,10 +154,69 @@ class _Planner:
         if isinstance(stmt, tir.IfThenElse):
             then_case = self.visit(stmt.then_case)
             else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
+            if self.thread.depends(stmt.condition) and (_has_barrier(then_case) or (else_case is not None and _has_barrier(else_case))):
+                return _split_at_barriers(stmt.condition, then_case, else_case)
             return tir.IfThenElse(stmt.condition, then_case, else_case)
         if isinstance(stmt, (tir.AttrStmt, tir.SBlockRealize)) or hasattr(stmt, "body"):
             return _with_body(stmt, self.visit(_body(stmt)))
         return stmt
+
+
+def _has_barrier(stmt: Any) -> bool:
+    return any(_is_barrier(node) for node in find_nodes(stmt, ["tirx.Evaluate"]))
+
+
+def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
+    """`if c: S1; barrier; S2` with `c` different per thread, as `if c: S1` `barrier` `if c: S2`: a
+    barrier must be reached by every thread of the threadgroup, so it cannot stay inside the branch.
+    The condition is evaluated again after each barrier, which is the same test only when the branch
+    writes nothing it reads."""
+    where = f"the block under `if {condition}` (a condition that differs between threads)"
+    if else_case is not None:
+        raise MetalLoweringError(
+            f"{where} with an else branch exchanges data between threads through device memory, which needs a "
+            f"barrier every thread reaches. Write the two branches as two ifs with opposite conditions."
+        )
+    chunks: list[list[Any]] = [[]]
+    for stmt in _statements(then_case):
+        if _is_barrier(stmt):
+            chunks.append([])
+        elif _has_barrier(stmt):
+            raise MetalLoweringError(
+                f"{where} exchanges data between threads through device memory inside a loop or nested block, "
+                f"where a barrier every thread reaches cannot be placed. Move the loop out of the if and guard "
+                f"its body with the condition instead."
+            )
+        else:
+            chunks[-1].append(stmt)
+    read = {var for var in _vars(condition)}
+    written = {node.buffer.data for node in find_nodes(then_case, ["tirx.BufferStore"])}
+    if read & written:
+        raise MetalLoweringError(
+            f"{where} writes a buffer its condition reads and exchanges data between threads through device "
+            f"memory: the barrier it needs would have to re-test the condition. Compute the condition into a "
+            f"T.alloc_var before the if."
+        )
+    parts: list[Any] = []
+    for chunk in chunks:
+        if parts:
+            parts.append(device_barrier())
+        if chunk:
+            parts.append(tir.IfThenElse(condition, chunk[0] if len(chunk) == 1 else tir.SeqStmt(chunk), None))
+    return tir.SeqStmt(parts)
+
+
+def _vars(expr: Any) -> set[Any]:
+    found: set[Any] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.Var):
+            found.add(node)
+        elif isinstance(node, tir.BufferLoad):
+            found.add(node.buffer.data)
+
+    tvm.tirx.stmt_functor.post_order_visit(tir.Evaluate(expr), visit)
+    return found
 
 
 def _statements(stmt: Any) -> list[Any]:
@@ -183,7 +245,7 @@ def sync_function(func: Any) -> Any:
     device = {buf.data for buf in func.buffer_map.values()}
     if not device:
         return func
-    body = _Planner(device).visit(func.body)
+    body = _Planner(device, ThreadDependence(func)).visit(func.body)
     return func.with_body(body)
 
 

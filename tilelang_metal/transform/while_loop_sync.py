@@ -8,6 +8,11 @@ the last one (the emulator's race checker reports it). The barrier goes at the e
 unless the body already ends with one; its cost is one barrier per `while` iteration. Conservative:
 any threadgroup buffer written and read in the body counts, whether or not a thread would read
 another thread's element.
+
+A `while` whose condition differs between threads cannot hold a barrier (threads leave the loop after
+different numbers of iterations). There the body gets none when each threadgroup buffer it writes is
+accessed at one index expression that depends on the thread (each thread keeps to its own element);
+any other exchange through threadgroup memory in such a loop is refused in one line.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from typing import Any
 
 from .._host import tir, tvm
 from ..scopes import SHARED_SCOPES
+from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
+from .ir_query import find_nodes
+from .uniformity import ThreadDependence
 
 
 def _threadgroup(buffer: Any) -> bool:
@@ -47,10 +55,44 @@ def _ends_with_barrier(body: Any) -> bool:
     return sync_scope(last) in SHARED_SCOPES + ("global",)  # both order threadgroup memory
 
 
+def _exchanged_buffers(body: Any, thread: ThreadDependence) -> list[str]:
+    """Names of the threadgroup buffers the body writes and that some thread may reach at another
+    thread's element: accessed at more than one index expression, or at one that is the same for all."""
+    indices: dict[Any, list[Any]] = {}
+    names: dict[Any, str] = {}
+    written: set = set()
+    for node in find_nodes(body, ["tirx.BufferLoad", "tirx.BufferStore"]):
+        if _threadgroup(node.buffer):
+            indices.setdefault(node.buffer.data, []).append(node.indices)
+            names[node.buffer.data] = node.buffer.name
+            if isinstance(node, tir.BufferStore):
+                written.add(node.buffer.data)
+    shared = []
+    for data in written:
+        first, *rest = indices[data]
+        private = all(thread.depends(i) for i in first) and all(
+            len(other) == len(first) and all(tvm.ir.structural_equal(a, b) for a, b in zip(first, other)) for other in rest
+        )
+        if not private:
+            shared.append(names[data])
+    return sorted(shared)
+
+
 def sync_function(func: Any) -> Any:
+    thread = ThreadDependence(func)
+
     def add_barrier(node: Any) -> Any:
         body = node.body
         if not _exchanges_through_threadgroup_memory(body) or _ends_with_barrier(body):
+            return None
+        if thread.depends(node.condition):
+            exchanged = _exchanged_buffers(body, thread)
+            if exchanged:
+                raise MetalLoweringError(
+                    f"a while loop whose condition ({node.condition}) differs between threads writes threadgroup "
+                    f"buffer {', '.join(exchanged)} that other threads read, and no barrier may sit in such a loop. "
+                    f"Loop while any thread has work (a uniform condition) and guard the body per thread."
+                )
             return None
         return tir.While(node.condition, tir.SeqStmt([body, storage_sync("shared")]))
 
