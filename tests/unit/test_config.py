@@ -2,6 +2,7 @@
 
 import ast
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_defaults(clean_env):
     assert config.register_staging() is True
     assert config.debug() is False
     assert config.emulator_cache() == Path.home() / ".cache" / "tilelang_metal" / "emulator"
-    assert config.emulator_cxx() == "g++"
+    assert config.emulator_cxx() == ("clang++-19" if shutil.which("clang++-19") else "g++")
     assert config.emulator_fibers() == "native"
     assert config.emulator_workers() is None
     assert config.emulator_stack_kb() == 0
@@ -58,7 +59,7 @@ def test_defaults(clean_env):
 def test_blank_means_default(clean_env):
     clean_env.setenv("TILELANG_METAL_FRAGMENT_CT", "  ")
     clean_env.setenv("TILELANG_METAL_EMULATOR_CXX", "")
-    assert config.fragment_ct() is True and config.emulator_cxx() == "g++"
+    assert config.fragment_ct() is True and config.emulator_cxx() in config.PREFERRED_CXX
 
 
 @pytest.mark.parametrize("text,value", [("0", False), ("1", True), ("off", False), ("TRUE", True), (" no ", False), ("Yes", True)])

@@ -249,22 +249,29 @@ def prelude_header(instrument: str | None = None) -> Path | None:
     key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]
     header = final / PRELUDE_NAME
-    if (final / (PRELUDE_NAME + ".gch")).exists() and cache.touch(final):
+    gch = final / (PRELUDE_NAME + ".gch")
+    if gch.exists() and cache.touch(final):
         return header
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-    try:
-        (tmp / PRELUDE_NAME).write_text(PRELUDE_TEXT)
-        cmd = [cxx, *flags, "-I", str(SHIM_DIR), "-x", "c++-header", str(tmp / PRELUDE_NAME), "-o", str(tmp / (PRELUDE_NAME + ".gch"))]
-        if _run(cmd, tmp).returncode != 0:
-            return None  # builds go on without it
-        bump("prelude_builds")
+    if not header.exists():
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
         try:
+            (tmp / PRELUDE_NAME).write_text(PRELUDE_TEXT)
             os.rename(tmp, final)  # atomic publish of the directory; a concurrent build may have won
         except OSError:
             pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    # The PCH is built from the published header, never from a temporary copy: clang records the
+    # header's path in the PCH and refuses the PCH once that file is gone.
+    fd, part = tempfile.mkstemp(prefix=".build-", suffix=".part", dir=final)
+    os.close(fd)
+    cmd = [cxx, *flags, "-I", str(SHIM_DIR), "-x", "c++-header", str(header), "-o", part]
+    if _run(cmd, final).returncode != 0:
+        Path(part).unlink(missing_ok=True)
+        return None  # builds go on without it
+    bump("prelude_builds")
+    os.replace(part, gch)  # concurrent builders publish the same bytes
     cache.after_publish(cache_dir(), final)
     return header if (final / (PRELUDE_NAME + ".gch")).exists() else None
 
