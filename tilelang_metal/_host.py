@@ -112,11 +112,12 @@ def pipeline_options() -> Any:
     return pipeline_utils
 
 
-def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: Callable[..., Any]) -> Any:
-    """A tilelang Fragment layout: element (i, j) lives in thread thread_fn(i, j) at index_fn(i, j)."""
+def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: Callable[..., Any], replicate: int = 1) -> Any:
+    """A tilelang Fragment layout: element (i, j) lives in thread thread_fn(i, j) at index_fn(i, j);
+    with replicate > 1, in the `replicate` threads thread_fn(i, j, rep), rep in [0, replicate)."""
     from tilelang.layout import Fragment
 
-    return Fragment(shape, forward_thread_fn=thread_fn, forward_index_fn=index_fn)
+    return Fragment(shape, forward_thread_fn=thread_fn, forward_index_fn=index_fn, replicate=replicate)
 
 
 def layout_is_row_major(layout: Any) -> bool:
@@ -159,6 +160,8 @@ class GemmCallFields:
     n: int
     k: int
     policy: int
+    a_buffer: Any = None  # None when the operand is not a plain region (selection does not need it)
+    b_buffer: Any = None
 
 
 GEMM_TILE_OP = "tl.tileop.gemm"
@@ -186,7 +189,8 @@ def gemm_call_fields(call: Any) -> GemmCallFields | None:
     if c_region is None or not all(isinstance(x, tir.IntImm) for x in sizes):
         return None
     m, n, k, policy = (int(x.value) for x in sizes)
-    return GemmCallFields(c_region[0], m, n, k, policy)
+    a_region, b_region = (tile_op_region(arg) if isinstance(arg, tir.Call) else None for arg in call.args[:2])
+    return GemmCallFields(c_region[0], m, n, k, policy, a_region and a_region[0], b_region and b_region[0])
 
 
 def gemm_node_view(node: Any) -> GemmNodeView:
@@ -368,12 +372,15 @@ def fragments_agree(first: Any, second: Any) -> bool:
     if first.is_equal(second):
         return True
     a, b = fragment_view(first), fragment_view(second)
-    if a.shape != b.shape or a.replicate != 1 or b.replicate != 1 or a.thread_min != b.thread_min:
+    if a.shape != b.shape or a.replicate != b.replicate or a.thread_min != b.thread_min:
         return False
     analyzer = tvm.arith.Analyzer()
     for var, extent in zip(a.vars, a.shape):
         analyzer.bind(var, tvm.ir.Range(0, extent))
     rename = dict(zip(b.vars, a.vars))
+    if a.replicate > 1:  # replica q of one is replica q of the other (a sufficient condition)
+        analyzer.bind(a.rep_var, tvm.ir.Range(0, a.replicate))
+        rename[b.rep_var] = a.rep_var
     pairs = [(a.thread, b.thread)] + list(zip(a.index, b.index))
     if len(a.index) != len(b.index):
         return False

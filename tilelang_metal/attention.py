@@ -4,9 +4,10 @@ not, bshd or bhsd) and flash decoding (split-KV partial kernel plus combine kern
 They are ordinary TileLang programs (docs/guide.md, "Writing attention for Metal"): the plugin
 runs them because `T.gemm` reads a register-fragment A operand in place
 (gemm/register_operand.py) and `T.reduce_max` / `T.reduce_sum` work on GEMM accumulators
-(ops/reduce.py). Both GEMMs use `policy=FullRow` and the same thread count, so the scores
-accumulator `S` and its half-precision copy `P` share one lane layout and the softmax never
-moves data between lanes except for the row reductions.
+(ops/reduce.py). The plugin gives both GEMMs one instruction and one split of the query rows over
+the simdgroups (transform/fragment_groups.py; with fewer row tiles than simdgroups, replicated), so
+the scores accumulator `S` and its half-precision copy `P` share one lane layout and the softmax
+never moves data between lanes except for the row reductions.
 
 Sequence tails are masked (keys past the end get the score MASKED_SCORE, queries past the end are
 not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
@@ -48,10 +49,10 @@ def _multiples_near(value: int, step: int) -> str:
 def check_attention_config(
     head_dim: int, block_m: int, block_n: int, dtype: str, threads: int, *, rows_name: str = "block_m"
 ) -> None:
-    """Refuse, before lowering, a configuration the kernels cannot run, saying what fits: head_dim
-    and block_n must cover Metal's 8x8 matrix tiles whole, the `rows_name` query rows must give every
-    simdgroup whole 8-row tiles (both GEMMs are FullRow), and the staged tiles must fit Metal's
-    threadgroup memory."""
+    """Refuse, before lowering, a configuration the kernels cannot run, saying what fits: head_dim,
+    block_n and the `rows_name` query rows must cover Metal's 8x8 matrix tiles whole (rows too few
+    for every simdgroup are split over fewer and replicated: transform/fragment_groups.py), and the
+    staged tiles must fit Metal's threadgroup memory."""
     if dtype not in ("float16", "bfloat16", "float32"):
         raise MetalLoweringError(f"flash attention dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
     if threads <= 0 or threads % 32:
@@ -65,11 +66,11 @@ def check_attention_config(
         raise MetalLoweringError(
             f"block_n={block_n} is not a multiple of 8: the scores S are 8x8 Metal matrix tiles; use block_n={_multiples_near(max(block_n, 1), 8)}"
         )
-    rows_per_tile = threads // 32 * 8
+    rows_per_tile = 8
     if block_m <= 0 or block_m % rows_per_tile:
         raise MetalLoweringError(
-            f"{rows_name}={block_m} with threads={threads} ({threads // 32} simdgroups): each simdgroup needs whole 8-row tiles "
-            f"of S (policy=FullRow), so {rows_name} must be a multiple of {rows_per_tile}; use {rows_name}={_multiples_near(max(block_m, 1), rows_per_tile)} or fewer threads"
+            f"{rows_name}={block_m} is not a multiple of 8: the query rows of S are whole 8-row Metal matrix tiles; "
+            f"use {rows_name}={_multiples_near(max(block_m, 1), rows_per_tile)}"
         )
     size = _bytes(dtype)
     buffers = {"Q_shared": block_m * head_dim * size, "K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}

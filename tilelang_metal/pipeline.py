@@ -32,6 +32,7 @@ from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.expression_lets import InlineExpressionLets
+from .transform.fragment_groups import fragment_group_plans, gemm_roles
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
@@ -98,7 +99,8 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
     shared_fragments = fragments_needing_simdgroup(mod, target, config.fragment_ct())  # plugin
-    with gemm_metal.simdgroup_accumulators(shared_fragments):
+    group_plans = fragment_group_plans(mod, target, config.fragment_ct())  # plugin: fragments that meet element-wise agree
+    with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
         mod = _infer_layouts(tl, mod)
         mod = tl.ReducerPlanAndMaterialize()(mod)
@@ -192,13 +194,7 @@ def _infer_layouts(tl: object, mod: object) -> object:
     except Exception as err:
         conflict = LAYOUT_CONFLICT.search(str(err))
         if conflict:
-            first, second = conflict.groups()
-            raise MetalLoweringError(
-                f"register fragments {first} and {second} are used together element by element but have different "
-                f"thread layouts (each fixed by a T.gemm or an annotation). When a T.gemm accumulator feeds another "
-                f"T.gemm's A operand (attention's P = softmax(S)), give both T.gemm calls the same threads and "
-                f"policy=T.GemmWarpPolicy.FullRow; otherwise copy through shared memory."
-            ) from None
+            raise MetalLoweringError(_conflict_message(mod, *conflict.groups())) from None
         twice = LAYOUT_TWICE.search(str(err))
         if twice:
             raise MetalLoweringError(
@@ -215,6 +211,23 @@ def _infer_layouts(tl: object, mod: object) -> object:
             "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
             "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
         ) from None
+
+
+def _conflict_message(mod: object, first: str, second: str) -> str:
+    """One line naming both fragments, the ops that fixed their layouts and a fix for this kernel.
+    transform/fragment_groups.py already makes the layouts of T.gemm fragments that meet element by
+    element agree where one row split can serve both, so what reaches here cannot be fixed that way."""
+    roles = gemm_roles(mod)
+    what = [f"{name} is {roles[name][0]}" if name in roles else f"{name}'s layout comes from another op (a reduction, a copy or an annotation)" for name in (first, second)]
+    if first in roles and second in roles and roles[first][1] != roles[second][1]:
+        why = f"their T.gemm tiles have different M ({roles[first][1]} vs {roles[second][1]} rows), so no row split serves both"
+    else:
+        why = "no common thread layout exists for both"
+    return (
+        f"register fragments {first} and {second} are used together element by element but have different thread layouts: "
+        f"{what[0]}, {what[1]}; {why}. Copy {first} to shared memory (T.copy({first}, {first}_shared)) and read "
+        f"{first}_shared in the loop instead" + (", or give both T.gemm calls the same M." if "different M" in why else ".")
+    )
 
 
 def finalize_for_codegen(mod: object) -> object:

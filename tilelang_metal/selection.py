@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from .isa import COOPERATIVE_TENSOR_KIND, MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, SIMDGROUP_KIND
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
@@ -38,8 +39,19 @@ class WarpPolicy(IntEnum):
 
 @dataclass(frozen=True)
 class Partition:
+    """`m_warp x n_warp` simdgroups tile C; `replicas` copies of that grid compute the same tile.
+
+    Simdgroup `sg` = warp_m + m_warp * (warp_n + n_warp * replica). Replicas exist where a register
+    fragment needs whole rows in more simdgroups than the rows can be split over (a register A
+    operand with few rows, and the accumulator that produces it: gemm/register_operand.py)."""
+
     m_warp: int
     n_warp: int
+    replicas: int = 1
+
+    @property
+    def simdgroups(self) -> int:
+        return self.m_warp * self.n_warp * self.replicas
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,26 @@ def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, f
     if policy is WarpPolicy.FULL_COL:
         return max(parts, key=lambda p: p.n_warp)
     return min(parts, key=lambda p: (abs(M // (p.m_warp * frag_m) - N // (p.n_warp * frag_n)), -p.n_warp))
+
+
+def _largest_divisor(limit: int, fits: Any) -> int | None:
+    """The largest divisor d of `limit` with fits(d), or None."""
+    return max((d for d in range(1, limit + 1) if limit % d == 0 and fits(d)), default=None)
+
+
+def row_partition(M: int, N: int, num_warps: int, frag_m: int, frag_n: int, *, split_n: bool) -> Partition | None:
+    """As many simdgroups along M as whole `frag_m`-row tiles allow (a divisor of `num_warps`); the
+    other simdgroups split N (split_n, as far as whole `frag_n` columns allow) and replicate the rest.
+
+    Every simdgroup of one M block holds the same rows, so a register fragment with this row split
+    can be the A operand of a T.gemm (whose rows it must hold whole) whatever the thread count.
+    None when M or N are not whole fragments."""
+    if num_warps <= 0 or M % frag_m or N % frag_n:
+        return None
+    m_warp = _largest_divisor(num_warps, lambda d: M % (d * frag_m) == 0)
+    rest = num_warps // m_warp
+    n_warp = _largest_divisor(rest, lambda d: N % (d * frag_n) == 0) if split_n else 1
+    return Partition(m_warp, n_warp, rest // n_warp)
 
 
 def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int = SIMDGROUP_8x8x8.m) -> Partition | None:

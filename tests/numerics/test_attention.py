@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from tilelang_metal.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
+from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.examples import metal4_target
 
@@ -97,16 +98,63 @@ def test_register_operand_is_read_in_place():
     assert source.count("threadgroup_barrier") <= 2
 
 
-def test_producer_with_another_layout_is_refused():
-    """S from a Square-policy GEMM (2x2 simdgroups) cannot feed a FullRow A operand lane by lane."""
-    with pytest.raises(MetalLoweringError, match=r"register fragments S and P .*policy=T.GemmWarpPolicy.FullRow"):
-        tilelang.lower(pv_program(64, 64, 32, 32, 128, False, policy_s=T.GemmWarpPolicy.Square), target="metal")
+def run_pv(kernel, M, N, K, D, b_global, poison_row=None):
+    """Race-checked run of a pv_program kernel against torch; `poison_row`: a NaN in that query row,
+    which must reach that output row and no other (a replica or row split mixing rows would spread it)."""
+    torch.manual_seed(M * 3 + N + K)
+    q, k = torch.randn(M, D).half(), torch.randn(N, D).half()
+    v = torch.randn(N, K).half()
+    if poison_row is not None:
+        q[poison_row, 0] = float("nan")
+    out = torch.full((M, K), float("nan"))
+    racecheck(kernel, q, k, v.T.contiguous() if b_global else v, out)
+    want = (q.float() @ k.float().T).half().float() @ v.float()
+    torch.testing.assert_close(out, want, atol=2e-3, rtol=2e-3, equal_nan=True)
+    if poison_row is not None:
+        assert out[poison_row].isnan().all() and not out[torch.arange(M) != poison_row].isnan().any()
 
 
-def test_register_a_needs_every_simdgroup_along_m():
-    # 16 rows over 4 simdgroups of 8-row tiles: no FullRow split
-    with pytest.raises(MetalLoweringError, match=r"register fragment .*needs every simdgroup along M.*multiples of 32"):
+def test_square_producer_feeds_register_a():
+    """S from a Square-policy GEMM feeds a register A operand: the plugin gives S the rows split P
+    needs (transform/fragment_groups.py) instead of the policy's 2x2 simdgroups."""
+    kernel = tilelang.compile(
+        pv_program(64, 64, 32, 32, 128, False, policy_s=T.GemmWarpPolicy.Square), target="metal", execution_backend="emulator"
+    )
+    run_pv(kernel, 64, 64, 32, 32, False)
+
+
+# M, N, K, D, threads: fewer 8-row (16-row on metal4) tiles than simdgroups (decoding's 16 heads per tile)
+FEW_ROWS = [
+    ("metal", 16, 32, 32, 16, 128, False),  # 2 simdgroups along M, C split in two along N
+    ("metal", 8, 32, 24, 16, 256, True),  # 1 along M; C (3 column tiles) does not split: 8 replicas of S and C
+    ("metal", 24, 40, 64, 16, 128, False),  # 3 row tiles on 4 simdgroups: 1 along M, 4 along N
+    ("metal4", 16, 64, 64, 16, 256, False),  # cooperative tensors would need 8 replicas: simdgroup matrices
+    # flash attention's block_m 32 on 4 simdgroups: S alone would take cooperative tensors 2x2, P . V
+    # simdgroup matrices 4x1; both take simdgroup matrices 4x1 (one instruction per fragment group)
+    ("metal4", 32, 64, 64, 32, 128, False),
+]
+
+
+@pytest.mark.parametrize("target,M,N,K,D,threads,b_global", FEW_ROWS)
+def test_register_a_with_fewer_row_tiles_than_simdgroups(target, M, N, K, D, threads, b_global):
+    run_pv(pv_kernel(target, M, N, K, D, threads, b_global), M, N, K, D, b_global, poison_row=M - 3)
+
+
+def test_few_rows_partitions_are_replicated_rows():
+    """16 rows on 4 simdgroups: S and its copy P hold whole rows (2 along M, 2 replicas), P . V splits
+    its C along N (2 x 2): the lane layouts agree with no data movement."""
+    from tilelang_metal.gemm import recorded_plans
+
+    with recorded_plans() as plans:
         tilelang.lower(pv_program(16, 32, 32, 16, 128, False), target="metal")
+    parts = {p.problem.C.buffer.name: p.partition for p in plans if hasattr(p, "partition")}
+    assert (parts["S"].m_warp, parts["S"].n_warp, parts["S"].replicas) == (2, 1, 2)
+    assert (parts["acc"].m_warp, parts["acc"].n_warp, parts["acc"].replicas) == (2, 2, 1)
+
+
+def test_register_a_needs_whole_row_tiles():
+    with pytest.raises(MetalLoweringError, match=r"register fragment \(A_f, 12x32\) needs whole 8x8 .*M=12 is not a multiple of 8 rows"):
+        tilelang.lower(fragment_a_program(12, 32, 32, 64), target="metal")
 
 
 def fragment_a_program(M, K, N, threads, transpose_A=False, annotate_A=False):
@@ -147,6 +195,27 @@ def test_register_a_loaded_by_copy_from_global():
     a, b = torch.randn(64, 32).half(), torch.randn(32, 48).half()
     c = torch.empty(64, 48)
     kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=2e-3, rtol=2e-3)
+
+
+def test_replicated_register_a_gemm_stores_device_c_once():
+    """8 rows on 8 simdgroups with C in device memory: 1 simdgroup along M, 2 along N, 4 replicas of
+    that grid; only the first replica stores C (racecheck: no two threads write one element)."""
+    M, K, N, threads = 8, 24, 16, 256
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads) as _:
+            A_f = T.alloc_fragment((M, K), "float16")
+            B_s = T.alloc_shared((K, N), "float16")
+            T.copy(A, A_f)
+            T.copy(B, B_s)
+            T.gemm(A_f, B_s, C, clear_accum=True)
+
+    kernel = tilelang.compile(main, target="metal", execution_backend="emulator")
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    c = torch.full((M, N), float("nan"))
+    racecheck(kernel, a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), atol=2e-3, rtol=2e-3)
 
 
@@ -201,6 +270,9 @@ QUICK = [
     ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),
 ]
 SLOW = [
+    # block_m 32 on 4 simdgroups: S would take cooperative tensors (2x2) and P . V simdgroup matrices
+    # (4x1); both take simdgroup matrices 4x1 so S and P agree (transform/fragment_groups.py)
+    ("metal4", 2, 2, 77, 64, False, "bshd", "float16", 32, 64, 128, (77,)),
     ("metal4", 2, 2, 128, 64, False, "bshd", "float16", 64, 64, 128, (128,)),
     ("metal", 2, 2, 100, 64, True, "bshd", "float16", 64, 64, 128, (100,)),
     ("metal", 4, 2, None, 64, True, "bhsd", "float16", 32, 32, 64, (33, 70)),
@@ -261,12 +333,12 @@ def test_wrong_inputs_are_refused_at_call_time():
         (lambda: flash_attention_program(1, 2, 64, 63, block_m=32, block_n=32, threads=64), r"head_dim=63 is not a multiple of 8.*e\.g\. 56 or 64"),
         (lambda: flash_attention_program(1, 2, 64, 36, block_m=32, block_n=32, threads=64), r"head_dim=36 is not a multiple of 8"),
         (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=20, threads=64), r"block_n=20 is not a multiple of 8.*use block_n=16 or 24"),
-        (lambda: flash_attention_program(1, 2, 64, 64, block_m=40, block_n=32, threads=64), r"block_m=40 with threads=64 \(2 simdgroups\).*multiple of 16; use block_m=32 or 48"),
+        (lambda: flash_attention_program(1, 2, 64, 64, block_m=36, block_n=32, threads=64), r"block_m=36 is not a multiple of 8.*use block_m=32 or 40"),
         (lambda: flash_attention_program(1, 2, 64, 64, block_m=32, block_n=32, threads=48), r"threads=48 must be a positive multiple of 32"),
         (lambda: flash_attention_program(1, 2, 64, 64, dtype="float8_e4m3"), r"dtype='float8_e4m3' is not supported"),
         (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
         (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
-        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=8, threads=64), r"block_h=8 with threads=64.*use block_h=16"),
+        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=12, threads=64), r"block_h=12 is not a multiple of 8.*use block_h=8 or 16"),
     ],
     ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "block-h"],
 )
@@ -295,6 +367,9 @@ def decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h
         ("metal4", 2, 8, 2, 101, 64, 3, 16, 32, 64),  # 4 query heads per KV head, padded to 16 rows
         # 20 keys in 6 splits of 4: the last split has no key at all (its rows never see a real score)
         ("metal", 1, 4, 2, 20, 64, 6, 16, 32, 64),
+        # 16 heads per tile on 4 and 8 simdgroups: rows split over 2, replicated (transform/fragment_groups.py)
+        pytest.param("metal", 1, 16, 1, 70, 64, 3, 16, 32, 128, marks=pytest.mark.slow),
+        pytest.param("metal4", 1, 32, 2, 45, 64, 2, 16, 32, 256, marks=pytest.mark.slow),
         pytest.param("metal", 1, 4, 4, 70, 64, 4, 16, 32, 64, marks=pytest.mark.slow),  # MHA: 1 real row of 16
     ],
 )

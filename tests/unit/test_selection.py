@@ -112,3 +112,23 @@ def test_square_prefers_balanced_fragment_grid():
     # 8 simdgroups on 64x128 (MLX-style): each simdgroup 32x32 -> 2x1 fragments
     part = choose_partition(SQ, 64, 128, 8, 16, 32)
     assert part.m_warp * part.n_warp == 8 and part in legal_partitions(64, 128, 8, 16, 32)
+
+
+@pytest.mark.parametrize(
+    "M, N, warps, split_n, expected",
+    [
+        (64, 64, 4, True, (4, 1, 1)),  # enough rows: every simdgroup along M (the FullRow split)
+        (16, 32, 4, True, (2, 2, 1)),  # 2 row tiles: the other simdgroups split N
+        (16, 32, 4, False, (2, 1, 2)),  # whole rows (a register A's producer): they replicate
+        (8, 24, 8, True, (1, 1, 8)),  # 3 column tiles do not split over 2, 4 or 8 simdgroups
+        (24, 40, 4, True, (1, 1, 4)),  # 3 row tiles, 5 column tiles: nothing splits 4 ways
+        (12, 32, 4, True, None),  # not whole 8-row tiles
+    ],
+)
+def test_row_partition_splits_rows_then_columns_then_replicates(M, N, warps, split_n, expected):
+    from tilelang_metal.selection import row_partition
+
+    part = row_partition(M, N, warps, 8, 8, split_n=split_n)
+    assert (None if part is None else (part.m_warp, part.n_warp, part.replicas)) == expected
+    if part is not None:
+        assert part.simdgroups == warps and M % (part.m_warp * 8) == 0 and N % (part.n_warp * 8) == 0

@@ -39,6 +39,7 @@ from .register_operand import (
     validate_register_a,
 )
 from .simdgroup import lower_simdgroup
+from ..transform.fragment_groups import gemm_key
 
 logger = logging.getLogger("tilelang_metal")
 
@@ -60,7 +61,8 @@ class GemmPlan:
         return (
             f"T.gemm {p.M}x{p.N}x{p.K} (A {p.A.scope} {p.A.dtype}{' T' if p.trans_A else ''}, "
             f"B {p.B.scope} {p.B.dtype}{' T' if p.trans_B else ''}, C {p.C.scope} {p.C.dtype}), threads={self.threads}: "
-            f"{self.selection.kind} / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}; "
+            f"{self.selection.kind} / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}"
+            f"{f' x{self.partition.replicas} replicas' if self.partition.replicas > 1 else ''}; "
             f"because {self.selection.reason}"
         )
 
@@ -80,6 +82,18 @@ def simdgroup_accumulators(fragments: set) -> Iterator[None]:
         yield
     finally:
         _lowering.simdgroup_fragments = previous
+
+
+@contextlib.contextmanager
+def fragment_group_plans(plans: dict) -> Iterator[None]:
+    """While the block runs, T.gemm calls listed here (by `transform.fragment_groups.gemm_key`) use
+    the instruction and partition their fragment group decided, not their own selection."""
+    previous = getattr(_lowering, "group_plans", {})
+    _lowering.group_plans = plans
+    try:
+        yield
+    finally:
+        _lowering.group_plans = previous
 
 
 @contextlib.contextmanager
@@ -135,9 +149,17 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             "one representation per fragment",
         )
     num_warps = threads // SIMD_WIDTH
-    if has_register_a(problem):
+    group = getattr(_lowering, "group_plans", {}).get(gemm_key(problem.A.buffer.data, problem.B.buffer.data, problem.C.buffer.data))
+    if group is not None and group.partition.simdgroups == num_warps:
+        selection, part = group.selection, group.partition
+        if has_register_a(problem):
+            validate_register_a(problem)
+            dataflow = "register_a"
+        else:
+            dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
+    elif has_register_a(problem):
         validate_register_a(problem)
-        blockers = register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR), num_warps) if selection.kind == COOPERATIVE_TENSOR else []
+        blockers = register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR)) if selection.kind == COOPERATIVE_TENSOR else []
         if blockers:
             selection = Selection(
                 SIMDGROUP, "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers)
@@ -168,15 +190,15 @@ def _fragment_layout(gp: GemmPlan, buffer: Any) -> Any:
     wm, wn = gp.problem.M // part.m_warp, gp.problem.N // part.n_warp
     cols = wn // inst.n
 
-    def thread(i: Any, j: Any) -> Any:
-        sg = i // wm + (j // wn) * part.m_warp
+    def thread(i: Any, j: Any, rep: Any = 0) -> Any:
+        sg = i // wm + (j // wn + rep * part.n_warp) * part.m_warp
         return sg * SIMD_WIDTH + inst.lane_of((i % wm) % inst.m, (j % wn) % inst.n)
 
     def index(i: Any, j: Any) -> Any:
         frag = ((i % wm) // inst.m) * cols + (j % wn) // inst.n
         return frag * inst.dest_elems + inst.elem_of((i % wm) % inst.m, (j % wn) % inst.n)
 
-    return make_fragment_layout(list(buffer.shape), thread, index)
+    return make_fragment_layout(list(buffer.shape), thread, index, part.replicas)
 
 
 def infer_layout(node: Any, target: Any, thread_bounds: Any) -> dict:

@@ -1,8 +1,8 @@
 """A `T.gemm` whose A operand is a register fragment (`local.fragment`), as in attention's P.V.
 
 The fragment is read in place, so its layout must be the one the matrix instruction's left operand
-wants. That layout is the instruction's *destination* layout for an (M x K) tile with every
-simdgroup along M (partition m_warp = simdgroups, n_warp = 1):
+wants. That layout is the instruction's *destination* layout for an (M x K) tile whose rows are
+split over `m_warp` simdgroups, every simdgroup holding whole rows (all K columns):
 
 - simdgroup 8x8: left, right and destination matrices share one lane map (isa.sg_*), so the 8x8
   block (i, k) of A is elements [2f, 2f+2) of the lane, f = i * (K/8) + k.
@@ -11,8 +11,15 @@ simdgroup along M (partition m_warp = simdgroups, n_warp = 1):
   pattern (docs/lane_layouts.md). So the left operand of K step s in row block i is elements
   [8 (i * K/16 + s), +8): a straight copy, no lane exchange.
 
-Hence a GEMM accumulator produced with the same partition (FullRow, same threads, same instruction)
-feeds the next GEMM's A with no data movement; `T.copy(acc_s, acc_s_cast)` is a per-lane cast.
+`m_warp` is as many simdgroups as M has whole instruction rows for (`selection.row_partition`):
+all of them when M allows (M = 64 on 4 simdgroups), fewer for short tiles (decoding's 16 query
+heads on 4 or 8 simdgroups). The other simdgroups split C along N and hold A *replicated*: the
+A layout is replicated `simdgroups / m_warp` times, simdgroup warp_m + m_warp * q holding the rows
+of block warp_m for every q.
+
+Hence a GEMM accumulator produced with the same rows split, no N split and the same replication
+(transform/fragment_groups.py gives the producing T.gemm that partition) feeds the next GEMM's A
+with no data movement; `T.copy(acc_s, acc_s_cast)` is a per-lane cast.
 Layout inference decides: GemmMetal proposes this layout for A; if the producing op gave A another
 one, lowering stops with a `GemmLoweringError` (never a silent reinterpretation).
 """
@@ -25,7 +32,7 @@ from .._host import fragments_agree
 from ..errors import GemmLoweringError
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES
-from ..selection import Partition
+from ..selection import Partition, row_partition
 from .problem import GemmProblem, Operand
 
 
@@ -33,11 +40,11 @@ def has_register_a(problem: GemmProblem) -> bool:
     return problem.A.scope in FRAGMENT_SCOPES
 
 
-def register_a_blockers(problem: GemmProblem, inst: MatrixInstruction, num_warps: int) -> list[str]:
+def register_a_blockers(problem: GemmProblem, inst: MatrixInstruction) -> list[str]:
     """Why a register-fragment A cannot be read in place with `inst` (empty when it can)."""
     reasons = []
-    if problem.M % (num_warps * inst.m):
-        reasons.append(f"M={problem.M} is not a multiple of {num_warps} simdgroups x {inst.m} rows")
+    if problem.M % inst.m:
+        reasons.append(f"M={problem.M} is not a multiple of {inst.m} rows")
     if problem.N % inst.n:
         reasons.append(f"N={problem.N} is not a multiple of {inst.n}")
     if problem.K % inst.n:  # A is laid out as destination tiles, inst.n columns wide
@@ -46,16 +53,23 @@ def register_a_blockers(problem: GemmProblem, inst: MatrixInstruction, num_warps
 
 
 def register_a_partition(problem: GemmProblem, inst: MatrixInstruction, num_warps: int) -> Partition:
-    """Every simdgroup along M: the simdgroup owning rows of C owns the same rows of A."""
-    reasons = register_a_blockers(problem, inst, num_warps)
-    if reasons:
+    """The rows of A (and C) over as many simdgroups as whole tiles allow, N split over the others
+    as far as it goes, the rest replicated (`selection.row_partition`)."""
+    reasons = register_a_blockers(problem, inst)
+    part = row_partition(problem.M, problem.N, num_warps, inst.m, inst.n, split_n=True) if not reasons else None
+    if part is None:
         a = problem.A.buffer
         raise GemmLoweringError(
-            f"T.gemm with A in a register fragment ({a.name}, {problem.M}x{problem.K}) needs every simdgroup along M "
-            f"with whole {inst.m}x{inst.n} {inst.kind} tiles: " + "; ".join(reasons) + ". "
-            f"Use block sizes that are multiples of {num_warps * inst.m} (M) and {inst.n} (N, K), or fewer threads."
+            f"T.gemm with A in a register fragment ({a.name}, {problem.M}x{problem.K}) needs whole {inst.m}x{inst.n} "
+            f"{inst.kind} tiles: " + "; ".join(reasons) + f". Use block sizes that are multiples of {inst.m} (M) and "
+            f"{inst.n} (N, K)."
         )
-    return Partition(num_warps, 1)
+    return part
+
+
+def register_a_replicas(part: Partition) -> int:
+    """How many simdgroups hold each row block of A: all that share its warp_m."""
+    return part.simdgroups // part.m_warp
 
 
 def validate_register_a(problem: GemmProblem) -> None:
@@ -81,15 +95,16 @@ def register_a_layout(problem: GemmProblem, inst: MatrixInstruction, part: Parti
     """The Fragment layout A must have: the destination layout of an M x K tile (see module doc)."""
     wm = problem.M // part.m_warp
     tiles_per_row = problem.K // inst.n
+    replicas = register_a_replicas(part)
 
-    def thread(i: Any, k: Any) -> Any:
-        return (i // wm) * SIMD_WIDTH + inst.lane_of((i % wm) % inst.m, k % inst.n)
+    def thread(i: Any, k: Any, rep: Any = 0) -> Any:
+        return (i // wm + part.m_warp * rep) * SIMD_WIDTH + inst.lane_of((i % wm) % inst.m, k % inst.n)
 
     def index(i: Any, k: Any) -> Any:
         tile = ((i % wm) // inst.m) * tiles_per_row + k // inst.n
         return tile * inst.dest_elems + inst.elem_of((i % wm) % inst.m, k % inst.n)
 
-    return make_fragment_layout([problem.M, problem.K], thread, index)
+    return make_fragment_layout([problem.M, problem.K], thread, index, replicas)
 
 
 def left_operand_offset(inst: MatrixInstruction, problem: GemmProblem, row_block: int, k_step: Any) -> Any:
@@ -110,7 +125,6 @@ def check_register_a_layout(problem: GemmProblem, expected: Any, layout_map: Any
             f"T.gemm reads register fragment {buf.name} as its A operand in the matrix instruction's lane layout, "
             f"but layout inference gave {buf.name} a different layout"
             + ("" if actual is None else f" ({actual})")
-            + ". Produce it from a T.gemm accumulator with the same threads and policy=T.GemmWarpPolicy.FullRow "
-            "(or copy it through shared memory)."
+            + ". Produce it from a T.gemm accumulator of the same shape and threads (or copy it through shared memory)."
         )
 

@@ -1,8 +1,10 @@
 """What every GEMM dataflow shares: the per-simdgroup tiling of C and the K-loop skeleton.
 
-Simdgroup `sg` owns the (M/m_warp) x (N/n_warp) block (warp_m, warp_n) = (sg % m_warp, sg // m_warp)
-of C, covered by `rows x cols` instruction fragments. Subclasses say how big a fragment is, how a
-K step gathers operands and runs the MMAs, and how the accumulator is cleared and written back.
+Simdgroup `sg` owns the (M/m_warp) x (N/n_warp) block (warp_m, warp_n) = (sg % m_warp,
+sg // m_warp % n_warp) of C, covered by `rows x cols` instruction fragments; replicas of the grid
+compute the same blocks, and only the first stores a C it owns. Subclasses say how big a fragment
+is, how a K step gathers operands and runs the MMAs, and how the accumulator is cleared and
+written back.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class SimdgroupTiling:
         self.sg = tir.floordiv(thread_index, SIMD_WIDTH)
         self.warp_m = tir.floormod(self.sg, part.m_warp)
         self.warp_n = tir.floordiv(self.sg, part.m_warp)
+        if part.replicas > 1:  # replica r of the grid is simdgroups [r * m_warp * n_warp, ...)
+            self.warp_n = tir.floormod(self.warp_n, part.n_warp)
         self.thread_index = thread_index
         self.whole_k_steps = problem.K // self.inst.k  # steps that need no K guard
         self._check_bounds()
@@ -102,7 +106,10 @@ class SimdgroupTiling:
         return seq(steps)
 
     def _body(self, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
-        return seq([self.init_accumulator(acc), self._k_loop(a_frag, b_frag, acc), self.write_back(acc)])
+        store = self.write_back(acc)
+        if store is not None and self.part.replicas > 1:  # one replica stores C; the others hold the same values
+            store = tir.IfThenElse(self.sg < self.part.m_warp * self.part.n_warp, store, None)
+        return seq([self.init_accumulator(acc), self._k_loop(a_frag, b_frag, acc), store])
 
     def build(self, name: str) -> Any:
         p = self.p

@@ -1,0 +1,112 @@
+"""T.gemm accumulators combined element by element get agreeing layouts (transform/fragment_groups.py).
+
+Two accumulators with different policies, instructions or shapes added in a `T.Parallel`: the plugin
+gives their T.gemm calls one instruction and one partition, run in the emulator against torch under
+the race checker. Tiles of different M cannot agree: a one-line error names both T.gemm calls, and
+the fix it names (copy one accumulator through shared memory) works.
+"""
+
+import functools
+
+import pytest
+import tilelang
+import tilelang.language as T
+import torch
+
+from tilelang_metal.emulator import racecheck
+from tilelang_metal.errors import MetalLoweringError
+from tilelang_metal.examples import metal4_target
+
+SQUARE, FULL_ROW, FULL_COL = T.GemmWarpPolicy.Square, T.GemmWarpPolicy.FullRow, T.GemmWarpPolicy.FullCol
+
+
+def sum_of_products(M1, N1, M2, N2, K, threads, policy1, policy2, c2_through_shared=False):
+    """D = (A1 B1 + A2 B2)[:M, :N] over the common corner (M, N) = (min M, min N), added in registers
+    (C1[i, j] + C2[i, j]) or, with c2_through_shared, with C2 read back from threadgroup memory."""
+    M, N = min(M1, M2), min(N1, N2)
+
+    @T.prim_func
+    def main(
+        A1: T.Tensor((M1, K), "float16"),
+        B1: T.Tensor((K, N1), "float16"),
+        A2: T.Tensor((M2, K), "float16"),
+        B2: T.Tensor((K, N2), "float16"),
+        D: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(1, threads=threads) as _:
+            A1_s = T.alloc_shared((M1, K), "float16")
+            B1_s = T.alloc_shared((K, N1), "float16")
+            A2_s = T.alloc_shared((M2, K), "float16")
+            B2_s = T.alloc_shared((K, N2), "float16")
+            C1 = T.alloc_fragment((M1, N1), "float32")
+            C2 = T.alloc_fragment((M2, N2), "float32")
+            T.copy(A1, A1_s)
+            T.copy(B1, B1_s)
+            T.copy(A2, A2_s)
+            T.copy(B2, B2_s)
+            T.clear(C1)
+            T.clear(C2)
+            T.gemm(A1_s, B1_s, C1, policy=policy1)
+            T.gemm(A2_s, B2_s, C2, policy=policy2)
+            if c2_through_shared:
+                C2_shared = T.alloc_shared((M2, N2), "float32")
+                T.copy(C2, C2_shared)
+                for i, j in T.Parallel(M, N):
+                    C1[i, j] = C1[i, j] + C2_shared[i, j]
+            else:
+                for i, j in T.Parallel(M, N):
+                    C1[i, j] = C1[i, j] + C2[i, j]
+            T.copy(C1[0:M, 0:N], D)
+
+    return main
+
+
+@functools.lru_cache(maxsize=None)
+def sum_kernel(target, *config):
+    program = sum_of_products(*config)
+    return tilelang.compile(program, target=metal4_target() if target == "metal4" else "metal", execution_backend="emulator")
+
+
+def run_sum(target, M1, N1, M2, N2, K, threads, *rest):
+    kernel = sum_kernel(target, M1, N1, M2, N2, K, threads, *rest)
+    torch.manual_seed(M1 + N1 + M2 + N2 + K)
+    a1, b1 = torch.randn(M1, K).half(), torch.randn(K, N1).half()
+    a2, b2 = torch.randn(M2, K).half(), torch.randn(K, N2).half()
+    b2[K - 1, 1] = float("inf")  # column 1 of A2 B2 is +-inf (or NaN): it must stay in column 1
+    M, N = min(M1, M2), min(N1, N2)
+    d = torch.full((M, N), float("nan"))
+    racecheck(kernel, a1, b1, a2, b2, d)
+    want = (a1.float() @ b1.float())[:M, :N] + (a2.float() @ b2.float())[:M, :N]
+    torch.testing.assert_close(d, want, atol=2e-3, rtol=2e-3, equal_nan=True)
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "target,M1,N1,M2,N2,K,threads,policy1,policy2",
+    [
+        ("metal", 64, 64, 64, 64, 32, 128, SQUARE, FULL_ROW),  # 1x4 vs 4x1 simdgroups: the first's for both
+        ("metal4", 64, 64, 64, 64, 32, 128, SQUARE, FULL_ROW),  # cooperative tensors 2x2 vs 4x1
+        ("metal", 32, 64, 32, 40, 16, 128, SQUARE, SQUARE),  # same M, different N: whole rows for both
+        ("metal4", 32, 64, 32, 128, 32, 128, FULL_COL, SQUARE),  # cooperative tensors would need replicas
+    ],
+)
+def test_accumulators_added_element_by_element(target, M1, N1, M2, N2, K, threads, policy1, policy2):
+    run_sum(target, M1, N1, M2, N2, K, threads, policy1, policy2)
+
+
+def test_cooperative_tensors_kept_when_both_can_take_them():
+    source = sum_kernel("metal4", 64, 64, 64, 64, 32, 128, SQUARE, FULL_ROW).get_kernel_source()
+    assert "matmul2d" in source and "simdgroup_multiply_accumulate" not in source
+
+
+def test_accumulators_of_different_m_are_refused_naming_both_gemms():
+    with pytest.raises(MetalLoweringError) as info:
+        tilelang.lower(sum_of_products(32, 32, 64, 32, 16, 128, SQUARE, FULL_ROW), target="metal")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "T.gemm(A1_s, B1_s, C1) (32x32x16)" in message and "T.gemm(A2_s, B2_s, C2) (64x32x16)" in message
+    assert "different M (64 vs 32 rows)" in message and "T.copy(C2, C2_shared)" in message
+
+
+def test_the_named_fix_for_different_m_works():
+    run_sum("metal", 32, 32, 64, 32, 16, 128, SQUARE, FULL_ROW, True)

@@ -1,0 +1,216 @@
+"""One instruction and one partition for `T.gemm` calls whose register fragments meet element by element.
+
+A register fragment's thread layout is fixed by the T.gemm that accumulates into it (or reads it as
+A), and tilelang's layout inference needs fragments combined element by element (`T.copy(S, P)`, a
+`T.Parallel` over `C1[i, j] + C2[i, j]`) to put each element on the same thread. GemmMetal answers
+the layout hook one call at a time, so before layout inference this analysis groups the fragments
+that meet element by element and decides, per group, one matrix instruction and the partitions
+that make their layouts equal:
+
+- a group with a register A operand (attention's P = cast(S) feeding P . V): the rows are split
+  over as many simdgroups as whole instruction tiles allow (`selection.row_partition`); the
+  accumulators in the group hold whole rows (no N split, the other simdgroups replicate), which is
+  exactly the layout the register operand needs; the reading T.gemm splits its own C along N;
+- a group of accumulators of one shape and no register operand: the first T.gemm's partition
+  (its policy) for all;
+- accumulators of different shapes but the same M: whole rows for all (their layouts then agree
+  on every element they share); different M cannot agree, and is left to the layout-inference
+  error (`pipeline._infer_layouts`), which names both fragments.
+
+Cooperative tensors are chosen when every T.gemm of the group can use them; when they would need
+more replication than simdgroup matrices (a 32-row tile on 4 simdgroups: 16-row tiles give 2
+simdgroups along M, 8-row tiles 4), simdgroup matrices win, since the replicas compute the same
+tile twice. The decisions reach GemmMetal's `plan()` through `gemm.fragment_group_plans`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._host import gemm_call_fields, tir
+from ..isa import MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction
+from ..scopes import FRAGMENT_SCOPES
+from ..selection import Partition, Selection, choose_partition, row_partition
+from ..target import has_metal4
+from .ir_query import find_nodes
+
+
+@dataclass(frozen=True)
+class GemmSite:
+    """One T.gemm call as the analysis sees it."""
+
+    a: Any  # data variables of the operand buffers (the key GemmMetal's plan() finds the decision by)
+    b: Any
+    c: Any
+    a_name: str
+    b_name: str
+    c_name: str
+    m: int
+    n: int
+    k: int
+    policy: int
+    register_a: bool  # A is a register fragment
+
+    @property
+    def key(self) -> tuple:
+        return gemm_key(self.a, self.b, self.c)
+
+    def describe(self) -> str:
+        return f"T.gemm({self.a_name}, {self.b_name}, {self.c_name}) ({self.m}x{self.n}x{self.k})"
+
+
+def gemm_key(a: Any, b: Any, c: Any) -> tuple:
+    return (a, b, c)
+
+
+class _Groups:
+    """Union-find over fragment data variables."""
+
+    def __init__(self) -> None:
+        self.parent: dict[Any, Any] = {}
+
+    def find(self, x: Any) -> Any:
+        self.parent.setdefault(x, x)
+        while self.parent[x] is not x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, members: list) -> None:
+        for other in members[1:]:
+            self.parent[self.find(other)] = self.find(members[0])
+
+
+def _is_matrix_fragment(buffer: Any) -> bool:
+    return str(buffer.scope()) in FRAGMENT_SCOPES and len(buffer.shape) >= 2
+
+
+def _element_links(body: Any, groups: _Groups) -> None:
+    """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
+    for loop in find_nodes(body, ["tirx.For"]):
+        if loop.kind != tir.ForKind.PARALLEL:
+            continue
+        accesses = find_nodes(loop.body, ["tirx.BufferLoad", "tirx.BufferStore"])
+        groups.union(list({a.buffer.data: None for a in accesses if _is_matrix_fragment(a.buffer)}))
+    for call in find_nodes(body, ["tirx.Call"]):
+        name = str(getattr(call.op, "name", ""))
+        if not name.startswith("tl.tileop.") or name == "tl.tileop.gemm":
+            continue
+        buffers = [arg.args[0].buffer for arg in call.args if isinstance(arg, tir.Call) and arg.args and isinstance(arg.args[0], tir.BufferLoad)]
+        groups.union(list({b.data: None for b in buffers if _is_matrix_fragment(b)}))
+
+
+def _sites(body: Any) -> list[GemmSite]:
+    sites = []
+    for call in find_nodes(body, ["tirx.Call"]):
+        f = gemm_call_fields(call)
+        if f is None or f.a_buffer is None or f.b_buffer is None:
+            continue
+        sites.append(
+            GemmSite(
+                f.a_buffer.data, f.b_buffer.data, f.c_buffer.data, f.a_buffer.name, f.b_buffer.name, f.c_buffer.name,
+                f.m, f.n, f.k, f.policy, str(f.a_buffer.scope()) in FRAGMENT_SCOPES,
+            )
+        )
+    return sites
+
+
+def _ct_shape_ok(site: GemmSite) -> bool:
+    inst = MATMUL2D_16x32x16
+    return site.m % inst.m == 0 and site.n % inst.n == 0 and site.k % inst.k == 0
+
+
+def _group_partitions(producers: list[GemmSite], consumers: list[GemmSite], inst: MatrixInstruction, num_warps: int) -> dict | None:
+    """Partition per T.gemm of one group with instruction `inst`, or None when there is none."""
+    if inst.cooperative and not all(_ct_shape_ok(s) for s in producers + consumers):
+        return None
+    shapes = {(s.m, s.n) for s in producers} | {(s.m, s.k) for s in consumers}
+    if not consumers and len(shapes) == 1:
+        first = producers[0]
+        part = choose_partition(first.policy, first.m, first.n, num_warps, inst.m, inst.n)
+        return None if part is None else {s.key: part for s in producers}
+    if len({m for m, _ in shapes}) != 1:
+        return None  # rows split differently: no common layout (left to the layout-inference error)
+    if any(s.n % inst.n or s.k % inst.n for s in consumers):
+        return None
+    parts = {}
+    for s in consumers:
+        parts[s.key] = row_partition(s.m, s.n, num_warps, inst.m, inst.n, split_n=True)
+    for s in producers:  # whole rows: no N split (overrides a consumer's own split when it is both)
+        parts[s.key] = row_partition(s.m, s.n, num_warps, inst.m, inst.n, split_n=False)
+    return None if None in parts.values() else parts
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    selection: Selection
+    partition: Partition
+
+
+def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> dict[tuple, GroupPlan]:
+    """Per T.gemm (keyed by `gemm_key(A, B, C data)`) whose fragments meet another T.gemm's element
+    by element: the instruction and partition all of them use."""
+    plans: dict[tuple, GroupPlan] = {}
+    metal4 = has_metal4(target)
+    for threads, body in _kernels(mod):
+        sites = _sites(body)
+        if len(sites) < 2 or threads % SIMD_WIDTH:
+            continue  # a threads count GemmMetal refuses with its own message
+        num_warps = threads // SIMD_WIDTH
+        groups = _Groups()
+        _element_links(body, groups)
+        roots = {groups.find(s.c) for s in sites} | {groups.find(s.a) for s in sites if s.register_a}
+        for root in roots:
+            producers = [s for s in sites if groups.find(s.c) is root]
+            consumers = [s for s in sites if s.register_a and groups.find(s.a) is root]
+            if not producers or (not consumers and len(producers) < 2):
+                continue  # one T.gemm fixes every layout of the group: its own selection stands
+            choice = _choose(producers, consumers, num_warps, metal4 and route_fragments_to_cooperative_tensor)
+            if choice is None:
+                continue
+            inst, parts = choice
+            names = sorted({s.c_name for s in producers} | {s.a_name for s in consumers})
+            reason = f"fragments {', '.join(names)} meet element by element: one instruction and one row split for their T.gemm calls"
+            for key, part in parts.items():
+                plans.setdefault(key, GroupPlan(Selection(inst.kind, reason, part), part))
+    return plans
+
+
+def _kernels(mod: Any) -> list[tuple[int, Any]]:
+    """(threads, body) of every kernel launch (a function may hold several `T.Kernel` blocks)."""
+    kernels = []
+    for func in mod.functions.values():
+        if not isinstance(func, tir.PrimFunc):
+            continue
+        for node in find_nodes(func.body, ["tirx.AttrStmt"]):
+            if str(node.attr_key) != "thread_extent" or str(node.node.thread_tag) != "threadIdx.x":
+                continue
+            if isinstance(node.value, tir.IntImm):  # T.gemm needs a 1-D launch (CheckGemmLaunch)
+                kernels.append((int(node.value.value), node.body))
+    return kernels
+
+
+def _choose(producers: list[GemmSite], consumers: list[GemmSite], num_warps: int, may_use_ct: bool) -> tuple | None:
+    """The instruction with the least replication (cooperative tensors on a tie) and its partitions."""
+    best = None
+    for inst in ([MATMUL2D_16x32x16] if may_use_ct else []) + [SIMDGROUP_8x8x8]:
+        parts = _group_partitions(producers, consumers, inst, num_warps)
+        if parts is None:
+            continue
+        cost = max(p.replicas for p in parts.values())
+        if best is None or cost < best[0]:
+            best = (cost, inst, parts)
+    return None if best is None else best[1:]
+
+
+def gemm_roles(mod: Any) -> dict[str, tuple[str, int]]:
+    """For the layout-conflict message: register fragment name -> (which T.gemm fixes its layout and
+    how, its number of rows)."""
+    roles: dict[str, tuple[str, int]] = {}
+    for _, body in _kernels(mod):
+        for site in _sites(body):
+            roles.setdefault(site.c_name, (f"the accumulator of {site.describe()}", site.m))
+            if site.register_a:
+                roles.setdefault(site.a_name, (f"the A operand of {site.describe()}", site.m))
+    return roles
