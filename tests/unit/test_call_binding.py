@@ -150,12 +150,34 @@ def test_outputs_are_poisoned_per_dtype():
     assert poisoned([3], torch.bool, "cpu").all()
 
 
-def test_strided_parameter_declarations_are_refused():
+def test_constant_declared_strides_take_exactly_that_layout():
     handle = tir.Var("A_handle", "handle")
     buffer = tir.decl_buffer((4, 4), "float32", "A", strides=(1, 4))
     func = tir.PrimFunc([handle], tir.Evaluate(0), buffer_map={handle: buffer})
-    with pytest.raises(ValueError, match=r"^parameter A: declared strides \(1, 4\) are not the dense row-major layout"):
-        CallSignature(func, [])
+    sig = CallSignature(func, [])
+    transposed = torch.zeros(4, 4).t()
+    assert sig.bind((transposed,), CPU, allocate).values == [transposed]  # taken as it is, never copied
+    with pytest.raises(ValueError, match=r"^A: expected strides \(1, 4\) \(\(1, 4\)\), got \(4, 1\) for shape \(4, 4\)$"):
+        sig.bind((torch.zeros(4, 4),), CPU, allocate)
+
+
+def test_symbolic_strides_bind_from_the_tensor_and_must_agree():
+    ld = tir.Var("ld", "int32")
+    buffers, handles = {}, []
+    for name in ("A", "B"):
+        handles.append(tir.Var(f"{name}_handle", "handle"))
+        buffers[handles[-1]] = tir.decl_buffer((3, 5), "float32", name, strides=(ld, 1))
+    sig = CallSignature(tir.PrimFunc(handles, tir.Evaluate(0), buffer_map=buffers), [])
+    a = torch.zeros(3, 12)[:, 4:9]  # row pitch 12, data 16 bytes in (aligned)
+    bound = sig.bind((a, torch.zeros(3, 12)[:, :5]), CPU, allocate)
+    assert bound.env[sig.slot_of(ld)] == 12 and bound.values[0] is a
+    with pytest.raises(ValueError, match=r"^ld: A.stride\(0\) is 12 but B.stride\(0\) is 5; both are ld and must be equal$"):
+        sig.bind((a, torch.zeros(3, 5)), CPU, allocate)
+    # A written parameter (no launches recorded: all count as written) is never copied or realigned.
+    with pytest.raises(ValueError, match=r"^A: data starts 4 bytes past a 16-byte boundary \(storage offset 1\);"):
+        sig.bind((torch.zeros(3, 12)[:, 1:6], a), CPU, allocate)
+    with pytest.raises(ValueError, match=r"^A: elements share memory \(strides \(0, 1\) for shape \(3, 5\)\)"):
+        sig.bind((torch.zeros(5).expand(3, 5), a), CPU, allocate)
 
 
 # -------------------------------------------------------------------------- host expressions
@@ -267,3 +289,4 @@ def test_a_kernel_buffer_that_is_no_parameter_is_refused():
     host_mod = _module({"f": tir.PrimFunc([], tir.Evaluate(tir.call_packed("k", stray, 4)))})
     with pytest.raises(ValueError, match=r"^kernel k: buffer argument stray \(`stray`\) is not the data of a parameter of f"):
         kernel_launches(sig, host_mod, device_mod)
+
