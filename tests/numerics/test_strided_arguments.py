@@ -1,8 +1,9 @@
-"""Strided tensors at call time (docs/calling_convention.md, "Layouts").
+"""Strided tensors and aliasing at call time (docs/calling_convention.md, "Layouts" and "Aliasing").
 
 Dense parameters (`T.Tensor`) take a non-contiguous or misaligned *input* as a copy and refuse such
 an *output*; parameters declared with symbolic strides (`T.StridedTensor`) take any view, with its
-strides as kernel arguments. Emulator and MLX (emulated metal_kernel on Linux) backends."""
+strides as kernel arguments. A tensor a kernel writes must not share memory with another argument
+(kernel buffers are `__restrict`). Emulator and MLX (emulated metal_kernel on Linux) backends."""
 
 import functools
 
@@ -187,6 +188,52 @@ def test_constant_declared_strides_take_exactly_that_layout():
         kernel("constant")(a.contiguous(), b)
 
 
+# ------------------------------------------------------------------ aliasing (__restrict)
+
+
+def test_an_output_that_is_an_input_is_refused():
+    a = torch.randn(10, N)
+    with pytest.raises(ValueError) as err:
+        kernel("dense")(a, a)
+    assert str(err.value) == (
+        "B and A share memory and a kernel writes B (kernel buffers are __restrict): pass a separate tensor for B, "
+        "or A.clone()"
+    )
+
+
+def test_overlapping_views_of_one_tensor_are_refused():
+    flat = torch.randn(3 * 10 * N)
+    with pytest.raises(ValueError, match=r"^B and A share memory and a kernel writes B"):
+        kernel("dense")(flat[: 10 * N].view(10, N), flat[4 * N : 14 * N].view(10, N))  # rows 4.. of A are B's
+    base = torch.randn(10, 80)
+    with pytest.raises(ValueError, match=r"^B and A share memory"):  # interleaved rows, columns 36 in common
+        kernel("strided")(base[:, :N], base[:, 36 : 36 + N])
+
+
+def test_disjoint_views_of_one_tensor_are_accepted_and_correct():
+    flat = torch.randn(2 * 10 * N + 2)
+    a, b = flat[: 10 * N].view(10, N), flat[10 * N + 2 : 20 * N + 2].view(10, N)  # b: 2 elements past a's end, aligned
+    a_before = a.clone()
+    kernel("dense")(a, b)
+    assert_scaled(b, a_before)
+    torch.testing.assert_close(a, a_before, rtol=0, atol=0)
+    base = torch.randn(10, 80)  # interleaved but disjoint: the byte ranges overlap, the elements do not
+    a, b = base[:, :N], base[:, 40 : 40 + N]
+    a_before = a.clone()
+    kernel("strided")(a, b)
+    assert_scaled(b, a_before)
+    torch.testing.assert_close(base[:, :N], a_before, rtol=0, atol=0)
+
+
+def test_one_tensor_as_two_inputs_is_accepted():
+    a = special_values((40,))
+    c = torch.zeros(40)
+    kernel("add")(a, a, c)
+    torch.testing.assert_close(c, a + a, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(ValueError, match=r"^C and B share memory and a kernel writes C"):
+        kernel("add")(a, c, c)
+
+
 # ------------------------------------------------------------------ MLX arrays
 
 
@@ -201,6 +248,17 @@ def test_mlx_views_reach_dense_and_strided_kernels():
         for name in ("dense", "strided"):
             out = kernel(name, "mlx")(a, mx.zeros((10, N)))  # B is written: returned, the zeros untouched
             np.testing.assert_array_equal(np.array(out), want)
+
+
+def test_mlx_takes_one_array_as_input_and_written_parameter():
+    mx = pytest.importorskip("mlx.core")
+    import numpy as np
+
+    a = mx.array(special_values((10, N)).numpy())
+    want = np.array(a) * 2.0 + 1.0
+    out = kernel("dense", "mlx")(a, a)  # arrays are immutable: the written B is a private copy
+    np.testing.assert_array_equal(np.array(out), want)
+    np.testing.assert_array_equal(np.array(a) * 2.0 + 1.0, want)  # a unchanged
 
 
 # ------------------------------------------------------------------ torch (MPS) adapter, recording stand-in

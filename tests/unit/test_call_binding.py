@@ -290,3 +290,36 @@ def test_a_kernel_buffer_that_is_no_parameter_is_refused():
     with pytest.raises(ValueError, match=r"^kernel k: buffer argument stray \(`stray`\) is not the data of a parameter of f"):
         kernel_launches(sig, host_mod, device_mod)
 
+
+def test_memory_overlap_agrees_with_enumerating_every_byte():
+    """The aliasing check (`__restrict`) against brute force on random views of one storage, of three
+    element sizes: strides 0 (broadcast), interleaved, overlapping windows."""
+    import itertools
+    import random
+
+    from tilelang_metal.execution.binding import _overlap, _overlaps_itself
+
+    def addresses(t):
+        size = t.element_size()
+        out = set()
+        for index in itertools.product(*[range(n) for n in t.shape]):
+            start = (t.storage_offset() + sum(i * st for i, st in zip(index, t.stride()))) * size
+            out.update(range(start, start + size))
+        return out
+
+    storage = torch.zeros(200)
+    sources = [storage, storage.view(torch.float16), storage.view(torch.uint8)]
+    rng = random.Random(7)
+
+    def view():
+        src = rng.choice(sources)
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 3))]
+        strides = [rng.choice([0, 1, 2, 3, 4, 6, 8, 9]) for _ in shape]
+        reach = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+        return src.as_strided(shape, strides, rng.randint(0, src.numel() - reach))
+
+    for _ in range(1500):
+        a, b = view(), view()
+        assert _overlap(a, b) == bool(addresses(a) & addresses(b)), (a.shape, a.stride(), b.shape, b.stride())
+        assert _overlaps_itself(a) == (len(addresses(a)) != a.numel() * a.element_size())
+    assert not _overlap(torch.zeros(4), torch.zeros(4))  # separate storages

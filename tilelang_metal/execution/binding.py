@@ -11,11 +11,13 @@ which the launches (launch.py) take their arguments and grids.
 Layouts (docs/calling_convention.md): a parameter declared dense (`T.Tensor`) gets a dense tensor;
 an input the kernels only read that is not dense, or whose data is not aligned, is copied (an
 input copy loses nothing), a written one is refused. A parameter declared with strides takes the
-tensor as it is and its strides as kernel arguments.
+tensor as it is and its strides as kernel arguments. Kernel buffer parameters are `__restrict`, so
+a tensor a kernel writes must not share memory with any other tensor argument.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -262,6 +264,8 @@ class CallSignature:
                 continue
             self._check_tensor(p, arg, device)
             tensors.append((p, arg))
+        if device.check_array is None:  # torch tensors (MLX arrays are immutable: written ones are copied)
+            self._check_no_aliasing(tensors)
         for p, arg in tensors:
             arg = values[p.position] = arg if device.check_array is not None else self._laid_out(p, arg)
             for axis, (slot, size) in enumerate(zip(p.dim_slots, arg.shape)):
@@ -360,6 +364,23 @@ class CallSignature:
                 )
             arg = arg.clone()  # a new allocation is aligned
         return arg
+
+    def _check_no_aliasing(self, tensors: list[tuple[TensorParam, Any]]) -> None:
+        """Kernel buffers are `__restrict`: a tensor a kernel writes shares no memory with another
+        tensor argument (inputs may share memory with each other)."""
+        used = [(p, t) for p, t in tensors if p.position in self.used]
+        for i, (p, a) in enumerate(used):
+            for q, b in used[i + 1 :]:
+                writer = p if p.position in self.written else q if q.position in self.written else None
+                if writer is None or not _overlap(a, b):
+                    continue
+                other = q if writer is p else p
+                fix = f"pass a separate tensor for {writer.name}"
+                fix += f" and {other.name}" if other.position in self.written else f", or {other.name}.clone()"
+                raise ValueError(
+                    f"{writer.name} and {other.name} share memory and a kernel writes {writer.name} (kernel buffers are "
+                    f"__restrict): {fix}"
+                )
 
     def _expected_text(self, p: TensorParam, expected: tuple[int, ...], env: list[Any]) -> str:
         text = shape_text(expected)
@@ -471,6 +492,47 @@ def _misalignment(tensor: Any) -> int:
 def _byte_range(tensor: Any) -> tuple[int, int]:
     start = tensor.storage_offset() * tensor.element_size()
     return start, start + span(tensor) * tensor.element_size()
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether two tensors address a common byte. Disjoint byte ranges (or storages) settle it;
+    otherwise (interleaved views such as two column blocks of one matrix) the runs of contiguous
+    bytes of each are compared, sorted (numpy: metadata only, no device memory is touched)."""
+    if a.numel() == 0 or b.numel() == 0 or not _same_storage(a, b):
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    if a1 <= b0 or b1 <= a0:
+        return False
+    if _disjoint_residues(a, b):
+        return False
+    import numpy as np
+
+    a_starts, a_length = _runs(a)
+    b_starts, b_length = _runs(b)
+    a_starts.sort()
+    # A run [s, s + b_length) of b meets a run [t, t + a_length) of a iff s - a_length < t < s + b_length.
+    first = np.searchsorted(a_starts, b_starts - a_length, side="right")
+    found = first < a_starts.size
+    return bool((a_starts[first[found]] < b_starts[found] + b_length).any())
+
+
+def _disjoint_residues(a: Any, b: Any) -> bool:
+    """Every byte stride of both is a multiple of g, so each tensor's bytes sit at fixed residues
+    modulo g: disjoint residues mean disjoint memory (`x[:, ::2]` and `x[:, 1::2]`)."""
+    g = 0
+    for t in (a, b):
+        for n, st in zip(t.shape, t.stride()):
+            if int(n) > 1:
+                g = math.gcd(g, int(st) * t.element_size())
+    if g == 0:
+        return False
+    ra, rb = _byte_range(a)[0] % g, _byte_range(b)[0] % g
+    # Residue intervals [ra, ra + size_a) and [rb, rb + size_b), modulo g.
+    return (rb - ra) % g >= a.element_size() and (ra - rb) % g >= b.element_size()
 
 
 def _runs(tensor: Any) -> tuple[Any, int]:
