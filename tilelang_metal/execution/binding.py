@@ -326,8 +326,10 @@ class CallSignature:
         expected = tuple(int(e(env)) for e in p.stride_evals)
         for axis, size in enumerate(arg.shape):
             if int(size) > 1 and expected[axis] != got[axis]:
+                declared = shape_text(p.strides)
+                form = f" ({declared})" if declared != shape_text(expected) else ""
                 raise ValueError(
-                    f"{p.name}: expected strides {shape_text(expected)} ({shape_text(p.strides)}), got {shape_text(got)} "
+                    f"{p.name}: expected strides {shape_text(expected)}{form}, got {shape_text(got)} "
                     f"for shape {shape_text(tuple(arg.shape))}"
                 )
         for stride in p.strides:
