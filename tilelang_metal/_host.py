@@ -255,6 +255,16 @@ def host_kernel_calls(host_mod: Any, device_mod: Any) -> list[HostKernelCall]:
     return calls
 
 
+READONLY_PARAMS_ATTR = "tl.readonly_param_indices"  # device function attribute: indices of params it never writes
+
+
+def readonly_param_indices(func: Any) -> frozenset[int]:
+    """The parameters (by index) a device function provably never writes (stock
+    AnnotateReadOnlyParams); every other buffer parameter may be written."""
+    attrs = func.attrs if func.attrs is not None else {}
+    return frozenset(int(i) for i in attrs.get(READONLY_PARAMS_ATTR, []))
+
+
 def _launch_param_tags(func: Any) -> list[Any]:
     attrs = func.attrs if func.attrs is not None else {}
     for key in ("tirx.kernel_launch_params", "tir.kernel_launch_params"):

@@ -230,7 +230,6 @@ def test_float_and_int_scalars_reach_the_kernel(scale_shift_kernel):
         ((torch.zeros(49), 1.0, 2), ValueError, "A: expected shape (48,), got (49,)"),
         ((torch.zeros(6, 8), 1.0, 2), ValueError, "A: expected 1 dims (48,), got shape (6, 8)"),
         ((torch.zeros(48, dtype=torch.float16), 1.0, 2), TypeError, "A: expected dtype float32, got float16"),
-        ((torch.zeros(96)[::2], 1.0, 2), ValueError, "A: expected a contiguous tensor, got strides (2,)"),
         (([0.0] * 48, 1.0, 2), TypeError, "A: expected a torch.Tensor of shape (48,), got list"),
     ],
 )

@@ -150,12 +150,34 @@ def test_outputs_are_poisoned_per_dtype():
     assert poisoned([3], torch.bool, "cpu").all()
 
 
-def test_strided_parameter_declarations_are_refused():
+def test_constant_declared_strides_take_exactly_that_layout():
     handle = tir.Var("A_handle", "handle")
     buffer = tir.decl_buffer((4, 4), "float32", "A", strides=(1, 4))
     func = tir.PrimFunc([handle], tir.Evaluate(0), buffer_map={handle: buffer})
-    with pytest.raises(ValueError, match=r"^parameter A: declared strides \(1, 4\) are not the dense row-major layout"):
-        CallSignature(func, [])
+    sig = CallSignature(func, [])
+    transposed = torch.zeros(4, 4).t()
+    assert sig.bind((transposed,), CPU, allocate).values == [transposed]  # taken as it is, never copied
+    with pytest.raises(ValueError, match=r"^A: expected strides \(1, 4\), got \(4, 1\) for shape \(4, 4\)$"):
+        sig.bind((torch.zeros(4, 4),), CPU, allocate)
+
+
+def test_symbolic_strides_bind_from_the_tensor_and_must_agree():
+    ld = tir.Var("ld", "int32")
+    buffers, handles = {}, []
+    for name in ("A", "B"):
+        handles.append(tir.Var(f"{name}_handle", "handle"))
+        buffers[handles[-1]] = tir.decl_buffer((3, 5), "float32", name, strides=(ld, 1))
+    sig = CallSignature(tir.PrimFunc(handles, tir.Evaluate(0), buffer_map=buffers), [])
+    a = torch.zeros(3, 12)[:, 4:9]  # row pitch 12, data 16 bytes in (aligned)
+    bound = sig.bind((a, torch.zeros(3, 12)[:, :5]), CPU, allocate)
+    assert bound.env[sig.slot_of(ld)] == 12 and bound.values[0] is a
+    with pytest.raises(ValueError, match=r"^ld: A.stride\(0\) is 12 but B.stride\(0\) is 5; both are ld and must be equal$"):
+        sig.bind((a, torch.zeros(3, 5)), CPU, allocate)
+    # A written parameter (no launches recorded: all count as written) is never copied or realigned.
+    with pytest.raises(ValueError, match=r"^A: data starts 4 bytes past a 16-byte boundary \(storage offset 1\);"):
+        sig.bind((torch.zeros(3, 12)[:, 1:6], a), CPU, allocate)
+    with pytest.raises(ValueError, match=r"^A: elements share memory \(strides \(0, 1\) for shape \(3, 5\)\)"):
+        sig.bind((torch.zeros(5).expand(3, 5), a), CPU, allocate)
 
 
 # -------------------------------------------------------------------------- host expressions
@@ -267,3 +289,37 @@ def test_a_kernel_buffer_that_is_no_parameter_is_refused():
     host_mod = _module({"f": tir.PrimFunc([], tir.Evaluate(tir.call_packed("k", stray, 4)))})
     with pytest.raises(ValueError, match=r"^kernel k: buffer argument stray \(`stray`\) is not the data of a parameter of f"):
         kernel_launches(sig, host_mod, device_mod)
+
+
+def test_memory_overlap_agrees_with_enumerating_every_byte():
+    """The aliasing check (`__restrict`) against brute force on random views of one storage, of three
+    element sizes: strides 0 (broadcast), interleaved, overlapping windows."""
+    import itertools
+    import random
+
+    from tilelang_metal.execution.binding import _overlap, _overlaps_itself
+
+    def addresses(t):
+        size = t.element_size()
+        out = set()
+        for index in itertools.product(*[range(n) for n in t.shape]):
+            start = (t.storage_offset() + sum(i * st for i, st in zip(index, t.stride()))) * size
+            out.update(range(start, start + size))
+        return out
+
+    storage = torch.zeros(200)
+    sources = [storage, storage.view(torch.float16), storage.view(torch.uint8)]
+    rng = random.Random(7)
+
+    def view():
+        src = rng.choice(sources)
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 3))]
+        strides = [rng.choice([0, 1, 2, 3, 4, 6, 8, 9]) for _ in shape]
+        reach = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+        return src.as_strided(shape, strides, rng.randint(0, src.numel() - reach))
+
+    for _ in range(1500):
+        a, b = view(), view()
+        assert _overlap(a, b) == bool(addresses(a) & addresses(b)), (a.shape, a.stride(), b.shape, b.stride())
+        assert _overlaps_itself(a) == (len(addresses(a)) != a.numel() * a.element_size())
+    assert not _overlap(torch.zeros(4), torch.zeros(4))  # separate storages

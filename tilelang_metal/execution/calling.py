@@ -21,6 +21,10 @@ class KernelCall:
     def __init__(self, result_idx: list[int], func: Any, device_mod: Any, host_mod: Any):
         self.signature = CallSignature(func, result_idx)
         self.launches: list[KernelLaunch] = kernel_launches(self.signature, host_mod, device_mod)
+        buffers = [arg for launch in self.launches for arg in launch.arguments if arg.is_buffer]
+        self.signature.set_accesses(
+            used={a.position for a in buffers}, written={a.position for a in buffers if a.written}  # type: ignore[misc]
+        )
 
     def bind(self, args: tuple, device: Device, poison: bool) -> BoundCall:
         """Checked arguments and freshly allocated outputs (poisoned: NaN / -1, so elements the

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import host_kernel_calls, tir
-from .binding import BoundCall, CallSignature, torch_dtype
+from .._host import host_kernel_calls, readonly_param_indices, tir
+from .binding import BoundCall, CallSignature, kernel_buffer, torch_dtype
 from .host_expr import Evaluator, UnboundVariable, compile_expr
 
 
@@ -38,6 +38,7 @@ class KernelArgument:
     dtype: str  # as the kernel's pointer sees it (bool parameters are int8 storage)
     position: int | None  # host parameter of a buffer
     value: Evaluator | None  # scalar, evaluated on the call's symbolic environment
+    written: bool = False  # a buffer the kernel may write (not in its readonly_param_indices)
 
     @property
     def is_buffer(self) -> bool:
@@ -67,7 +68,7 @@ class KernelLaunch:
         out = []
         for arg in self.arguments:
             if arg.position is not None:
-                out.append(_as_kernel_dtype(bound.values[arg.position], arg.dtype))
+                out.append(_as_kernel_dtype(kernel_buffer(bound.values[arg.position]), arg.dtype))
             else:
                 out.append(scalar(arg.value(bound.env), arg.dtype))  # type: ignore[misc]
         return out
@@ -132,7 +133,8 @@ def kernel_launches(signature: CallSignature, host_mod: Any, device_mod: Any) ->
     launches = []
     for call in calls:
         arguments = []
-        for param, expr in zip(call.device_func.params, call.args):
+        readonly = readonly_param_indices(call.device_func)
+        for index, (param, expr) in enumerate(zip(call.device_func.params, call.args)):
             name = str(param.name)
             if str(param.dtype) == "handle":
                 position = signature.position_of_data(expr) if isinstance(expr, tir.Var) else None
@@ -141,7 +143,8 @@ def kernel_launches(signature: CallSignature, host_mod: Any, device_mod: Any) ->
                         f"kernel {call.kernel_name}: buffer argument {name} (`{expr}`) is not the data of a "
                         f"parameter of {signature.name}; only parameters and views of them can reach a kernel"
                     )
-                arguments.append(KernelArgument(name, _pointee_dtype(param, signature.params[position].dtype), position, None))
+                dtype = _pointee_dtype(param, signature.params[position].dtype)
+                arguments.append(KernelArgument(name, dtype, position, None, written=index not in readonly))
             else:
                 value = _compile(call.kernel_name, f"argument {name}", expr, signature)
                 arguments.append(KernelArgument(name, str(param.dtype), None, value))
