@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
 from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
@@ -81,6 +81,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.bound: set = set()  # variables a Bind has declared (a repeat gets a fresh name)
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
+        self.threads: int | None = None  # threads per threadgroup when static (set by print_kernel)
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
@@ -134,6 +135,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         for tag, extent in attrs.get("thread_extent", {}).items():
             if str(tag).startswith("threadIdx"):
                 threads = threads * int(extent.value) if threads is not None and isinstance(extent, tir.IntImm) else None
+        self.threads = threads
 
         self.visit(func.body)
         for attr, ty, _ in POSITION_PARAMS:
@@ -301,9 +303,14 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def statement_call(self, call: Any) -> bool:
         op = str(call.op.name)
+        if op in NO_OP_HINT_CALLS:  # CUDA register / launch-overlap hints: nothing to do on Metal
+            return True
+        if op in REFUSED_CUDA_CALLS:
+            raise CodegenError(REFUSED_CUDA_CALLS[op])
         if op == "tirx.tvm_storage_sync":
             scope = str(call.args[0].value)
             if scope in SHARED_SCOPES:
+                self.check_whole_threadgroup_barrier(call)
                 self.emit("threadgroup_barrier(mem_flags::mem_threadgroup);")
             elif scope == "warp":
                 self.emit("simdgroup_barrier(mem_flags::mem_none);")
@@ -316,6 +323,21 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.emit("return;")
             return True
         return self.matrix_statement(call)
+
+    def check_whole_threadgroup_barrier(self, call: Any) -> None:
+        """`T.sync_threads(barrier_id, arrive_count)` is a CUDA named barrier over `arrive_count`
+        threads; Metal's threadgroup_barrier waits for every thread, so a smaller count would hang."""
+        if len(call.args) < 3:
+            return
+        count = call.args[2]
+        if isinstance(count, tir.IntImm) and self.threads is not None and int(count.value) == self.threads:
+            return
+        shown = int(count.value) if isinstance(count, tir.IntImm) else str(count)
+        whole = f"all {self.threads}" if self.threads is not None else "all"
+        raise CodegenError(
+            f"T.sync_threads(barrier_id={call.args[1]}, arrive_count={shown}): Metal has no named barriers over part of a "
+            f"threadgroup, its threadgroup_barrier waits for {whole} threads; call T.sync_threads() where every thread reaches it"
+        )
 
     def visit_BufferStore(self, stmt: Any) -> None:
         lanes = split_dtype(str(stmt.value.dtype))[1]
