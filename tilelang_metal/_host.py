@@ -776,6 +776,10 @@ NO_OP_HINT_CALLS = {
     "tl.pdl_sync": "T.pdl_sync",
 }
 
+# T.print's device functions (tilelang/cuda/language/print.py emits them with call_extern): the
+# emulator's shim implements them (shim/tlm/debug.h); the Mac backends refuse kernels that call them.
+DEBUG_PRINT_EXTERNS = ("debug_print_var", "debug_print_buffer_value", "debug_print_msg")
+
 # NVIDIA-only synchronisation the printer refuses, with what to do instead (op name -> message).
 _WGMMA_FIX = "T.gemm on Metal is synchronous; drop it together with the hand-written WGMMA code"
 REFUSED_CUDA_CALLS = {

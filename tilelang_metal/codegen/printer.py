@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
+from .._host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
 from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
@@ -482,7 +482,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         return float_literal(float(e.value), str(e.dtype))
 
     def expr_StringImm(self, e: Any) -> str:
-        return '"' + str(e.value).replace('"', '\\"') + '"'
+        return c_string_literal(str(e.value))
 
     def expr_Var(self, e: Any) -> str:
         position = self.position_of.get(e)
@@ -564,6 +564,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
+            if name in DEBUG_PRINT_EXTERNS:
+                check_printable(name, args[-1])
             helper = EXTERN_HELPERS.get(name)
             if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
                 name, self.support_code[helper[0]] = helper
@@ -585,6 +587,33 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return None
         self.helpers |= printed.helpers
         return printed.text
+
+
+def c_string_literal(text: str) -> str:
+    """`text` as a C string literal: quotes, backslashes and control characters escaped (octal, which
+    cannot swallow a following digit the way a hex escape would)."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):03o}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def check_printable(extern: str, value: Any) -> None:
+    """T.print takes one scalar value per call (tilelang prints a buffer element by element)."""
+    if extern == "debug_print_msg":
+        return
+    dtype = str(value.dtype)
+    if dtype == "handle":
+        raise CodegenError(f"T.print of a pointer ({value}): print the values it points at, e.g. T.print(buffer)")
+    if split_dtype(dtype)[1] > 1:
+        raise CodegenError(f"T.print of a {dtype} vector ({value}): Metal's print takes one scalar; print each lane")
 
 
 def _add_terms(e: Any) -> list[Any]:
