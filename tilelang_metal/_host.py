@@ -777,3 +777,34 @@ def fresh_definitions(stmt: Any) -> Any:
         return None
 
     return tvm.tirx.stmt_functor.ir_transform(stmt, None, redefine, ["tirx.For", "tirx.Bind", "tirx.Let"])
+
+
+# CUDA-only hints of tilelang's language that mean nothing on Metal and cannot change results: the
+# printer drops them (docs/kernel_vocabulary.md, "CUDA-only hints"). Op name -> the call users write.
+NO_OP_HINT_CALLS = {
+    # register reallocation between warpgroups (PTX setmaxnreg): Metal's compiler owns registers
+    "tl.set_max_nreg": "T.set_max_nreg / T.inc_max_nreg / T.dec_max_nreg",
+    "tl.no_set_max_nreg": "T.no_set_max_nreg / T.disable_warp_group_reg_alloc",
+    "tl.annotate_producer_reg_dealloc": "T.annotate_producer_reg_dealloc",
+    "tl.annotate_consumer_reg_alloc": "T.annotate_consumer_reg_alloc",
+    # programmatic dependent launch: the plugin's launches of one call run one after the other, so
+    # a dependent kernel never starts before the previous one finished (pdl_sync holds already)
+    "tl.pdl_trigger": "T.pdl_trigger",
+    "tl.pdl_sync": "T.pdl_sync",
+}
+
+# T.print's device functions (tilelang/cuda/language/print.py emits them with call_extern): the
+# emulator's shim implements them (shim/tlm/debug.h); the Mac backends refuse kernels that call them.
+DEBUG_PRINT_EXTERNS = ("debug_print_var", "debug_print_buffer_value", "debug_print_msg")
+
+# NVIDIA-only synchronisation the printer refuses, with what to do instead (op name -> message).
+_WGMMA_FIX = "T.gemm on Metal is synchronous; drop it together with the hand-written WGMMA code"
+REFUSED_CUDA_CALLS = {
+    "tl.named_barrier_arrive": "T.named_barrier_arrive: Metal has no split arrive / wait barrier; use T.sync_threads() reached by every thread",
+    "tl.sync_grid": "T.sync_grid: Metal has no grid-wide barrier; split the kernel in two at this point",
+    "tl.fence_proxy_async": "T.fence_proxy_async orders TMA (async proxy) accesses, which Metal lacks; drop it (T.copy needs no fence)",
+    "tl.warpgroup_arrive": f"T.warpgroup_arrive controls asynchronous WGMMA: {_WGMMA_FIX}",
+    "tl.warpgroup_commit_batch": f"T.warpgroup_commit_batch controls asynchronous WGMMA: {_WGMMA_FIX}",
+    "tl.warpgroup_wait": f"T.warpgroup_wait controls asynchronous WGMMA: {_WGMMA_FIX}",
+    "tl.wait_wgmma": f"T.wait_wgmma controls asynchronous WGMMA: {_WGMMA_FIX}",
+}

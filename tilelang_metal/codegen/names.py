@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .._host import DEBUG_PRINT_EXTERNS
+
 _CPP_KEYWORDS = """
 alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t class
 compl const constexpr const_cast continue decltype default delete do double dynamic_cast else enum
@@ -50,7 +52,8 @@ atomic_store_explicit atomic_exchange_explicit atomic_compare_exchange_weak_expl
 memory_order_relaxed INFINITY NAN HUGE_VALF MAXFLOAT FLT_MAX FLT_MIN INT_MAX INT_MIN UINT_MAX
 """.split()
 
-RESERVED = frozenset(_CPP_KEYWORDS) | frozenset(_MSL_KEYWORDS) | frozenset(_VECTOR_TYPES) | frozenset(_LIBRARY)
+# T.print's functions (the emulator's shim defines them): a variable of that name would shadow them.
+RESERVED = frozenset(_CPP_KEYWORDS) | frozenset(_MSL_KEYWORDS) | frozenset(_VECTOR_TYPES) | frozenset(_LIBRARY) | frozenset(DEBUG_PRINT_EXTERNS)
 
 
 def legal_base(hint: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from .._host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
 from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
@@ -81,6 +81,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.bound: set = set()  # variables a Bind has declared (a repeat gets a fresh name)
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
+        self.threads: int | None = None  # threads per threadgroup when static (set by print_kernel)
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
@@ -134,6 +135,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         for tag, extent in attrs.get("thread_extent", {}).items():
             if str(tag).startswith("threadIdx"):
                 threads = threads * int(extent.value) if threads is not None and isinstance(extent, tir.IntImm) else None
+        self.threads = threads
 
         self.visit(func.body)
         for attr, ty, _ in POSITION_PARAMS:
@@ -301,9 +303,14 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def statement_call(self, call: Any) -> bool:
         op = str(call.op.name)
+        if op in NO_OP_HINT_CALLS:  # CUDA register / launch-overlap hints: nothing to do on Metal
+            return True
+        if op in REFUSED_CUDA_CALLS:
+            raise CodegenError(REFUSED_CUDA_CALLS[op])
         if op == "tirx.tvm_storage_sync":
             scope = str(call.args[0].value)
             if scope in SHARED_SCOPES:
+                self.check_whole_threadgroup_barrier(call)
                 self.emit("threadgroup_barrier(mem_flags::mem_threadgroup);")
             elif scope == "warp":
                 self.emit("simdgroup_barrier(mem_flags::mem_none);")
@@ -316,6 +323,21 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.emit("return;")
             return True
         return self.matrix_statement(call)
+
+    def check_whole_threadgroup_barrier(self, call: Any) -> None:
+        """`T.sync_threads(barrier_id, arrive_count)` is a CUDA named barrier over `arrive_count`
+        threads; Metal's threadgroup_barrier waits for every thread, so a smaller count would hang."""
+        if len(call.args) < 3:
+            return
+        count = call.args[2]
+        if isinstance(count, tir.IntImm) and self.threads is not None and int(count.value) == self.threads:
+            return
+        shown = int(count.value) if isinstance(count, tir.IntImm) else str(count)
+        whole = f"all {self.threads}" if self.threads is not None else "all"
+        raise CodegenError(
+            f"T.sync_threads(barrier_id={call.args[1]}, arrive_count={shown}): Metal has no named barriers over part of a "
+            f"threadgroup, its threadgroup_barrier waits for {whole} threads; call T.sync_threads() where every thread reaches it"
+        )
 
     def visit_BufferStore(self, stmt: Any) -> None:
         lanes = split_dtype(str(stmt.value.dtype))[1]
@@ -460,7 +482,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         return float_literal(float(e.value), str(e.dtype))
 
     def expr_StringImm(self, e: Any) -> str:
-        return '"' + str(e.value).replace('"', '\\"') + '"'
+        return c_string_literal(str(e.value))
 
     def expr_Var(self, e: Any) -> str:
         position = self.position_of.get(e)
@@ -542,6 +564,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in ("tirx.call_extern", "tirx.call_pure_extern"):
             name = str(args[0].value)
+            if name in DEBUG_PRINT_EXTERNS:
+                check_printable(name, args[-1])
             helper = EXTERN_HELPERS.get(name)
             if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
                 name, self.support_code[helper[0]] = helper
@@ -563,6 +587,33 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return None
         self.helpers |= printed.helpers
         return printed.text
+
+
+def c_string_literal(text: str) -> str:
+    """`text` as a C string literal: quotes, backslashes and control characters escaped (octal, which
+    cannot swallow a following digit the way a hex escape would)."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):03o}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def check_printable(extern: str, value: Any) -> None:
+    """T.print takes one scalar value per call (tilelang prints a buffer element by element)."""
+    if extern == "debug_print_msg":
+        return
+    dtype = str(value.dtype)
+    if dtype == "handle":
+        raise CodegenError(f"T.print of a pointer ({value}): print the values it points at, e.g. T.print(buffer)")
+    if split_dtype(dtype)[1] > 1:
+        raise CodegenError(f"T.print of a {dtype} vector ({value}): Metal's print takes one scalar; print each lane")
 
 
 def _add_terms(e: Any) -> list[Any]:

@@ -63,8 +63,8 @@ class WarpPrinting:
         if op in ("tl.ballot_sync", "tl.ballot"):
             predicate = self.expr(args[-1])
             return f"((ulong)((simd_vote::vote_t)simd_ballot(({predicate}) != 0)))"
-        if op == "tl.sync_warp":
-            return "simdgroup_barrier(mem_flags::mem_none)"
+        if op == "tl.sync_warp":  # CUDA's __syncwarp also orders the lanes' memory accesses
+            return "simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)"
         if op in ("tirx.tvm_warp_activemask", "tl.activemask"):
             return "0xffffffffu"
         if op == "tirx.tvm_thread_allreduce":

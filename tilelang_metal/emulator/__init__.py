@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 
 from . import toolchain
+from .driver import calls_print as _calls_print
 from .driver import generate as _generate_driver
 from .errors import (
     EmulatorCompileError,
@@ -60,7 +61,7 @@ _memo_lock = threading.Lock()
 
 def _unit(msl: str, checked: bool, instrument: str | None = None) -> tuple[KernelSignature, toolchain.SourceUnit]:
     rw = rewrite(msl, checked=checked, instrument=instrument)
-    driver = _generate_driver(rw.signature, checked=checked)
+    driver = _generate_driver(rw.signature, checked=checked, prints=_calls_print(msl))
     return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
 
 

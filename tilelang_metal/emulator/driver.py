@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .signature import POSITION_ATTRIBUTES, BufferParam, KernelSignature, PositionParam, ScalarParam
 
 DRIVER_FILE_NAME = "tlm_driver"
@@ -26,7 +28,17 @@ def _buffer_expr(b: BufferParam, checked: bool) -> str:
     return f"static_cast<{const}{b.elem_type}*>(__buf[{b.index}])"
 
 
-def generate(sig: KernelSignature, *, checked: bool) -> str:
+# T.print's functions in the shim (tlm/debug.h). A kernel calling them has its output ordered by
+# threadgroup (runtime.cpp, "T.print output"); other kernels skip that bookkeeping.
+PRINT_FUNCTIONS = ("debug_print_var", "debug_print_buffer_value", "debug_print_msg")
+_PRINT_CALL = re.compile(r"\b(?:" + "|".join(PRINT_FUNCTIONS) + r")\s*\(")
+
+
+def calls_print(msl: str) -> bool:
+    return _PRINT_CALL.search(msl) is not None
+
+
+def generate(sig: KernelSignature, *, checked: bool, prints: bool = False) -> str:
     """C++ appended after the rewritten kernel: a per-thread entry and the exported launch symbol."""
     args = []
     for p in sig.params:
@@ -65,6 +77,7 @@ extern "C" __attribute__((visibility("default"))) int tlm_launch(
   p.threadgroup_limit = threadgroup_limit;
   p.error = error;
   p.error_len = error_len;
+  p.prints = {'true' if prints else 'false'};
   return tlm::rt::launch(p);
 }}
 

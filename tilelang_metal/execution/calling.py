@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._host import base_kernel_adapter
+from ..codegen.debug_print import refuse_debug_print
 from .binding import KERNEL_DTYPES, BoundCall, CallSignature, Device, poisoned, torch_dtype
 from .launch import KernelLaunch, LaunchShape, kernel_launches
 
@@ -75,10 +76,13 @@ class PluginKernelAdapter(base_kernel_adapter()):
         func, device_mod, host_mod = self._call_inputs
         if host_mod is None:
             raise ValueError("tilelang_metal: the adapter needs the lowered host module (artifact.host_mod)")
+        if not self.shows_print_output:
+            refuse_debug_print(self.kernel_global_source, self.device.backend)
         self.call = KernelCall(self.result_idx, func, device_mod, host_mod)
         return self.make_runner()
 
     device: Device  # where the adapter's tensors live
+    shows_print_output = False  # whether T.print's lines reach the user (the emulator's do)
 
     def make_runner(self) -> Any:
         raise NotImplementedError

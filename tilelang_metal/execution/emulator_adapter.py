@@ -18,6 +18,7 @@ CPU = Device("cpu", "emulator")
 
 class EmulatorKernelAdapter(PluginKernelAdapter):
     device = CPU
+    shows_print_output = True  # T.print lines on stdout (docs/emulator.md, "T.print")
 
     def compiled(self, kernel_name: str) -> Any:
         kernels = self.__dict__.setdefault("_kernels", {})

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,13 @@ struct simd_state {
   alignas(64) unsigned char buf[2][simd_scratch_bytes];
 };
 
+// T.print output of one finished threadgroup, waiting for its turn (see print_group_finished).
+struct print_chunk {
+  uint64_t claim;
+  char* text;
+  size_t len;
+};
+
 struct launch_state {
   const launch_params* p;
   uint32_t nthreads;
@@ -103,6 +111,14 @@ struct launch_state {
   shadow_cell* dev_shadow[kMaxBuffers] = {};
   bool has_race = false;
   char race[kMessage] = {0};
+  // T.print: lines leave in claim order. The claim at the head writes straight to stdout; a
+  // threadgroup claimed later buffers its lines until every earlier claim has finished.
+  pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t print_head = 0;
+  print_chunk* print_done = nullptr;  // finished claims above the head, unordered
+  size_t print_done_count = 0, print_done_cap = 0;
+  worker* workers = nullptr;
+  uint64_t nworkers = 0;
 };
 
 struct worker {
@@ -130,6 +146,9 @@ struct worker {
   uint64_t rng;                       // racecheck: seeded schedule
   shadow_cell* tg_shadow;             // racecheck: one cell per byte of threadgroup memory
   uint64_t counts[c_counter_count];   // counters of the running threadgroup
+  uint64_t claim;                     // claim index of the running threadgroup (UINT64_MAX: none)
+  char* print_out;                    // its T.print lines while it is not the head claim
+  size_t print_len, print_cap;
   alignas(64) unsigned char oob_scratch[256];
 };
 
@@ -281,6 +300,116 @@ void fiber_main(void* arg) {
   }
 }
 
+// ---------------------------------------------------------------- T.print output
+
+void write_stdout(const char* text, size_t len) {
+  while (len > 0) {
+    ssize_t n = ::write(1, text, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stdout closed or full: printing is best effort, the launch goes on
+    text += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+bool append(char*& buf, size_t& len, size_t& cap, const char* text, size_t n) {
+  if (len + n > cap) {
+    size_t want = cap ? cap * 2 : 4096;
+    while (want < len + n) want *= 2;
+    char* grown = static_cast<char*>(std::realloc(buf, want));
+    if (!grown) return false;
+    buf = grown;
+    cap = want;
+  }
+  std::memcpy(buf + len, text, n);
+  len += n;
+  return true;
+}
+
+// Under print_mu: write whatever the head claim allows, moving the head past finished claims.
+void print_advance(launch_state* L) {
+  for (;;) {
+    bool moved = false;
+    for (size_t i = 0; i < L->print_done_count; ++i) {
+      print_chunk& c = L->print_done[i];
+      if (c.claim != L->print_head) continue;
+      write_stdout(c.text, c.len);
+      std::free(c.text);
+      c = L->print_done[--L->print_done_count];
+      ++L->print_head;
+      moved = true;
+      break;
+    }
+    if (!moved) break;
+  }
+  for (uint64_t i = 0; i < L->nworkers; ++i) {  // the new head may be running: its lines so far
+    worker& x = L->workers[i];
+    if (x.claim == L->print_head && x.print_len) {
+      write_stdout(x.print_out, x.print_len);
+      x.print_len = 0;
+    }
+  }
+}
+
+void print_line(worker& w, const char* text, size_t len) {
+  launch_state* L = w.L;
+  pthread_mutex_lock(&L->print_mu);
+  if (!L->p->prints || w.claim == L->print_head || !append(w.print_out, w.print_len, w.print_cap, text, len))
+    write_stdout(text, len);  // (out of memory to buffer: the line goes out now, out of order)
+  pthread_mutex_unlock(&L->print_mu);
+}
+
+void print_group_started(worker& w, uint64_t claim) {
+  pthread_mutex_lock(&w.L->print_mu);  // other workers read `claim` in print_advance
+  w.claim = claim;
+  pthread_mutex_unlock(&w.L->print_mu);
+}
+
+// After every threadgroup (finished or abandoned), so the head can move past it.
+void print_group_finished(worker& w) {
+  launch_state* L = w.L;
+  pthread_mutex_lock(&L->print_mu);
+  if (w.claim == L->print_head) {
+    write_stdout(w.print_out, w.print_len);  // normally empty: the head's lines went out at once
+    w.print_len = 0;
+    ++L->print_head;
+    print_advance(L);
+  } else {
+    bool kept = true;
+    if (L->print_done_count == L->print_done_cap) {
+      size_t want = L->print_done_cap ? L->print_done_cap * 2 : 16;
+      auto* grown = static_cast<print_chunk*>(std::realloc(L->print_done, want * sizeof(print_chunk)));
+      if (grown) L->print_done = grown, L->print_done_cap = want;
+      else kept = false;
+    }
+    if (kept) {
+      L->print_done[L->print_done_count++] = print_chunk{w.claim, w.print_out, w.print_len};
+      w.print_out = nullptr;
+      w.print_len = w.print_cap = 0;
+    } else {
+      write_stdout(w.print_out, w.print_len);  // out of memory to wait: out of order
+      w.print_len = 0;
+    }
+  }
+  w.claim = UINT64_MAX;
+  pthread_mutex_unlock(&L->print_mu);
+}
+
+// After the workers joined: claims that never ran (skipped after an error) leave gaps; the rest
+// goes out in claim order.
+void print_flush_rest(launch_state* L) {
+  while (L->print_done_count > 0) {
+    size_t lowest = 0;
+    for (size_t i = 1; i < L->print_done_count; ++i)
+      if (L->print_done[i].claim < L->print_done[lowest].claim) lowest = i;
+    print_chunk c = L->print_done[lowest];
+    L->print_done[lowest] = L->print_done[--L->print_done_count];
+    write_stdout(c.text, c.len);
+    std::free(c.text);
+  }
+  std::free(L->print_done);
+}
+
 // ---------------------------------------------------------------- workers
 
 template <class T> T* alloc_array(size_t n) {
@@ -293,8 +422,9 @@ void* map_anon(size_t bytes) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// `w` arrives zeroed (launch clears every worker before any starts: the print code reads other
+// workers' `claim`).
 bool setup_worker(worker& w, launch_state* L) {
-  std::memset(static_cast<void*>(&w), 0, sizeof w);
   w.L = L;
   const uint32_t n = L->nthreads;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -358,6 +488,7 @@ bool setup_worker(worker& w, launch_state* L) {
 }
 
 void teardown_worker(worker& w) {
+  std::free(w.print_out);
   std::free(w.fibers);
   std::free(w.rq);
   std::free(w.bar_waiters);
@@ -504,7 +635,9 @@ void* worker_main(void* p) {
       if (g >= L->ngroups) break;
       // After an error only lower threadgroups still matter (they may hold an earlier error).
       if (g > L->error_group.load(std::memory_order_relaxed)) break;
+      if (L->p->prints) print_group_started(*w, g);
       run_group(*w, L->order ? L->order[g] : g);
+      if (L->p->prints) print_group_finished(*w);
       if (w->aborted) break;
     }
   }
@@ -520,6 +653,39 @@ void* worker_main(void* p) {
 // ---------------------------------------------------------------- API used by kernels
 
 const lane_info& self() noexcept { return tl_w->cur->info; }
+
+void debug_print(const char* msg, const char* buffer, int64_t index, const print_value& v) noexcept {
+  worker& w = *tl_w;
+  const lane_info& li = w.cur->info;
+  char value[64] = {0};
+  switch (v.kind) {
+    case print_signed: std::snprintf(value, sizeof value, "%lld", static_cast<long long>(v.i)); break;
+    case print_unsigned: std::snprintf(value, sizeof value, "%llu", static_cast<unsigned long long>(v.u)); break;
+    case print_floating: std::snprintf(value, sizeof value, "%f", v.f); break;
+    case print_boolean: std::snprintf(value, sizeof value, "%s", v.u ? "true" : "false"); break;
+    case print_message: break;
+  }
+  char where_[128];
+  std::snprintf(where_, sizeof where_, "BlockIdx=(%u, %u, %u), ThreadIdx=(%u, %u, %u)", li.tg[0], li.tg[1], li.tg[2],
+                li.tid[0], li.tid[1], li.tid[2]);
+  char small[512];
+  char* line = small;
+  auto format = [&](char* out, size_t n) {
+    if (v.kind == print_message) return std::snprintf(out, n, "msg='%s' %s\n", msg, where_);
+    if (!buffer) return std::snprintf(out, n, "msg='%s' %s: dtype=%s value=%s\n", msg, where_, v.dtype, value);
+    return std::snprintf(out, n, "msg='%s' %s: buffer=%s, index=%lld, dtype=%s value=%s\n", msg, where_, buffer,
+                         static_cast<long long>(index), v.dtype, value);
+  };
+  int n = format(small, sizeof small);
+  if (n < 0) return;
+  if (static_cast<size_t>(n) >= sizeof small) {  // a long message
+    line = static_cast<char*>(std::malloc(static_cast<size_t>(n) + 1));
+    if (!line) return;
+    format(line, static_cast<size_t>(n) + 1);
+  }
+  print_line(w, line, static_cast<size_t>(n));
+  if (line != small) std::free(line);
+}
 
 // ---------------------------------------------------------------- instrumentation
 
@@ -935,7 +1101,13 @@ int launch(const launch_params& p) noexcept {
     delete L;
     return fail("emulator: out of memory");
   }
-  for (uint64_t i = 0; i < nworkers; ++i) args[i] = worker_arg{L, &workers[i]};
+  std::memset(static_cast<void*>(workers), 0, sizeof(worker) * nworkers);
+  for (uint64_t i = 0; i < nworkers; ++i) {
+    args[i] = worker_arg{L, &workers[i]};
+    workers[i].claim = UINT64_MAX;
+  }
+  L->workers = workers;
+  L->nworkers = nworkers;
   if (L->ngroups > 0) {
     guard_install();
     for (uint64_t i = 1; i < nworkers; ++i)  // fewer workers than asked is still correct
@@ -945,6 +1117,7 @@ int launch(const launch_params& p) noexcept {
       if (started[i]) pthread_join(threads[i], nullptr);
     guard_remove();
   }
+  print_flush_rest(L);
   int rc = L->has_error ? fail(L->error) : 0;
   if (!L->has_error && L->has_race) {
     if (p.error && p.error_len) std::snprintf(p.error, p.error_len, "%s", L->race);
@@ -954,6 +1127,7 @@ int launch(const launch_params& p) noexcept {
   for (shadow_cell* sh : L->dev_shadow) std::free(sh);
   std::free(workers), std::free(args), std::free(threads), std::free(started);
   pthread_mutex_destroy(&L->mu);
+  pthread_mutex_destroy(&L->print_mu);
   delete L;
   return rc;
 }

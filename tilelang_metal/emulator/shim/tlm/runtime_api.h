@@ -34,6 +34,7 @@ struct launch_params {
   uint64_t threadgroup_limit;  // bytes of threadgroup memory a threadgroup may declare
   char* error;               // receives the first error message (NUL terminated)
   uint64_t error_len;
+  bool prints;               // the kernel calls T.print: keep its output in threadgroup order
 };
 
 // Returns 0 on success, 1 when an error was recorded into params.error.
@@ -53,6 +54,21 @@ void threadgroup_barrier() noexcept;
 constexpr size_t simd_scratch_bytes = 4096;
 void* simd_deposit(const char* op) noexcept;
 const void* simd_arrive() noexcept;
+
+// T.print (shim/tlm/debug.h): one value of the calling thread, formatted like TileLang's CUDA
+// debug print and written to stdout as one whole line. `buffer` is null for a scalar print;
+// print_message prints `msg` and the thread's position only. Lines of one threadgroup keep their
+// order, and threadgroups' lines follow the order threadgroups are claimed (linear order; the seeded
+// order under racecheck): the lowest unfinished one prints at once, the others when it is their turn.
+enum print_kind : uint8_t { print_message, print_signed, print_unsigned, print_floating, print_boolean };
+struct print_value {
+  print_kind kind;
+  const char* dtype;  // the MSL type name
+  int64_t i;          // print_signed
+  uint64_t u;         // print_unsigned, print_boolean (0 / 1)
+  double f;           // print_floating
+};
+void debug_print(const char* msg, const char* buffer, int64_t index, const print_value& value) noexcept;
 
 // Records an error for the current threadgroup and abandons it (never returns).
 [[noreturn]] void fatal(const char* message) noexcept;
