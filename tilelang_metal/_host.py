@@ -264,6 +264,7 @@ def _launch_param_tags(func: Any) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 TILE_OP_PREFIX = "tl.tileop."
+THREAD_EXTENT_ATTR = "thread_extent"  # AttrStmt key of each launch binding (blockIdx.*, threadIdx.*)
 LAYOUT_MAP_ATTR = "layout_map"  # block annotation written by LayoutInference: buffer -> Layout/Fragment
 PARALLEL_LOOP_LAYOUT_ATTR = "parallel_loop_layout"  # loop annotation LowerTileOp partitions by
 
