@@ -203,3 +203,34 @@ def test_reduced_row_that_does_not_tile_the_threads_is_refused_clearly():
 
     with pytest.raises(MetalLoweringError, match="reduced along rows on 32 threads"):
         tilelang.lower(main, target="metal")
+
+
+def test_destination_laid_out_by_the_copy_after_it_matches_torch():
+    """2x256 fp32 on 64 threads: the T.copy to R gives r the layout `rep * 2 + i` (row i on half the
+    threads) while every thread holds part of both rows. The partials live in the layout that puts each
+    result on every thread of its row, and r's owners store from it (once refused with "reduce into a
+    fresh fragment")."""
+    from tilelang_metal.emulator import racecheck
+
+    kernel = rk.row_max_then_copy(2, 256, 64)
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 256, generator=g)
+    a[1, 200] = float("inf")
+    a[0, 7] = float("-inf")  # never the maximum
+    r = torch.empty(2)
+    racecheck(kernel, a, r)
+    torch.testing.assert_close(r, a.amax(1))
+
+
+@pytest.mark.parametrize("M,N,threads", [(2, 256, 64), (3, 5, 32), pytest.param(4, 64, 128, marks=pytest.mark.slow)])
+def test_destinations_laid_out_by_their_copies_match_torch(M, N, threads):
+    """Neighbouring cases: a clear=False sum whose destination is first written by a T.copy (its layout
+    from that copy), a max and a column min next to it, on layouts with and without replication."""
+    kernel = rk.reductions_laid_out_by_their_copies(M, N, threads)
+    g = torch.Generator().manual_seed(M * 100 + N)
+    a, init = torch.randn(M, N, generator=g), torch.randn(M, generator=g)
+    row_max, row_sum, col_min = torch.empty(M), torch.empty(M), torch.empty(N)
+    kernel(a, init, row_max, row_sum, col_min)
+    torch.testing.assert_close(row_max, a.amax(1))
+    torch.testing.assert_close(row_sum, init + a.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(col_min, a.amin(0))
