@@ -222,6 +222,29 @@ class Exchange:
     plan: Any  # ReducePlan (simd_masks, cross_masks, gather)
 
 
+def publishing_slots(plan: Any, block_threads: int) -> tuple[int, Any, int]:
+    """Threadgroup slots per element for the exchange across simdgroups, the slot of a thread, and the
+    thread-index bits whose lanes share one slot. After the simd step the lanes that differ only in the
+    simd masks' bits hold the same value, so only one of them needs a slot: with those bits one
+    contiguous run `lo .. lo + w - 1`, thread t's slot drops them (block_threads >> w slots). Otherwise
+    (no simd step, or bits that are not one run) every thread has its own slot."""
+    bits = 0
+    for m in plan.simd_masks:
+        bits |= m
+    if plan.gather or not bits:
+        return block_threads, lambda t: t, 0
+    lo = (bits & -bits).bit_length() - 1
+    width = bin(bits).count("1")
+    if bits != ((1 << width) - 1) << lo or block_threads % (1 << (lo + width)):
+        return block_threads, lambda t: t, 0
+
+    def slot_of(t: Any) -> Any:
+        high = tvm.tirx.floordiv(t, 1 << (lo + width)) * (1 << lo)
+        return high + tvm.tirx.floormod(t, 1 << lo) if lo else high
+
+    return block_threads >> width, slot_of, bits
+
+
 def exchange_partials(
     part: Any, count: int, ex: Exchange, tx: Any, tx_rel: Any, block_threads: int, threads_used: int, name: str
 ) -> tuple[list[Any], list[Any]]:
@@ -245,9 +268,14 @@ def exchange_partials(
 
         stmts.append(serial(count, simd_step, "red_j"))
     if plan.needs_threadgroup_memory:
-        scratch = tir.decl_buffer((count * block_threads,), dtype, name + "_red_scratch", scope="shared.dyn")
+        slots, slot_of, simd_bits = publishing_slots(plan, block_threads)
+        scratch = tir.decl_buffer((count * slots,), dtype, name + "_red_scratch", scope="shared.dyn")
         buffers.append(scratch)
-        stmts.append(serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * block_threads + tx]), "red_j"))
+        publish: Any = serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * slots + slot_of(tx)]), "red_j")
+        if simd_bits:  # the lanes the simd step combined hold one value: their first lane publishes it
+            lanes = tvm.tirx.floormod(tvm.tirx.floordiv(tx, simd_bits & -simd_bits), simd_bits // (simd_bits & -simd_bits) + 1)
+            publish = tir.IfThenElse(lanes == 0, publish, None)
+        stmts.append(publish)
         if plan.gather:
             first: Any = tx
             for scale, size in zip(ex.scales, ex.extents):
@@ -261,9 +289,9 @@ def exchange_partials(
             offsets = peer_offsets([(m, 2) for m in plan.cross_masks])
 
         def gather_step(j: Any) -> Any:
-            acc: Any = tir.BufferLoad(scratch, [j * block_threads + first + offsets[0]])
+            acc: Any = tir.BufferLoad(scratch, [j * slots + slot_of(first + offsets[0])])
             for off in offsets[1:]:
-                acc = combine(kind, acc, tir.BufferLoad(scratch, [j * block_threads + first + off]))
+                acc = combine(kind, acc, tir.BufferLoad(scratch, [j * slots + slot_of(first + off)]))
             return tir.BufferStore(part, acc, [j])
 
         gathered = serial(count, gather_step, "red_j")
