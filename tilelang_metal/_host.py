@@ -120,6 +120,17 @@ def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: C
     return Fragment(shape, forward_thread_fn=thread_fn, forward_index_fn=index_fn, replicate=replicate)
 
 
+def make_replicated_fragment(shape: list, thread_fn: Callable[..., Any], replicate: int) -> Any:
+    """A tilelang Fragment whose replica `rep` of element (i, j, ...) lives in thread
+    `thread_fn(i, j, ..., rep)`; tilelang infers the per-thread index from the thread map (the
+    splits of the indices the thread does not select) and drops replica digits that select no thread."""
+    from tilelang.layout import Fragment
+
+    if replicate > 1:
+        return Fragment(shape, forward_thread_fn=thread_fn, replicate=replicate).condense_rep_var()
+    return Fragment(shape, forward_thread_fn=lambda *idx: thread_fn(*idx, tir.const(0, "int32")))
+
+
 def layout_is_row_major(layout: Any) -> bool:
     """True when a tilelang Layout stores element (i, j, ...) at its row-major position (the
     storage a buffer has without an annotated layout). Fragments are register layouts: False."""
@@ -278,6 +289,7 @@ def _launch_param_tags(func: Any) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 TILE_OP_PREFIX = "tl.tileop."
+THREAD_EXTENT_ATTR = "thread_extent"  # AttrStmt key of each launch binding (blockIdx.*, threadIdx.*)
 LAYOUT_MAP_ATTR = "layout_map"  # block annotation written by LayoutInference: buffer -> Layout/Fragment
 PARALLEL_LOOP_LAYOUT_ATTR = "parallel_loop_layout"  # loop annotation LowerTileOp partitions by
 

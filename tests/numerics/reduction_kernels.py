@@ -183,3 +183,50 @@ def thread_local_row_sum(rows: int, width: int):
             B[tx] = s[0]
 
     return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def reductions_laid_out_by_their_copies(M: int, N: int, threads: int):
+    """Destinations whose only other use is the T.copy to global memory after the reduction, so that
+    copy, not the reduction, gives them their layout: Max[i] = max_j A[i, j],
+    Sum[i] = I[i] + sum_j A[i, j] (clear=False), ColMin[j] = min_i A[i, j]."""
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, N), "float32"),
+        I: T.Tensor((M,), "float32"),
+        Max: T.Tensor((M,), "float32"),
+        Sum: T.Tensor((M,), "float32"),
+        ColMin: T.Tensor((N,), "float32"),
+    ):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_fragment((M, N), "float32")
+            row_max = T.alloc_fragment((M,), "float32")
+            row_sum = T.alloc_fragment((M,), "float32")
+            col_min = T.alloc_fragment((N,), "float32")
+            T.copy(A, a)
+            T.copy(I, row_sum)
+            T.reduce_max(a, row_max, dim=1)
+            T.reduce_sum(a, row_sum, dim=1, clear=False)
+            T.reduce_min(a, col_min, dim=0)
+            T.copy(row_max, Max)
+            T.copy(row_sum, Sum)
+            T.copy(col_min, ColMin)
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def row_max_then_copy(M: int, N: int, threads: int):
+    """R[i] = max_j A[i, j] into a fragment whose layout comes from the T.copy after the reduction."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), R: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            T.copy(A, a)
+            T.reduce_max(a, r, dim=1)
+            T.copy(r, R)
+
+    return compile_emulated(main)

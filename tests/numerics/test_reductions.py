@@ -203,3 +203,67 @@ def test_reduced_row_that_does_not_tile_the_threads_is_refused_clearly():
 
     with pytest.raises(MetalLoweringError, match="reduced along rows on 32 threads"):
         tilelang.lower(main, target="metal")
+
+
+def test_destination_laid_out_by_the_copy_after_it_matches_torch():
+    """2x256 fp32 on 64 threads: the T.copy to R gives r the layout `rep * 2 + i` (row i on half the
+    threads) while every thread holds part of both rows. The partials live in the layout that puts each
+    result on every thread of its row, and r's owners store from it (once refused with "reduce into a
+    fresh fragment")."""
+    from tilelang_metal.emulator import racecheck
+
+    kernel = rk.row_max_then_copy(2, 256, 64)
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 256, generator=g)
+    a[1, 200] = float("inf")
+    a[0, 7] = float("-inf")  # never the maximum
+    r = torch.empty(2)
+    racecheck(kernel, a, r)
+    torch.testing.assert_close(r, a.amax(1))
+
+
+@pytest.mark.parametrize("M,N,threads", [(2, 256, 64), (3, 5, 32), pytest.param(4, 64, 128, marks=pytest.mark.slow)])
+def test_destinations_laid_out_by_their_copies_match_torch(M, N, threads):
+    """Neighbouring cases: a clear=False sum whose destination is first written by a T.copy (its layout
+    from that copy), a max and a column min next to it, on layouts with and without replication."""
+    kernel = rk.reductions_laid_out_by_their_copies(M, N, threads)
+    g = torch.Generator().manual_seed(M * 100 + N)
+    a, init = torch.randn(M, N, generator=g), torch.randn(M, generator=g)
+    row_max, row_sum, col_min = torch.empty(M), torch.empty(M), torch.empty(N)
+    kernel(a, init, row_max, row_sum, col_min)
+    torch.testing.assert_close(row_max, a.amax(1))
+    torch.testing.assert_close(row_sum, init + a.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(col_min, a.amin(0))
+
+
+def test_reducer_scratch_holds_one_value_per_simdgroup_and_element():
+    """A column max over 32x64 fp32 at 256 threads: the default reducer is replicated over all 256
+    threads, each holding the 64 columns. After simd_max the 32 lanes of a simdgroup agree, so the
+    exchange across simdgroups needs 64 x 8 values (2 KiB), not 64 x 256 (64 KiB, over Metal's 32)."""
+    import re
+
+    from tilelang_metal.emulator import racecheck
+
+    kernel = rk.reducer_column_max(32, 64, 256, float("-inf"))
+    declared = re.findall(r"threadgroup (?:float|uchar) (\w+)\[(\d+)\]", kernel.get_kernel_source())
+    assert declared == [("acc_red_scratch", "512")]
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(32, 64, generator=g)
+    a[5, 3], a[31, 63] = float("inf"), float("-inf")
+    a[:, 10] = float("-inf")  # a column of -inf stays -inf
+    out = torch.empty(64)
+    racecheck(kernel, a, out)
+    torch.testing.assert_close(out, a.amax(0))
+
+
+def test_reducer_scratch_over_two_simdgroups():
+    """The legacy reducer replicated over 64 threads: simd_sum, then 8 columns x 2 simdgroup slots
+    (the partial simd steps with slots that keep low lane bits, masks 4..16 and 2..16, are the
+    16x16 / 64 and 64x8 / 128 configurations of test_every_kind_along_both_axes_matches_torch)."""
+    kernel = rk.legacy_reducer_column_sum(16, 8, 64)
+    assert "threadgroup float o_red_scratch[16];" in kernel.get_kernel_source()
+    g = torch.Generator().manual_seed(8)
+    a = torch.randn(16, 8, generator=g)
+    out = torch.empty(8)
+    kernel(a, out)
+    torch.testing.assert_close(out, a.sum(0), rtol=1e-5, atol=1e-5)

@@ -23,6 +23,7 @@ from .._host import (
 from ..errors import MetalLoweringError
 from ..transform.function_pass import per_function_pass
 from ..transform.ir_query import find_nodes
+from ..transform.kernel_launches import ThreadLaunch, rewrite_kernels
 from .atomic import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
@@ -31,19 +32,17 @@ from .reducer import lower_finalize_reducer
 PLUGIN_TILE_OPS = ("reduce", "cumsum", "cummax", "finalize_reducer")
 
 
-def _launch_thread(body: Any) -> tuple[Any, int]:
-    tx, threads, others = None, 1, 1
-    for node in find_nodes(body, ["tirx.AttrStmt"]):
-        if node.attr_key != "thread_extent" or not isinstance(node.value, tir.IntImm):
-            continue
-        tag = str(node.node.thread_tag)
-        if tag == "threadIdx.x":
-            tx, threads = node.node.var, int(node.value.value)
-        elif tag.startswith("threadIdx"):
-            others *= int(node.value.value)
-    if tx is not None and others != 1:
-        raise MetalLoweringError("reductions and scans on Metal need a 1-D threadgroup: use T.Kernel(..., threads=N) with an int")
-    return tx, threads
+def _thread_x(launch: ThreadLaunch | None) -> tuple[Any, int]:
+    """threadIdx.x and the thread count of the kernel holding the tile ops (None, 1 outside any)."""
+    if launch is None or launch.tx is None:
+        return None, 1
+    threads = launch.threads
+    if not launch.is_one_dimensional or threads is None:
+        raise MetalLoweringError(
+            f"reductions and scans on Metal need a 1-D threadgroup of static size, this kernel launches {launch.shape_text()}: "
+            f"use T.Kernel(..., threads={threads or 'N'}) with an int and index threads through T.get_thread_binding()"
+        )
+    return launch.tx, threads
 
 
 def _whole(region: Any, what: str) -> Any:
@@ -86,15 +85,12 @@ def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int)
     return lower_finalize_reducer(reducer, view, int(call.args[1].value), steps, annotations.get("seed"), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
 
 
-def lower_function(func: Any) -> Any:
-    calls = [n for n in find_nodes(func.body, ["tirx.Evaluate"]) if tile_op_name(n.value) in PLUGIN_TILE_OPS]
-    if not calls:
-        return func
-    layouts: dict[Any, Any] = {}
-    for block in find_nodes(func.body, ["tirx.SBlock"]):
-        if LAYOUT_MAP_ATTR in block.annotations:
-            layouts.update(dict(block.annotations[LAYOUT_MAP_ATTR].items()))
-    tx, threads = _launch_thread(func.body)
+def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | None) -> Any:
+    """`stmt` with every plugin tile op lowered for `launch` (the kernel holding `stmt`); the
+    scratch each op needs is allocated in its innermost enclosing block."""
+    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(stmt, ["tirx.Evaluate"])):
+        return stmt
+    tx, threads = _thread_x(launch)
     pending: list[Any] = []
 
     def postorder(node: Any) -> Any:
@@ -118,10 +114,22 @@ def lower_function(func: Any) -> Any:
             )
         return None
 
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.Evaluate", "tirx.SBlock"])
+    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, None, postorder, ["tirx.Evaluate", "tirx.SBlock"])
     if pending:
         raise MetalLoweringError("internal: tile-op scratch buffers found no enclosing block")
-    return func.with_body(body)
+    return lowered
+
+
+def lower_function(func: Any) -> Any:
+    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(func.body, ["tirx.Evaluate"])):
+        return func
+    layouts: dict[Any, Any] = {}
+    for block in find_nodes(func.body, ["tirx.SBlock"]):
+        if LAYOUT_MAP_ATTR in block.annotations:
+            layouts.update(dict(block.annotations[LAYOUT_MAP_ATTR].items()))
+    # each kernel of the module with its own launch; then whatever lies outside every kernel
+    body = rewrite_kernels(func.body, lambda kernel, launch: _lower_tile_ops(kernel, layouts, launch))
+    return func.with_body(_lower_tile_ops(body, layouts, None))
 
 
 LowerMetalTileOps = per_function_pass("tilelang_metal.LowerMetalTileOps", lower_function)

@@ -26,7 +26,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import FragmentView, IterSplit, iter_splits, tir, tvm
+from .._host import FragmentView, IterSplit, fragment_view, iter_splits, make_replicated_fragment, tir, tvm
 from ..errors import MetalLoweringError
 
 SIMD_WIDTH = 32
@@ -222,6 +222,29 @@ class Exchange:
     plan: Any  # ReducePlan (simd_masks, cross_masks, gather)
 
 
+def publishing_slots(plan: Any, block_threads: int) -> tuple[int, Any, int]:
+    """Threadgroup slots per element for the exchange across simdgroups, the slot of a thread, and the
+    thread-index bits whose lanes share one slot. After the simd step the lanes that differ only in the
+    simd masks' bits hold the same value, so only one of them needs a slot: with those bits one
+    contiguous run `lo .. lo + w - 1`, thread t's slot drops them (block_threads >> w slots). Otherwise
+    (no simd step, or bits that are not one run) every thread has its own slot."""
+    bits = 0
+    for m in plan.simd_masks:
+        bits |= m
+    if plan.gather or not bits:
+        return block_threads, lambda t: t, 0
+    lo = (bits & -bits).bit_length() - 1
+    width = bin(bits).count("1")
+    if bits != ((1 << width) - 1) << lo or block_threads % (1 << (lo + width)):
+        return block_threads, lambda t: t, 0
+
+    def slot_of(t: Any) -> Any:
+        high = tvm.tirx.floordiv(t, 1 << (lo + width)) * (1 << lo)
+        return high + tvm.tirx.floormod(t, 1 << lo) if lo else high
+
+    return block_threads >> width, slot_of, bits
+
+
 def exchange_partials(
     part: Any, count: int, ex: Exchange, tx: Any, tx_rel: Any, block_threads: int, threads_used: int, name: str
 ) -> tuple[list[Any], list[Any]]:
@@ -245,9 +268,14 @@ def exchange_partials(
 
         stmts.append(serial(count, simd_step, "red_j"))
     if plan.needs_threadgroup_memory:
-        scratch = tir.decl_buffer((count * block_threads,), dtype, name + "_red_scratch", scope="shared.dyn")
+        slots, slot_of, simd_bits = publishing_slots(plan, block_threads)
+        scratch = tir.decl_buffer((count * slots,), dtype, name + "_red_scratch", scope="shared.dyn")
         buffers.append(scratch)
-        stmts.append(serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * block_threads + tx]), "red_j"))
+        publish: Any = serial(count, lambda j: tir.BufferStore(scratch, tir.BufferLoad(part, [j]), [j * slots + slot_of(tx)]), "red_j")
+        if simd_bits:  # the lanes the simd step combined hold one value: their first lane publishes it
+            lanes = tvm.tirx.floormod(tvm.tirx.floordiv(tx, simd_bits & -simd_bits), simd_bits // (simd_bits & -simd_bits) + 1)
+            publish = tir.IfThenElse(lanes == 0, publish, None)
+        stmts.append(publish)
         if plan.gather:
             first: Any = tx
             for scale, size in zip(ex.scales, ex.extents):
@@ -261,9 +289,9 @@ def exchange_partials(
             offsets = peer_offsets([(m, 2) for m in plan.cross_masks])
 
         def gather_step(j: Any) -> Any:
-            acc: Any = tir.BufferLoad(scratch, [j * block_threads + first + offsets[0]])
+            acc: Any = tir.BufferLoad(scratch, [j * slots + slot_of(first + offsets[0])])
             for off in offsets[1:]:
-                acc = combine(kind, acc, tir.BufferLoad(scratch, [j * block_threads + first + off]))
+                acc = combine(kind, acc, tir.BufferLoad(scratch, [j * slots + slot_of(first + off)]))
             return tir.BufferStore(part, acc, [j])
 
         gathered = serial(count, gather_step, "red_j")
@@ -316,6 +344,66 @@ def same_owners(src: FragmentView, dst: FragmentView, dim: int) -> bool:
     return True
 
 
+def reducer_view(src: FragmentView, dim: int, plan: ReducePlan) -> FragmentView:
+    """The destination layout that puts each result on every thread holding its source line (what
+    tilelang's layout inference gives a fresh destination): replica `q` of an element sits on the
+    thread holding the reduced index whose thread digits are `q % group`, source replica `q // group`."""
+    group = 1
+    for d in plan.thread_digits:
+        group *= d.extent
+    shape = [n for k, n in enumerate(src.shape) if k != dim] or [1]
+
+    def thread(*args: Any) -> Any:
+        *dvars, q = args
+        r: Any = tir.const(0, "int32")
+        stride = 1
+        for d in plan.thread_digits:
+            r = r + tvm.tirx.floormod(tvm.tirx.floordiv(q, stride), d.extent) * d.lower_factor
+            stride *= d.extent
+        subst = {src.vars[dim]: r, src.rep_var: tvm.tirx.floordiv(q, group)}
+        if len(src.vars) > 1:
+            subst.update(zip([v for k, v in enumerate(src.vars) if k != dim], dvars))
+        return tvm.tirx.stmt_functor.substitute(src.thread, subst)
+
+    return fragment_view(make_replicated_fragment(shape, thread, group * max(1, src.replicate)))
+
+
+def owners_hold_their_lines(src: FragmentView, dst: FragmentView, dim: int, plan: ReducePlan) -> bool:
+    """Whether every thread `dst` puts a result on holds part of that result's source line, so it
+    ends the exchange with the total. Proved symbolically when the source is not replicated (the
+    owner's own thread digits name the reduced index it would hold); otherwise, or when the proof
+    fails, checked element by element against `reducer_view` (small tiles only)."""
+    if src.replicate == 1:
+        owner = dst.thread
+        r: Any = tir.const(0, "int32")
+        for d in plan.thread_digits:
+            r = r + tvm.tirx.floormod(tvm.tirx.floordiv(owner, d.scale), d.extent) * d.lower_factor
+        subst = {src.vars[dim]: r}
+        if len(src.vars) > 1:
+            subst.update(zip([v for k, v in enumerate(src.vars) if k != dim], dst.vars))
+        analyzer = tvm.arith.Analyzer()
+        for v, n in zip(dst.vars, dst.shape):
+            analyzer.bind(v, tvm.ir.Range(0, n))
+        analyzer.bind(dst.rep_var, tvm.ir.Range(0, max(1, dst.replicate)))
+        if analyzer.can_prove_equal(tvm.tirx.stmt_functor.substitute(src.thread, subst), owner):
+            return True
+    return owners_within(dst, reducer_view(src, dim, plan))
+
+
+def owners_within(dst: FragmentView, holders: FragmentView) -> bool:
+    """Whether every thread `dst` puts an element on also holds that element under `holders`.
+    Element by element; small tiles only."""
+    total = 1
+    for n in dst.shape:
+        total *= n
+    if total * max(dst.replicate, holders.replicate) > 4096:
+        return False
+    for idx in itertools.product(*[range(n) for n in dst.shape]):
+        if not owner_threads(dst, list(idx), max(1, dst.replicate)) <= owner_threads(holders, list(idx), max(1, holders.replicate)):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class ReduceCall:
     src: Any  # buffer
@@ -338,14 +426,22 @@ def lower_fragment_reduce(
     group = 1
     for d in plan.thread_digits:
         group *= d.extent
+    # `acc` is the layout the partials live in: every thread holding a source line keeps that line's
+    # result. The destination's own layout when it is that one; otherwise (its layout came from a later
+    # op, e.g. a T.copy to global memory) the results are stored by each destination owner, which must
+    # then hold the line itself.
+    acc = dst
     if dst.replicate != group * src.replicate or not same_owners(src, dst, op.dim):
-        raise MetalLoweringError(
-            f"T.reduce into {op.dst.name}: its layout ({dst.thread}, replicated {dst.replicate}x) does not put each "
-            f"result on the threads holding its row of {op.src.name} ({src.thread}); reduce into a fresh fragment and copy"
-        )
+        acc = reducer_view(src, op.dim, plan) if src.thread_min == 0 == dst.thread_min else None
+        if acc is None or not owners_hold_their_lines(src, dst, op.dim, plan):
+            raise MetalLoweringError(
+                f"T.reduce into {op.dst.name}: its layout ({dst.thread}, replicated {dst.replicate}x) puts results on threads "
+                f"that hold none of their row of {op.src.name} ({src.thread}); reduce into a fresh fragment and copy it "
+                "through shared memory"
+            )
     acc_dtype = accumulator_dtype(op.src.dtype)
     count = 1
-    for n in dst.local_shape:
+    for n in acc.local_shape:
         count *= n
     part = tir.decl_buffer((count,), acc_dtype, op.dst.name + "_part", scope="local")
     buffers = [part]
@@ -359,7 +455,7 @@ def lower_fragment_reduce(
 
     # 1. local fold over the source elements this thread holds
     def local_body(dvars: list[Any]) -> Any:
-        j = linear_index(dst, dvars)
+        j = linear_index(acc, dvars)
         thread_part: Any = tir.const(0, "int32")
         for d in plan.thread_digits:
             thread_part = thread_part + tvm.tirx.floormod(tvm.tirx.floordiv(tx_rel, d.scale), d.extent) * d.lower_factor
@@ -390,7 +486,7 @@ def lower_fragment_reduce(
             fold = tir.IfThenElse(tx_rel < src.threads_used, fold, None)
         return fold
 
-    stmts.append(parallel_nest(dst, local_body, layout_attr))
+    stmts.append(parallel_nest(acc, local_body, layout_attr))
 
     # 2. within the simdgroup, 3. across simdgroups
     exchange = Exchange(op.kind, [d.scale for d in plan.thread_digits], [d.extent for d in plan.thread_digits], plan)
@@ -400,7 +496,7 @@ def lower_fragment_reduce(
 
     # 4. every owner (all replicas) stores the result
     def store_body(dvars: list[Any]) -> Any:
-        j = linear_index(dst, dvars)
+        j = linear_index(acc, dvars)
         result: Any = tir.BufferLoad(part, [j])
         if not op.clear:
             old = tir.BufferLoad(op.dst, list(dvars))

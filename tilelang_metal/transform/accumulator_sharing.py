@@ -17,14 +17,7 @@ from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
 from ..target import has_metal4
 from .ir_query import find_nodes
-
-
-def _threads(body: Any) -> int:
-    threads = 1
-    for node in find_nodes(body, ["tirx.AttrStmt"]):
-        if str(node.attr_key) == "thread_extent" and str(node.node.thread_tag).startswith("threadIdx") and isinstance(node.value, tir.IntImm):
-            threads *= int(node.value.value)
-    return threads
+from .kernel_launches import kernels
 
 
 def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> set:
@@ -35,25 +28,24 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
         if not isinstance(func, tir.PrimFunc):
             continue
         kinds: dict[Any, set[str]] = {}
-        threads = None
-        for call in find_nodes(func.body, ["tirx.Call"]):
-            fields = gemm_call_fields(call)
-            if fields is None or str(fields.c_buffer.scope()) not in FRAGMENT_SCOPES:
-                continue
-            if threads is None:
-                threads = _threads(func.body)
-            if threads % SIMD_WIDTH:
-                continue  # GemmMetal refuses this launch with its own message
-            kind = select_inst(
-                c_scope=str(fields.c_buffer.scope()),
-                M=fields.m,
-                N=fields.n,
-                K=fields.k,
-                threads=threads,
-                policy=fields.policy,
-                has_metal4=metal4,
-                route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
-            ).kind
-            kinds.setdefault(fields.c_buffer.data, set()).add(kind)
+        for kernel, launch in kernels(func.body):  # each kernel with its own thread count
+            threads = launch.threads
+            for call in find_nodes(kernel, ["tirx.Call"]):
+                fields = gemm_call_fields(call)
+                if fields is None or str(fields.c_buffer.scope()) not in FRAGMENT_SCOPES:
+                    continue
+                if threads is None or threads % SIMD_WIDTH:
+                    continue  # GemmMetal refuses this launch with its own message
+                kind = select_inst(
+                    c_scope=str(fields.c_buffer.scope()),
+                    M=fields.m,
+                    N=fields.n,
+                    K=fields.k,
+                    threads=threads,
+                    policy=fields.policy,
+                    has_metal4=metal4,
+                    route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
+                ).kind
+                kinds.setdefault(fields.c_buffer.data, set()).add(kind)
         forced |= {var for var, seen in kinds.items() if len(seen) > 1}
     return forced

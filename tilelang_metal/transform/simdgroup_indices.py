@@ -18,27 +18,18 @@ from typing import Any
 from .._host import tir, tvm
 from ..isa import SIMD_WIDTH
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
+from .kernel_launches import launch_of
 
 SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
 LANE_ID_ATTR = "tilelang_metal.lane_id"
 
 
-def _thread_extents(body: Any) -> dict[str, tuple[Any, int]]:
-    found: dict[str, tuple[Any, int]] = {}
-    for node in find_nodes(body, ["tirx.AttrStmt"]):
-        if node.attr_key == "thread_extent" and isinstance(node.value, tir.IntImm):
-            found[str(node.node.thread_tag)] = (node.node.var, int(node.value.value))
-    return found
-
-
 def canonicalize_function(func: Any) -> Any:
-    extents = _thread_extents(func.body)
-    if "threadIdx.x" not in extents:
+    launch = launch_of(func.body)  # a device kernel: one launch
+    threads = launch.threads
+    if launch.tx is None or not launch.is_one_dimensional or threads is None:
         return func
-    if any(extents.get(tag, (None, 1))[1] != 1 for tag in ("threadIdx.y", "threadIdx.z")):
-        return func
-    tx, threads = extents["threadIdx.x"]
+    tx = launch.tx
     sg = tir.Var("simdgroup_id", "int32")
     lane = tir.Var("lane_id", "int32")
     analyzer = tvm.arith.Analyzer()
