@@ -298,3 +298,27 @@ def test_mac_workspace_is_the_first_writers_output_and_the_readers_input(on_a_ma
     np.testing.assert_array_equal(np.array(second["inputs"][w_in]), np.array(first["outputs_made"][w_out]))
     np.testing.assert_array_equal(np.array(first["outputs_made"][w_out]), 2 * np.array(a).reshape(-1))
     assert sorted(second["output_names"]) == sorted([PREFIX + "Out", DONE])
+
+
+def test_mac_tiny_workspace_written_in_place_by_a_later_kernel(on_a_mac):
+    """A 3-element workspace: written fresh by kernel 1, updated in place by kernel 2 (a private
+    padded copy: MLX would pass fewer than 8 elements as `constant`), read by kernel 3."""
+
+    @T.prim_func
+    def main(A: T.Tensor((3,), "float32"), Out: T.Tensor((3,), "float32")):
+        W = T.alloc_global((3,), "float32")
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            W[tx] = A[tx] * 3.0
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            W[tx] = W[tx] + 1.0
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            Out[tx] = W[(tx + 1) % 3]
+
+    out = compile_mlx(main, out_idx=[1])(mx.array(np.array([1.0, 2.0, 3.0], dtype=np.float32)))
+    np.testing.assert_array_equal(np.array(out), [7.0, 10.0, 4.0])  # W = 3 * A + 1, rotated
+    kernels = [c for c in on_a_mac if not c["name"].startswith("tlm_copy")]
+    assert len(kernels) == 3 and PREFIX + "W" in kernels[0]["output_names"]
+    assert kernels[1]["output_names"] == [DONE]  # W updated through its private copy
