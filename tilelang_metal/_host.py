@@ -276,6 +276,34 @@ def readonly_param_indices(func: Any) -> frozenset[int]:
     return frozenset(int(i) for i in attrs.get(READONLY_PARAMS_ATTR, []))
 
 
+@dataclass(frozen=True)
+class HostWorkspace:
+    """A device buffer the host allocates for one call: a `T.alloc_global` of the prim_func, which
+    tilelang's HoistGlobalBufferAllocations moves to the host function (an `AllocBuffer` there; on
+    CUDA it becomes a workspace allocation). Kernels receive its `data` variable as a buffer argument."""
+
+    name: str
+    data: Any
+    dtype: str
+    shape: tuple[Any, ...]  # expressions of the host function's variables
+
+
+def host_workspaces(host_mod: Any) -> list[HostWorkspace]:
+    """Every global-scope buffer allocated in the host functions (AllocBuffer is a flat statement, so
+    the post-order walk meets them in program order)."""
+    found: list[HostWorkspace] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.AllocBuffer) and str(node.buffer.scope()) == "global":
+            buffer = node.buffer
+            found.append(HostWorkspace(str(buffer.name), buffer.data, str(buffer.dtype), tuple(buffer.shape)))
+
+    for func in host_mod.functions.values():
+        if isinstance(func, tir.PrimFunc):
+            tir.stmt_functor.post_order_visit(func.body, visit)
+    return found
+
+
 def _launch_param_tags(func: Any) -> list[Any]:
     attrs = func.attrs if func.attrs is not None else {}
     for key in ("tirx.kernel_launch_params", "tir.kernel_launch_params"):

@@ -55,3 +55,21 @@ def test_tile_atomic_add_is_one_element_atomic_per_lane():
     src = lower(main)
     assert "atomic_fetch_add_explicit((device atomic_float*)(C + (" in src
     assert "float4" not in src.split("atomic_fetch_add_explicit", 1)[1]  # no vector atomics after the load
+
+
+def test_16_bit_vectorized_atomic_add_is_one_compare_and_swap_per_pair():
+    # tilelang's vectorizer turns a 16-bit T.atomic_add in a 2-element-per-thread loop into
+    # tl.atomic_addx2_elem_op(address, half2 value): one helper call on the word holding both lanes
+    @T.prim_func
+    def main(C: T.Tensor((8, 16), "float16"), A: T.Tensor((8, 16), "float16"), B: T.Tensor((8, 16), "bfloat16")):
+        with T.Kernel(1, threads=64):
+            frag = T.alloc_fragment((8, 16), "float16")
+            T.copy(A, frag)
+            T.atomic_add(C, frag)
+            for i, j in T.Parallel(8, 16):
+                T.atomic_add(B[i, j], A[i, j])
+
+    src = lower(main)
+    assert len(re.findall(r"inline half2 __tlm_atomic_add_half2\(", src)) == 1
+    assert re.search(r"__tlm_atomic_add_half2\(\(device atomic_uint\*\)\(C \+ .*\*\(thread half2\*\)\(frag", src)
+    assert re.search(r"__tlm_atomic_add_bfloat2\(\(device atomic_uint\*\)\(B \+ .*bfloat2\(\*\(const device half2\*\)\(A", src)

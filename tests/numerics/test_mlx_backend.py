@@ -23,6 +23,7 @@ import mlx.core as mx  # noqa: E402  (in CI a missing MLX fails here, on purpose
 
 from property_kernels import accumulate_into_initialised_c  # noqa: E402
 from test_calling_convention import bool_mask, split_sum_then_combine, symbolic_rows  # noqa: E402
+from test_global_workspaces import decode_inputs, flash_decoding, mix_reference, scale_then_mix, sdpa_reference  # noqa: E402
 from tilelang_metal import examples as E  # noqa: E402
 from tilelang_metal.execution import mlx_adapter, mlx_emulated  # noqa: E402
 from tilelang_metal.execution.mlx_source import AFTER, DONE, PREFIX  # noqa: E402
@@ -268,3 +269,56 @@ def test_bool_parameters_and_a_symbolic_size():
     for m in (5, 13):
         a, b = mx.ones((m, 16)), mx.full((m, 16), 3.0)
         np.testing.assert_array_equal(np.array(rows(a, b)), np.full((m, 16), 7.0))
+
+
+def test_workspace_modules_on_mx_arrays():
+    """T.alloc_global workspaces: the call's own arrays, never returned; flash decoding's partial
+    outputs and log-sum-exp go through them from the split kernel to the combine kernel."""
+    import torch
+
+    mix = compile_mlx(scale_then_mix(), out_idx=[1])
+    a = np.random.default_rng(0).standard_normal((11, 8)).astype(np.float32)
+    out = mix(mx.array(a))  # Out alone comes back
+    np.testing.assert_allclose(np.array(out), mix_reference(torch.from_numpy(a)).numpy(), rtol=1e-6, atol=1e-6)
+    q, k, v = decode_inputs(9, 2)
+    decoded = flash_decoding(9, "mlx")(*(mx.array(t.float().numpy()).astype(mx.float16) for t in (q, k, v)))
+    np.testing.assert_allclose(np32(decoded), sdpa_reference(q, k, v).numpy(), rtol=2e-3, atol=2e-3)
+
+
+def test_mac_workspace_is_the_first_writers_output_and_the_readers_input(on_a_mac):
+    kernel = compile_mlx(scale_then_mix(), out_idx=[1])
+    a = mx.random.normal((9, 8), key=mx.random.key(8))
+    out = kernel(a)
+    assert out.shape == (9, 8)
+    first, second = on_a_mac  # no copy kernels: W and Count start unwritten, written once, then read
+    assert sorted(first["output_names"]) == sorted([PREFIX + "Count", PREFIX + "W", DONE])
+    w_out = first["output_names"].index(PREFIX + "W")
+    assert first["output_shapes"][w_out] == (9 * 8,)
+    w_in = second["input_names"].index(PREFIX + "W")  # read only here: an input, the first kernel's output
+    np.testing.assert_array_equal(np.array(second["inputs"][w_in]), np.array(first["outputs_made"][w_out]))
+    np.testing.assert_array_equal(np.array(first["outputs_made"][w_out]), 2 * np.array(a).reshape(-1))
+    assert sorted(second["output_names"]) == sorted([PREFIX + "Out", DONE])
+
+
+def test_mac_tiny_workspace_written_in_place_by_a_later_kernel(on_a_mac):
+    """A 3-element workspace: written fresh by kernel 1, updated in place by kernel 2 (a private
+    padded copy: MLX would pass fewer than 8 elements as `constant`), read by kernel 3."""
+
+    @T.prim_func
+    def main(A: T.Tensor((3,), "float32"), Out: T.Tensor((3,), "float32")):
+        W = T.alloc_global((3,), "float32")
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            W[tx] = A[tx] * 3.0
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            W[tx] = W[tx] + 1.0
+        with T.Kernel(1, threads=3):
+            tx = T.get_thread_binding()
+            Out[tx] = W[(tx + 1) % 3]
+
+    out = compile_mlx(main, out_idx=[1])(mx.array(np.array([1.0, 2.0, 3.0], dtype=np.float32)))
+    np.testing.assert_array_equal(np.array(out), [7.0, 10.0, 4.0])  # W = 3 * A + 1, rotated
+    kernels = [c for c in on_a_mac if not c["name"].startswith("tlm_copy")]
+    assert len(kernels) == 3 and PREFIX + "W" in kernels[0]["output_names"]
+    assert kernels[1]["output_names"] == [DONE]  # W updated through its private copy

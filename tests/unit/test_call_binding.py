@@ -323,3 +323,30 @@ def test_memory_overlap_agrees_with_enumerating_every_byte():
         assert _overlap(a, b) == bool(addresses(a) & addresses(b)), (a.shape, a.stride(), b.shape, b.stride())
         assert _overlaps_itself(a) == (len(addresses(a)) != a.numel() * a.element_size())
     assert not _overlap(torch.zeros(4), torch.zeros(4))  # separate storages
+
+
+def test_a_host_allocated_buffer_is_a_workspace_sized_from_the_symbolic_sizes():
+    from tilelang_metal.execution.launch import workspace_plan
+
+    M = tir.Var("M", "int32")
+    func, buf = prim_func([("A", (M,), "float32")])
+    sig = CallSignature(func, [])
+    work = tir.decl_buffer((M * 3,), "int32", "Work")
+    a_ptr = tir.Var("A", tvm.ir.PointerType(tvm.ir.PrimType("float32"), "global"))
+    w_ptr = tir.Var("Work", tvm.ir.PointerType(tvm.ir.PrimType("int32"), "global"))
+    device_mod = _module({"k": _device_func("k", [w_ptr, a_ptr], ["threadIdx.x"])})
+    host = tir.SeqStmt([tir.AllocBuffer(work), tir.Evaluate(tir.call_packed("k", work.data, buf["A"].data, 4))])
+    host_mod = _module({"f": tir.PrimFunc([], host)})
+    (plan,) = workspace_plan(sig, host_mod)
+    (launch,) = kernel_launches(sig, host_mod, device_mod)
+    assert [(a.position, a.workspace, a.dtype) for a in launch.arguments] == [(None, 0, "int32"), (0, None, "float32")]
+    bound = sig.bind((torch.zeros(5),), CPU, allocate)
+    assert plan.name == "Work" and plan.shape(bound.env) == [15]
+    bound.workspaces = [torch.zeros(15, dtype=torch.int32)]
+    assert launch.values(bound)[0] is bound.workspaces[0]
+
+    n = tir.Var("n", "int32")  # a size no parameter gives
+    stray = tir.decl_buffer((n,), "float32", "Stray")
+    loose = _module({"f": tir.PrimFunc([], tir.SeqStmt([tir.AllocBuffer(stray), tir.Evaluate(0)]))})
+    with pytest.raises(ValueError, match=r"^workspace Stray \(T.alloc_global\) of shape \(n,\) uses n, which is neither"):
+        workspace_plan(sig, loose)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._host import tir
@@ -94,11 +94,13 @@ class ScalarParam:
 
 @dataclass
 class BoundCall:
-    """One call's values: every host parameter (tensors, scalars) and every symbolic variable."""
+    """One call's values: every host parameter (tensors, scalars), every symbolic variable and the
+    call's workspaces (`T.alloc_global` buffers, allocated by KernelCall.bind)."""
 
     values: list[Any]
     env: list[Any]
     outputs: list[int]
+    workspaces: list[Any] = field(default_factory=list)
 
     def results(self) -> Any:
         outs = [self.values[i] for i in self.outputs]

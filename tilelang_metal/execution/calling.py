@@ -13,7 +13,7 @@ from typing import Any
 from .._host import base_kernel_adapter
 from ..codegen.debug_print import refuse_debug_print
 from .binding import KERNEL_DTYPES, BoundCall, CallSignature, Device, poisoned, torch_dtype
-from .launch import KernelLaunch, LaunchShape, kernel_launches
+from .launch import KernelLaunch, LaunchShape, Workspace, kernel_launches, workspace_plan
 
 __all__ = ["KERNEL_DTYPES", "KernelCall", "PluginKernelAdapter", "torch_dtype"]
 
@@ -21,6 +21,7 @@ __all__ = ["KERNEL_DTYPES", "KernelCall", "PluginKernelAdapter", "torch_dtype"]
 class KernelCall:
     def __init__(self, result_idx: list[int], func: Any, device_mod: Any, host_mod: Any):
         self.signature = CallSignature(func, result_idx)
+        self.workspaces: list[Workspace] = workspace_plan(self.signature, host_mod)
         self.launches: list[KernelLaunch] = kernel_launches(self.signature, host_mod, device_mod)
         buffers = [arg for launch in self.launches for arg in launch.arguments if arg.is_buffer]
         self.signature.set_accesses(
@@ -28,15 +29,17 @@ class KernelCall:
         )
 
     def bind(self, args: tuple, device: Device, poison: bool) -> BoundCall:
-        """Checked arguments and freshly allocated outputs (poisoned: NaN / -1, so elements the
-        kernels never write show up)."""
+        """Checked arguments, freshly allocated outputs and workspaces (poisoned: NaN / -1, so
+        elements the kernels never write show up)."""
         import torch
 
         if poison:
             allocate: Callable[[list[int], Any], Any] = lambda shape, dtype: poisoned(shape, dtype, device.type)
         else:
             allocate = lambda shape, dtype: torch.empty(shape, dtype=dtype, device=device.type)
-        return self.signature.bind(args, device, allocate)
+        bound = self.signature.bind(args, device, allocate)
+        bound.workspaces = [allocate(ws.shape(bound.env), torch_dtype(ws.dtype)) for ws in self.workspaces]
+        return bound
 
     def run(self, args: tuple, device: Device, poison: bool, launch_one: Callable[[KernelLaunch, LaunchShape, BoundCall], None]) -> Any:
         """Bind, run every launch with a non-empty grid in order, return the `out_idx` outputs."""

@@ -5,6 +5,10 @@ program order. The call site says which values the kernel gets, in its own [[ bu
 (buffers by their data variable, so views of a parameter bind to that parameter and parameters the
 kernel never reads are simply absent), and its grid and threadgroup extents as expressions of the
 symbolic sizes; both are evaluated per call from a `BoundCall` (binding.py).
+
+A kernel buffer that is no parameter is a workspace: a `T.alloc_global` of the prim_func, which
+the host allocates per call (`Workspace`, shapes evaluated like output shapes) and passes to every
+kernel that names it, as tilelang's CUDA host does.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import host_kernel_calls, readonly_param_indices, tir
-from .binding import BoundCall, CallSignature, kernel_buffer, torch_dtype
+from .._host import host_kernel_calls, host_workspaces, readonly_param_indices, tir
+from .binding import BoundCall, CallSignature, kernel_buffer, shape_text, torch_dtype
 from .host_expr import Evaluator, UnboundVariable, compile_expr
 
 
@@ -31,18 +35,36 @@ class LaunchShape:
 
 
 @dataclass(frozen=True)
+class Workspace:
+    """A `T.alloc_global` buffer: allocated by the host for each call, never seen by the caller."""
+
+    name: str
+    dtype: str
+    declared: tuple[Any, ...]  # the declared dims, for messages
+    dims: tuple[Evaluator, ...]
+
+    def shape(self, env: list[Any]) -> list[int]:
+        shape = [int(d(env)) for d in self.dims]
+        if any(s < 0 for s in shape):
+            raise ValueError(f"workspace {self.name} (T.alloc_global): shape {shape_text(self.declared)} evaluates to {shape_text(shape)}")
+        return shape
+
+
+@dataclass(frozen=True)
 class KernelArgument:
-    """One [[ buffer(i) ]] of a kernel: a host tensor parameter, or a scalar computed from the call."""
+    """One [[ buffer(i) ]] of a kernel: a host tensor parameter, a workspace, or a scalar computed
+    from the call."""
 
     name: str
     dtype: str  # as the kernel's pointer sees it (bool parameters are int8 storage)
     position: int | None  # host parameter of a buffer
     value: Evaluator | None  # scalar, evaluated on the call's symbolic environment
     written: bool = False  # a buffer the kernel may write (not in its readonly_param_indices)
+    workspace: int | None = None  # index into the call's workspaces
 
     @property
     def is_buffer(self) -> bool:
-        return self.position is not None
+        return self.position is not None or self.workspace is not None
 
 
 @dataclass(frozen=True)
@@ -69,6 +91,8 @@ class KernelLaunch:
         for arg in self.arguments:
             if arg.position is not None:
                 out.append(_as_kernel_dtype(kernel_buffer(bound.values[arg.position]), arg.dtype))
+            elif arg.workspace is not None:
+                out.append(_as_kernel_dtype(bound.workspaces[arg.workspace], arg.dtype))
             else:
                 out.append(scalar(arg.value(bound.env), arg.dtype))  # type: ignore[misc]
         return out
@@ -124,8 +148,25 @@ def _pointee_dtype(param: Any, default: str) -> str:
     return str(element.dtype) if element is not None and hasattr(element, "dtype") else default
 
 
+def workspace_plan(signature: CallSignature, host_mod: Any) -> list[Workspace]:
+    """The module's `T.alloc_global` buffers, with shapes compiled over the call's symbolic sizes."""
+    plan = []
+    for ws in host_workspaces(host_mod):
+        torch_dtype(ws.dtype)  # refuse dtypes torch cannot hold, at compile time
+        try:
+            dims = tuple(compile_expr(d, signature.slot_of) for d in ws.shape)
+        except UnboundVariable as err:
+            raise ValueError(
+                f"workspace {ws.name} (T.alloc_global) of shape {shape_text(ws.shape)} uses {err}, which is neither a "
+                f"parameter nor a symbolic size of {signature.name}'s parameters; size it from those"
+            ) from None
+        plan.append(Workspace(ws.name, ws.dtype, tuple(int(d) if isinstance(d, tir.IntImm) else d for d in ws.shape), dims))
+    return plan
+
+
 def kernel_launches(signature: CallSignature, host_mod: Any, device_mod: Any) -> list[KernelLaunch]:
     """Every kernel launch of the module, in host program order."""
+    workspaces = host_workspaces(host_mod)  # same order as workspace_plan
     calls = host_kernel_calls(host_mod, device_mod)
     if not calls:
         names = [str(g.name_hint) for g in device_mod.functions]
@@ -138,10 +179,16 @@ def kernel_launches(signature: CallSignature, host_mod: Any, device_mod: Any) ->
             name = str(param.name)
             if str(param.dtype) == "handle":
                 position = signature.position_of_data(expr) if isinstance(expr, tir.Var) else None
+                workspace = next((i for i, ws in enumerate(workspaces) if ws.data.same_as(expr)), None)
+                if workspace is not None:
+                    dtype = _pointee_dtype(param, workspaces[workspace].dtype)
+                    arguments.append(KernelArgument(name, dtype, None, None, workspace=workspace))
+                    continue
                 if position is None:
                     raise ValueError(
                         f"kernel {call.kernel_name}: buffer argument {name} (`{expr}`) is not the data of a "
-                        f"parameter of {signature.name}; only parameters and views of them can reach a kernel"
+                        f"parameter of {signature.name} nor a T.alloc_global workspace; only parameters, views of "
+                        "them and T.alloc_global buffers can reach a kernel"
                     )
                 dtype = _pointee_dtype(param, signature.params[position].dtype)
                 arguments.append(KernelArgument(name, dtype, position, None, written=index not in readonly))

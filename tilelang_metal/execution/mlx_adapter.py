@@ -15,6 +15,9 @@ How a written parameter reaches a kernel:
   outputs of kernels, and a write through an input is invisible to it.
 - every launch also has a one-element output `done`, passed to the next launch (and to the final
   copies) as an input, so launches that communicate through private arrays run in order.
+- a workspace (`T.alloc_global`) is handled like an `out_idx` output that is never returned: the
+  first launch that writes it gets it as an MLX output, later launches read it (or write it in
+  place, as a private array).
 
 On a Mac with MLX's Metal back-end the kernels run through `mx.fast.metal_kernel`; elsewhere the
 same calls go to `mlx_emulated.emulated_metal_kernel`, which runs them in the CPU emulator. Kernels
@@ -82,8 +85,9 @@ MLX = Device("mlx", "mlx", check_array=_check_mlx_array)
 
 @dataclass
 class _CallState:
-    """Per call: each host parameter's current array; which arrays are private to the call (safe to
-    write through) and which were written through an input (copied out at the end)."""
+    """Per call: the current array of each buffer slot (the host parameters by position, then the
+    workspaces); which arrays are private to the call (safe to write through) and which were written
+    through an input (copied out at the end)."""
 
     state: list[Any]
     owned: set[int] = field(default_factory=set)
@@ -207,7 +211,8 @@ class MLXKernelAdapter(PluginKernelAdapter):
     def _run(self, args: tuple, returned: list[int]) -> Any:
         mx = mlx_module()
         bound = self.call.signature.bind(args, MLX, lambda shape, dtype: _Unwritten(tuple(shape), str(dtype).removeprefix("torch.")))
-        calls = _CallState(list(bound.values))
+        workspaces = [_Unwritten(tuple(ws.shape(bound.env)), ws.dtype) for ws in self.call.workspaces]
+        calls = _CallState(list(bound.values) + workspaces)
         after = None
         for launch in self.call.launches:
             shape = launch.shape(bound)
@@ -238,34 +243,35 @@ class MLXKernelAdapter(PluginKernelAdapter):
         mx = mlx_module()
         source = self.kernel_source(launch.kernel_name)
         pairs = list(zip(launch.arguments, source.params))
-        uses = Counter(a.position for a in launch.arguments if a.position is not None)
-        written_here = {a.position for a, p in pairs if p.written and a.position is not None}
+        slot = self._slot
+        uses = Counter(slot(a) for a in launch.arguments if a.is_buffer)
+        written_here = {slot(a) for a, p in pairs if p.written and a.is_buffer}
         for position in written_here:  # written with contents that matter (or aliased): a private array
             value = calls.state[position]
             if isinstance(value, _Unwritten) and uses[position] == 1:
                 continue  # a fresh MLX output
             if position not in calls.owned or value.size < MIN_DEVICE_ELEMENTS:
-                dtype = mx_dtype(next(a.dtype for a in launch.arguments if a.position == position))
+                dtype = mx_dtype(next(a.dtype for a in launch.arguments if a.is_buffer and slot(a) == position))
                 flat = _flat(_poison(value.shape, value.dtype) if isinstance(value, _Unwritten) else value, dtype)
                 calls.state[position] = self._copy(flat, flat.size, max(flat.size, MIN_DEVICE_ELEMENTS), after)
                 calls.owned.add(position)
         roles: list[Role] = []
         inputs: list[Any] = []
-        outputs: list[tuple[int, tuple[int, ...], Any]] = []  # (position, flat shape, dtype)
+        outputs: list[tuple[int, tuple[int, ...], Any]] = []  # (slot, flat shape, dtype)
         for arg, param in pairs:
-            if arg.position is None:
+            if not arg.is_buffer:
                 roles.append(Role.SCALAR)
-                inputs.append(mx.array(arg.value(bound.env), dtype=mx_dtype(arg.dtype)))
+                inputs.append(mx.array(arg.value(bound.env), dtype=mx_dtype(arg.dtype)))  # type: ignore[misc]
                 continue
-            value = calls.state[arg.position]
+            value = calls.state[slot(arg)]
             kernel_dtype = mx_dtype(arg.dtype)
             if isinstance(value, _Unwritten) and param.written:
                 roles.append(Role.OUTPUT)
-                outputs.append((arg.position, (_count(value.shape),), kernel_dtype))
+                outputs.append((slot(arg), (_count(value.shape),), kernel_dtype))
             elif param.written:
                 roles.append(Role.IN_PLACE)
                 inputs.append(value)
-                calls.dirty.add(arg.position)
+                calls.dirty.add(slot(arg))
             else:
                 roles.append(Role.INPUT)
                 if isinstance(value, _Unwritten):  # read before any kernel wrote it
@@ -287,6 +293,12 @@ class MLXKernelAdapter(PluginKernelAdapter):
             calls.state[position] = array
             calls.owned.add(position)  # ours alone: later launches may write it in place
         return produced[-1]
+
+    def _slot(self, arg: Any) -> int:
+        """The call-state slot of a buffer argument: its host position, or a workspace after them."""
+        if arg.position is not None:
+            return arg.position
+        return len(self.call.signature.params) + arg.workspace
 
     def _as_input(self, flat: Any, after: Any) -> Any:
         if flat.size >= MIN_DEVICE_ELEMENTS:

@@ -6,8 +6,8 @@ with no Metal entry, so the rewrite runs *before* LayoutInference: the tile op b
 loop a user would write, `for i, j in T.Parallel(...): T.atomic_add(dst[..], src[..])`. Layout
 inference then gives the loop a layout (a fragment source's own layout, or a thread distribution
 for shared / device sources) and LowerTileOp partitions it over threads. Metal has no vector
-atomics: however the loop is vectorized, each lane is one element atomic (the printer splits
-vector forms; see codegen/atomic_printer.py).
+atomics: tilelang's vectorizer makes a 16-bit add 2-lane (`tl.atomic_addx2_elem_op` with a vector
+value), which the printer writes as a compare-and-swap per 32-bit word (codegen/atomic_printer.py).
 """
 
 from __future__ import annotations
@@ -91,7 +91,11 @@ def lower_atomic_tile_op(call: Any, name: str) -> Any:
     return body
 
 
-HALF_WIDTH_ATOMIC_OPS = ("tl.atomic_add_elem_op", "tl.atomic_add_ret_elem_op", "tl.atomic_max_elem_op", "tl.atomic_max_ret_elem_op", "tl.atomic_min_elem_op", "tl.atomic_min_ret_elem_op")
+HALF_WIDTH_ATOMIC_OPS = (
+    "tl.atomic_add_elem_op", "tl.atomic_add_ret_elem_op", "tl.atomic_max_elem_op", "tl.atomic_max_ret_elem_op",
+    "tl.atomic_min_elem_op", "tl.atomic_min_ret_elem_op",
+    "tl.atomic_addx2_elem_op", "tl.atomic_addx2_ret_elem_op", "tl.atomic_addx4_elem_op", "tl.atomic_addx4_ret_elem_op",
+)
 
 
 def check_half_width_atomics(calls: list[Any]) -> None:
