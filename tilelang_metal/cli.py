@@ -14,8 +14,10 @@ stderr; add --debug for the traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -68,14 +70,16 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
     p.add_argument("--path", default="direct_global", choices=["direct_global", "shared"],
                    help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (on metal4 its staging-only "
                         "buffers are bypassed unless TILELANG_METAL_STAGING_BYPASS=0; --explain says) (default: %(default)s)")
-    p.add_argument("--target", default="metal4", choices=["metal4", "metal", "auto"],
-                   help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it (default: %(default)s)")
+    p.add_argument("--target", default=None, choices=["metal4", "metal", "auto"],
+                   help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it "
+                        "(default: metal4; for profile --chip, the target that chip gets: metal4 on M5 and newer, else metal)")
     p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'), a power of two; 0 = off (default: %(default)s)")
     p.add_argument("--trans-a", action="store_true", help="A is stored K x M (default: off)")
     p.add_argument("--trans-b", action="store_true", help="B is stored N x K (default: off)")
     p.add_argument("--epilogue", default=None, choices=EPILOGUES, help="T.Parallel epilogue on the accumulator; --path shared only (default: none)")
     p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason (default: off)")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
+    p.add_argument("--verbose", action="store_true", help="keep TileLang's INFO log lines (compile start / end) in the output (default: off)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -127,6 +131,11 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     the path-dependent defaults."""
     if args.command == "cache":
         return args
+    if args.target is None:
+        args.target = _chip_target(args.chip) if args.command == "profile" and args.chip else "metal4"
+    if getattr(args, "backend", None) == "torch" and not _mps_available():
+        raise UsageError("--backend torch runs the kernel on a Mac's GPU through torch's MPS backend, which this machine does "
+                         "not have; use --backend emulator (or auto) to run it on the CPU")
     shared = args.path == "shared"
     if not shared:
         if args.epilogue is not None:
@@ -142,6 +151,37 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     if args.block_k is None:
         args.block_k = 32
     return args
+
+
+def _chip_target(name: str) -> str:
+    """The target the plugin gives `target="metal"` on that chip: the metal4 key from M5 on (with
+    macOS 26 and its SDK; the plugin's host policy), plain metal before."""
+    from .roofline import chip
+
+    return "metal4" if chip(name).generation >= 5 else "metal"
+
+
+def _mps_available() -> bool:
+    import torch
+
+    return bool(torch.backends.mps.is_available())
+
+
+@contextlib.contextmanager
+def _tilelang_log_level(level: str | None) -> Iterator[None]:
+    """TileLang logs an INFO line at the start and end of every compile: noise in the CLI's output.
+    Its import sets the level, so this sets it after importing, and restores it for in-process callers."""
+    if level is None:
+        yield
+        return
+    import tilelang
+
+    before = tilelang.logger.level
+    tilelang.set_log_level(level)
+    try:
+        yield
+    finally:
+        tilelang.set_log_level(before)
 
 
 def _target(choice: str) -> Any:
@@ -280,7 +320,7 @@ def profile(args: argparse.Namespace) -> None:
     kernel = tilelang.compile(_build(args), out_idx=[-1], target=_target(args.target), execution_backend="emulator")
     inputs, _ = _inputs(args)
     stats = counters(kernel, *inputs)
-    print(f"// counts of one launch of the {args.m}x{args.n}x{args.k} {args.dtype} {args.path} GEMM (emulator)")
+    print(f"// counts of one launch of the {args.m}x{args.n}x{args.k} {args.dtype} {args.path} GEMM on target {args.target} (emulator)")
     width = max(len(name) for name in COUNTER_NAMES)
     for name in COUNTER_NAMES:
         print(f"{name:<{width}}  {stats.total[name]}")
@@ -333,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import tilelang_metal  # noqa: F401  (activates the plugin once tilelang is imported)
 
-        return _dispatch(validate(args))
+        quiet = args.command != "cache" and not args.verbose
+        with _tilelang_log_level("WARNING" if quiet else None):
+            return _dispatch(validate(args))
     except _user_errors() as err:
         if args.debug:
             import traceback

@@ -32,6 +32,11 @@ class Chip:
     source: str
     estimated: bool = False
 
+    @property
+    def generation(self) -> int:
+        """5 for "M5 Pro": the family number, which decides Metal 4 tensor hardware (M5 and newer)."""
+        return int(self.name.split()[0].removeprefix("M"))
+
     def scaled_to(self, gpu_cores: int) -> Chip:
         """The same chip with another (binned) GPU core count: compute scales, bandwidth does not."""
         if gpu_cores == self.gpu_cores:

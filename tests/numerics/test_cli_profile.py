@@ -20,14 +20,25 @@ def _profile(capsys, *argv):
 def test_aligned_kernel_counts_and_estimate(capsys):
     """128x128x64 on the default 64x128 direct-global tile: 2 identical threadgroups, exactly
     M*N*K / (16*32*16) matmul2d runs, no threadgroup memory, no guards."""
-    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M4 Max")
+    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M5")
+    assert "GEMM on target metal4 (emulator)" in out  # M5: the metal4 key
     assert total["matmul2d_16x32x16"] == 128 * 128 * 64 // (16 * 32 * 16)
     assert total["threadgroup_store_bytes"] == 0 and total["predicated_device_loads"] == 0
     assert total["device_store_bytes"] == 128 * 128 * 2
     assert "// 2 threadgroups, 1 distinct per-threadgroup profile(s):" in out
     assert "//   2 like (0, 0, 0): " in out
-    est = roofline.estimate(total, roofline.chip("M4 Max"))
+    est = roofline.estimate(total, roofline.chip("M5"))
     assert f"// ESTIMATE, not a measurement: {est.describe()}" in out
+
+
+def test_chip_before_m5_profiles_the_kernel_that_chip_gets(capsys):
+    """target="metal" on an M4 lowers without the metal4 key (the plugin's host policy): simdgroup
+    matrices, no cooperative tensors; an explicit --target still wins."""
+    out, total = _profile(capsys, "--m", "64", "--n", "128", "--k", "32", "--chip", "M4 Max")
+    assert "GEMM on target metal (emulator)" in out
+    assert total["matmul2d_16x32x16"] == 0 and total["simdgroup_multiply_accumulate_8x8x8"] == 64 * 128 * 32 // 512
+    out, total = _profile(capsys, "--m", "64", "--n", "128", "--k", "32", "--chip", "M4 Max", "--target", "metal4")
+    assert total["matmul2d_16x32x16"] == 64 * 128 * 32 // (16 * 32 * 16)
 
 
 def test_ragged_kernel_shows_its_edge_threadgroups(capsys):

@@ -42,3 +42,15 @@ def test_shared_path_with_block_swizzle_matches_torch():
 def test_cli_runs_the_shared_path_with_swizzle(capsys):
     code = main(["run", "--m", "72", "--n", "136", "--k", "24", "--path", "shared", "--swizzle", "4", "--epilogue", "relu", "--target", "metal", "--backend", "emulator"])
     assert code == 0, capsys.readouterr()
+
+
+def test_tilelang_info_lines_only_with_verbose(capfd):
+    """TileLang logs 'TileLang begins to compile kernel ...' at INFO: the CLI keeps its output to its own
+    lines unless --verbose."""
+    argv = ["run", "--m", "32", "--n", "64", "--k", "16", "--target", "metal", "--backend", "emulator"]
+    assert main(argv) == 0
+    quiet = capfd.readouterr()
+    assert "TileLang begins to compile" not in quiet.out + quiet.err and "relative error" in quiet.out
+    assert main(["run", "--m", "32", "--n", "64", "--k", "24", "--target", "metal", "--backend", "emulator", "--verbose"]) == 0
+    loud = capfd.readouterr()  # another K: a kernel that is compiled, not served from the JIT memo
+    assert "TileLang begins to compile" in loud.out + loud.err
