@@ -24,6 +24,9 @@ for _path in (TESTS, ROOT):  # ROOT first: this checkout's tilelang_metal; TESTS
         sys.path.insert(0, _path)
 
 os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
+# The emulator's build cache is shared by every checkout and process of a machine (~/.cache): the
+# suite keeps its own, in this checkout, so its cold / warm times and its evictions are its own.
+os.environ.setdefault("TILELANG_METAL_EMULATOR_CACHE", os.path.join(ROOT, ".emulator-cache"))
 
 import tilelang_metal  # noqa: E402,F401  (activates the plugin for the whole suite)
 from tilelang_metal.codegen import build as codegen_build  # noqa: E402

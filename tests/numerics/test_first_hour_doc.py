@@ -24,7 +24,7 @@ def test_the_page_has_the_promised_sections():
 @pytest.mark.filterwarnings("ignore:tilelang_metal. do_bench:RuntimeWarning")  # the page says it warns
 def test_every_linux_snippet_runs():
     if not os.environ.get("CI"):
-        pytest.importorskip("mlx.core", reason="the MLX section needs MLX (pip install 'tilelang-metal[mlx]')")
+        pytest.importorskip("mlx.core", reason="the MLX section needs MLX (pip install -e '.[mlx]')")
     blocks = python_blocks()
     assert len(blocks) >= 8
     namespace: dict = {}

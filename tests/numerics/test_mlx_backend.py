@@ -18,7 +18,7 @@ import tilelang
 import tilelang.language as T
 
 if not os.environ.get("CI"):
-    pytest.importorskip("mlx.core", reason="MLX is not installed (pip install 'tilelang-metal[mlx]')")
+    pytest.importorskip("mlx.core", reason="MLX is not installed (pip install -e '.[mlx]')")
 import mlx.core as mx  # noqa: E402  (in CI a missing MLX fails here, on purpose)
 
 from property_kernels import accumulate_into_initialised_c  # noqa: E402

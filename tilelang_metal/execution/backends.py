@@ -45,7 +45,7 @@ def execution_backends() -> tuple[Any, ...]:
 def unavailable_hint(name: str) -> str | None:
     """What to do when tilelang refuses a plugin backend as unavailable on this host."""
     if name == MLX and not mlx_available():
-        return "execution_backend='mlx' needs MLX: pip install 'tilelang-metal[mlx]' (on Linux it installs MLX's CPU build)."
+        return "execution_backend='mlx' needs MLX: pip install mlx (on Linux: pip install 'mlx[cpu]'), or in the tilelang-metal clone: pip install -e '.[mlx]'."
     if name == EMULATOR and not cxx_available():
         return "execution_backend='emulator' needs a C++20 compiler (g++ or c++) on PATH (or TILELANG_METAL_EMULATOR_CXX)."
     return None

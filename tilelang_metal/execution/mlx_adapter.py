@@ -50,7 +50,7 @@ def mlx_module() -> Any:
         import mlx.core as mx
     except ImportError as err:
         raise ImportError(
-            f"execution_backend='mlx' needs MLX: pip install 'tilelang-metal[mlx]' (on Linux: pip install 'mlx[cpu]') ({err})"
+            f"execution_backend='mlx' needs MLX: pip install mlx (on Linux: pip install 'mlx[cpu]') ({err})"
         ) from None
     return mx
 
