@@ -242,6 +242,14 @@ def test_profiler_on_mx_arrays(gemm):
     assert profiler.do_bench(warmup=1, rep=2) > 0
 
 
+def test_profiler_on_mx_arrays_takes_a_torch_reference(gemm):
+    """TileLang's references are torch code: they get the inputs as CPU torch tensors."""
+    profiler = gemm.get_profiler()
+    profiler.assert_allclose(lambda A, B: (A.float() @ B.float()).half(), atol=0.05, rtol=0.02)
+    with pytest.raises(AssertionError):
+        profiler.assert_allclose(lambda A, B: (A.float() @ B.float()).half() + 1.0, atol=0.05, rtol=0.02)
+
+
 def test_two_kernel_module_runs_in_order_and_returns_both_written_arrays(on_a_mac):
     """Kernel 1 writes Partial (passed in: a private copy), kernel 2 reads it and writes Out."""
     kernel = compile_mlx(split_sum_then_combine(), out_idx=[2])

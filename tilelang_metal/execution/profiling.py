@@ -7,8 +7,12 @@ keeps its API and changes only those places:
 - `assert_allclose` / `manual_assert_close` synchronize that device (MPS) or nothing (CPU);
 - `do_bench` times with MPS events on a Mac; in the emulator it returns CPU wall time and warns
   once that the number says nothing about GPU speed;
-- for `execution_backend="mlx"` inputs are `mx.array`s, results are compared as CPU tensors, and
-  `do_bench` times each call up to `mx.eval` of its results (MLX is lazy) with wall time.
+- for `execution_backend="mlx"` the kernel gets `mx.array`s, the reference program gets the same
+  values as CPU torch tensors (tilelang's references are torch code: `a.float() @ b.float()`); a
+  reference written for `mx.array`s (an AttributeError on torch tensors, e.g. `.astype`) is called
+  again with the `mx.array`s; results
+  (torch or MLX) are compared as CPU tensors, and `do_bench` times each call up to `mx.eval` of its
+  results (MLX is lazy) with wall time.
 """
 
 from __future__ import annotations
@@ -57,13 +61,24 @@ class PluginProfiler(profiler_base()):
 
     def _outputs_of_both(self, reference_program: Callable[..., Any], input_tensors: list[Any] | None) -> tuple[list[Any], list[Any]]:
         inputs = self._get_inputs() if input_tensors is None else input_tensors
-        expected = _as_list(reference_program(*inputs))
+        expected = _as_list(self._reference(reference_program, inputs))
         self._synchronize()
         produced = _as_list(self.func(*inputs))
         self._synchronize()
         if len(produced) != len(expected):
             raise AssertionError(f"the kernel returned {len(produced)} outputs, the reference program {len(expected)}")
         return produced, expected
+
+    def _reference(self, reference_program: Callable[..., Any], inputs: list[Any]) -> Any:
+        if self.device.type != "mlx":
+            return reference_program(*inputs)
+        try:
+            return reference_program(*[_torch_view(x) for x in inputs])
+        except AttributeError as torch_style_failed:
+            try:
+                return reference_program(*inputs)  # an MLX-style reference (mx ops, `.astype`)
+            except Exception:
+                raise torch_style_failed from None
 
     # --- checks -----------------------------------------------------------------------------
     def assert_allclose(
