@@ -100,6 +100,7 @@ struct launch_state {
   uint64_t seed = 0;
   uint64_t* counters = nullptr;  // counters mode: ngroups rows of c_counter_count
   uint64_t* order = nullptr;     // racecheck: the (seeded, shuffled) order threadgroups run in
+  const float_atomic_magnitudes* magnitudes = nullptr;  // racecheck: float atomic value magnitudes, or null
   shadow_cell* dev_shadow[kMaxBuffers] = {};
   bool has_race = false;
   char race[kMessage] = {0};
@@ -527,10 +528,26 @@ namespace {
 
 struct instrument_config {
   imode mode;
-  uint64_t* counters;
+  void* data;  // counters: the rows to fill; racecheck: float_atomic_magnitudes or null
   uint64_t seed;
 };
 instrument_config g_instrument{imode::none, nullptr, 0};
+
+// Decodes an IEEE half (binary16) without relying on the compiler's _Float16 support.
+float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) {
+    v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // subnormal: mant * 2^-24
+  } else if (exp == 31) {
+    v = mant ? __builtin_nanf("") : __builtin_inff();
+  } else {
+    const uint32_t bits = ((exp + 112u) << 23) | (mant << 13);
+    std::memcpy(&v, &bits, sizeof v);
+  }
+  return sign ? -v : v;
+}
 
 void count_simd_op(worker& w, const char* op) {
   if (std::strcmp(op, "matmul2d::run") == 0) ++w.counts[c_matmul2d_16x32x16];
@@ -771,6 +788,42 @@ void on_atomic_access(const void* addr, size_t bytes, unsigned kind) noexcept {
   race_access(w, a, kind != atomic_store);
 }
 
+void on_atomic_value(const void* addr, size_t bytes, const void* bits) noexcept {
+  worker& w = *tl_w;
+  const launch_state* L = w.L;
+  if (L->mode != imode::racecheck || !L->magnitudes) return;
+  const access& a = w.cur->atomic;
+  if (a.kind != space_kind::device_memory || a.buf < 0 || a.buf >= static_cast<int32_t>(kMagnitudeBuffers)) return;
+  double* sum = L->magnitudes->sum_abs[a.buf];
+  const uint8_t type = L->magnitudes->elem_type[a.buf];
+  if (!sum || type == magnitude_none) return;
+  // The value may cover several elements (a 16-bit float's compare-and-swap works on its 32-bit
+  // word): each gets the magnitude of its own part, which only loosens the neighbour's bound.
+  const size_t elem = type == magnitude_float ? 4 : 2;
+  const int64_t off = static_cast<const char*>(addr) - static_cast<const char*>(L->p->buffers[a.buf]);
+  const int64_t count = L->p->counts[a.buf];
+  if (off < 0 || off % static_cast<int64_t>(elem) != 0) return;
+  for (size_t j = 0; j * elem < bytes; ++j) {
+    const int64_t e = off / static_cast<int64_t>(elem) + static_cast<int64_t>(j);
+    if (e >= count) break;
+    const unsigned char* p = static_cast<const unsigned char*>(bits) + j * elem;
+    float v;
+    if (type == magnitude_float) {
+      std::memcpy(&v, p, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      if (type == magnitude_half) {
+        v = half_bits_to_float(h);
+      } else {
+        const uint32_t b = static_cast<uint32_t>(h) << 16;
+        std::memcpy(&v, &b, 4);
+      }
+    }
+    if (__builtin_isfinite(v)) sum[e] += __builtin_fabs(static_cast<double>(v));
+  }
+}
+
 void predicate_enter() noexcept { ++tl_w->cur->pred_depth; }
 void predicate_exit() noexcept { --tl_w->cur->pred_depth; }
 
@@ -906,7 +959,8 @@ int launch(const launch_params& p) noexcept {
   L->stack_bytes = p.stack_bytes ? p.stack_bytes : 256 * 1024;
   L->mode = g_instrument.mode;
   L->seed = g_instrument.seed;
-  L->counters = L->mode == imode::counters ? g_instrument.counters : nullptr;
+  L->counters = L->mode == imode::counters ? static_cast<uint64_t*>(g_instrument.data) : nullptr;
+  L->magnitudes = L->mode == imode::racecheck ? static_cast<const float_atomic_magnitudes*>(g_instrument.data) : nullptr;
   uint64_t nworkers = p.workers > 0 ? static_cast<uint64_t>(p.workers) : 1;
   if (L->mode == imode::racecheck) {
     // One worker (the shadow state is not shared between OS threads), threadgroups in seeded order.
@@ -962,8 +1016,9 @@ int launch(const launch_params& p) noexcept {
 
 extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers() { return tlm::fiber::flavour(); }
 
-// Instrumentation of the next launch of this library: mode 0 none, 1 counters (into `counters`,
-// one row of c_counter_count per threadgroup), 2 racecheck with schedule `seed`.
-extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, uint64_t* counters, uint64_t seed) {
-  tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), counters, seed};
+// Instrumentation of the next launch of this library: mode 0 none, 1 counters (`data`: one row of
+// c_counter_count per threadgroup), 2 racecheck with schedule `seed` (`data`: a
+// float_atomic_magnitudes to sum float atomic values into, or null).
+extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, void* data, uint64_t seed) {
+  tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), data, seed};
 }
