@@ -130,6 +130,8 @@ struct worker {
   bool aborted;
   uint64_t rng;                       // racecheck: seeded schedule
   shadow_cell* tg_shadow;             // racecheck: one cell per byte of threadgroup memory
+  uint16_t* tg_writer;                // racecheck: per byte, the view that last wrote it (access::view)
+  const char* view_names[kMaxTrackedViews];  // racecheck: name of each view id seen writing
   uint64_t counts[c_counter_count];   // counters of the running threadgroup
   alignas(64) unsigned char oob_scratch[256];
 };
@@ -321,7 +323,8 @@ bool setup_worker(worker& w, launch_state* L) {
   if (L->mode == imode::racecheck) {
     w.rng = (L->seed + 1) * 0x9E3779B97F4A7C15ull | 1;
     w.tg_shadow = alloc_array<shadow_cell>(L->p->threadgroup_limit);
-    if (!w.tg_shadow) {
+    w.tg_writer = alloc_array<uint16_t>(L->p->threadgroup_limit);
+    if (!w.tg_shadow || !w.tg_writer) {
       record_error(L, 0, "emulator: out of memory for the racecheck shadow of threadgroup memory");
       return false;
     }
@@ -364,6 +367,7 @@ void teardown_worker(worker& w) {
   std::free(w.bar_waiters);
   std::free(w.simd);
   std::free(w.tg_shadow);
+  std::free(w.tg_writer);
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
   if (w.arena) munmap(w.arena, kArenaCapacity);
 }
@@ -387,6 +391,7 @@ void run_group(worker& w, uint64_t g) {
     w.simd[s].op = nullptr;
   }
   if (w.tg_shadow && w.arena_used) std::memset(static_cast<void*>(w.tg_shadow), 0, sizeof(shadow_cell) * w.arena_used);
+  if (w.tg_writer && w.arena_used) std::memset(w.tg_writer, 0, sizeof(uint16_t) * w.arena_used);
   for (uint32_t i = 0; i < L->nthreads; ++i) {
     w.fibers[i].pred_depth = 0;
     w.fibers[i].tg_epoch = 0;
@@ -600,6 +605,20 @@ void report_uninitialized(worker& w, const access& a, int64_t element) {
   L->has_race = true;
 }
 
+// A read through pool view `a` of bytes that another view wrote last: the storage planner gave this
+// buffer the bytes of one it considered dead, so the value read is that buffer's leftover.
+void report_read_of_other_view(worker& w, const access& a, int64_t element, const char* writer) {
+  launch_state* L = w.L;
+  if (L->has_race) return;
+  char me[160];
+  describe_thread(*L, static_cast<uint32_t>(w.group), w.cur->index, me, sizeof me);
+  std::snprintf(L->race, sizeof L->race,
+                "uninitialized read of %s '%s' element %lld by %s (never written through '%s' before: its bytes in the "
+                "merged threadgroup pool hold what '%s' wrote, a buffer the shared-memory planner placed there too)",
+                space_name(a.kind), a.name, static_cast<long long>(element), me, a.name, writer ? writer : "?");
+  L->has_race = true;
+}
+
 // A store to device / threadgroup memory after a read of an unwritten thread-array element.
 void report_uninitialized_value(worker& w, const access& store, int64_t element) {
   launch_state* L = w.L;
@@ -720,9 +739,13 @@ void race_access(worker& w, const access& a, bool reads) {
     }
     return;
   }
-  // threadgroup memory: one cell per byte (views of a pool may have different element types)
+  // threadgroup memory: one cell per byte (views of a pool may have different element types). Per
+  // byte also the pool view that wrote it last: reading through another view (both tracked) reads
+  // a dead buffer's leftovers, however initialized the bytes are.
   me.epoch = f->tg_epoch;
   const int64_t off = static_cast<const unsigned char*>(a.addr) - w.arena;
+  const uint16_t view = a.view < kMaxTrackedViews ? a.view : 0;
+  if (store && view) w.view_names[view] = a.name;
   for (uint32_t j = 0; j < a.lanes; ++j) {
     for (uint32_t b = 0; b < a.elem_bytes; ++b) {
       const int64_t byte = off + static_cast<int64_t>(j) * a.elem_bytes + b;
@@ -732,7 +755,13 @@ void race_access(worker& w, const access& a, bool reads) {
         report_uninitialized(w, a, a.index + j);
         return;
       }
+      const uint16_t writer = w.tg_writer[byte];
+      if (reads && view && writer && writer != view) {
+        report_read_of_other_view(w, a, a.index + j, w.view_names[writer]);
+        return;
+      }
       if (!check_cell(w, c, a, a.index + j, me)) return;
+      if (store) w.tg_writer[byte] = view;
     }
   }
 }

@@ -84,7 +84,11 @@ struct access {
   uint16_t elem_bytes;
   space_kind kind;
   uint8_t flags;      // access_flags
+  uint16_t view;      // threadgroup memory: 1 + index of the pool view accessed through (threadgroup_view), 0 for none
 };
+// Racecheck tracks the last view that wrote each byte of threadgroup memory for views with ids
+// below this (the storage planner gives dead buffers' bytes to later ones).
+constexpr uint32_t kMaxTrackedViews = 4096;
 void on_access(const access& a) noexcept;
 
 // Atomics (racecheck). A cast to an atomic object pointer, `(device atomic_int*)(H + i)`, names the
