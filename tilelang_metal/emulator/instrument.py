@@ -131,6 +131,31 @@ BITWISE, CLOSE, UNCOMPARED = "bitwise", "close", "uncompared"
 # Relative tolerance for outputs of float atomics: order-dependent rounding of a sum of n terms is a
 # few ulps times sqrt(n)-ish, relative to the terms (hence also atol = rtol * the tensor's largest value).
 _ATOMIC_RTOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+# Unit roundoff u of each float type: a rounded add is off by at most u * |its result|. A float
+# atomic sum's partial sums are among the values the runtime sees its atomics leave behind, so one
+# schedule's sum is within u * (sum of those magnitudes) of the exact sum, and two schedules within
+# u * (M_first + M_other). The bound below doubles that (the bfloat CAS helper rounds twice:
+# float, then bfloat; subnormal results have an absolute error floor).
+_UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_MAGNITUDE_TYPES = {"float32": 1, "float16": 2, "bfloat16": 3}  # runtime_api.h, magnitude_type
+_MAGNITUDE_BUFFERS = 256  # runtime_api.h, kMagnitudeBuffers
+
+
+class _FloatAtomicMagnitudes(ctypes.Structure):
+    """Mirror of tlm::rt::float_atomic_magnitudes (shim/tlm/runtime_api.h)."""
+
+    _fields_ = [
+        ("sum_abs", ctypes.c_void_p * _MAGNITUDE_BUFFERS),
+        ("elem_type", ctypes.c_uint8 * _MAGNITUDE_BUFFERS),
+    ]
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _magnitude_key(t: Any) -> tuple[int, int, str]:
+    return t.data_ptr(), t.numel(), _dtype_name(t)
 
 
 def _storage(t: Any) -> int:
@@ -177,16 +202,17 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
     adapter = _adapter(kernel)
     adapter.call.bind(args, CPU, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
 
-    def run(seed: int) -> tuple[list[Any], list[str]]:
+    def run(seed: int) -> tuple[list[Any], list[str], list[Any]]:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         usages: list[tuple[AtomicUsage, Sequence[Any]]] = []
+        magnitudes: dict[tuple[int, int, str], Any] = {}  # shared by the module's launches
 
         def one(msl: str, values: Sequence[Any], grid: Any, block: Any) -> None:
-            usages.append((_race_launch(msl, values, grid, block, seed), values))
+            usages.append((_race_launch(msl, values, grid, block, seed, magnitudes), values))
 
         bound = _launches(adapter, copies, one)
         values = list(bound.values)
-        return values, _policies(values, usages)
+        return values, _policies(values, usages), _magnitudes_of(values, magnitudes)
 
     runs = _compare_schedules(run, "host parameter", seeds)  # host order, outputs included
     originals = iter(args)
@@ -206,40 +232,90 @@ def launch_racecheck(
 ) -> None:
     """`racecheck` for MSL source and explicit launch tensors (the first schedule's results land in them)."""
 
-    def run(seed: int) -> tuple[list[Any], list[str]]:
+    def run(seed: int) -> tuple[list[Any], list[str], list[Any]]:
         copies = [t.clone() for t in tensors]
-        usage = _race_launch(msl, copies, grid, block, seed)
-        return copies, _policies(copies, [(usage, copies)])
+        magnitudes: dict[tuple[int, int, str], Any] = {}
+        usage = _race_launch(msl, copies, grid, block, seed, magnitudes)
+        return copies, _policies(copies, [(usage, copies)]), _magnitudes_of(copies, magnitudes)
 
     runs = _compare_schedules(run, "launch tensor", seeds)
     for t, r in zip(tensors, runs[0]):
         t.copy_(r)
 
 
-def _race_launch(msl: str, buffers: Sequence[Any], grid: Sequence[int], block: Sequence[int], seed: int) -> AtomicUsage:
+def _race_launch(
+    msl: str,
+    buffers: Sequence[Any],
+    grid: Sequence[int],
+    block: Sequence[int],
+    seed: int,
+    magnitudes: dict[tuple[int, int, str], Any] | None = None,
+) -> AtomicUsage:
+    """One schedule of one launch. With `magnitudes`, the float device buffers that atomics update
+    get (or keep, across the launches of a module) a float64 tensor per element summing the
+    magnitudes of the values their atomics leave (the bound of _first_mismatch)."""
     from . import compile_kernel
 
     emulated = compile_kernel(msl, instrument="racecheck")
+    usage = atomic_usage(msl, emulated.signature)
+    config = _magnitude_config(usage, buffers, magnitudes) if magnitudes is not None else None
+    address = ctypes.addressof(config) if config is not None else 0
     try:
-        emulated.launch(buffers, grid, block, workers=1, _instrumentation=(_MODE_RACECHECK, 0, int(seed)))
+        emulated.launch(buffers, grid, block, workers=1, _instrumentation=(_MODE_RACECHECK, address, int(seed)))
     except EmulatorRaceError as e:
         raise EmulatorRaceError(f"{e} (schedule seed {seed})") from None
-    return atomic_usage(msl, emulated.signature)
+    return usage
 
 
-def _first_mismatch(a: Any, b: Any) -> tuple[int, Any, Any, float] | None:
-    """First element of float tensors `a`, `b` that differs by more than atomics' rounding allows."""
+def _magnitude_config(
+    usage: AtomicUsage, buffers: Sequence[Any], magnitudes: dict[tuple[int, int, str], Any]
+) -> _FloatAtomicMagnitudes | None:
     import torch
 
-    rtol = _ATOMIC_RTOL.get(str(a.dtype).removeprefix("torch."), 1e-4)
+    config = _FloatAtomicMagnitudes()
+    used = False
+    for i in usage.targets:
+        t = buffers[i] if i < len(buffers) else None
+        if not isinstance(t, torch.Tensor) or _dtype_name(t) not in _MAGNITUDE_TYPES or i >= _MAGNITUDE_BUFFERS:
+            continue
+        m = magnitudes.setdefault(_magnitude_key(t), torch.zeros(t.numel(), dtype=torch.float64))
+        config.sum_abs[i] = m.data_ptr()
+        config.elem_type[i] = _MAGNITUDE_TYPES[_dtype_name(t)]
+        used = True
+    return config if used else None
+
+
+def _magnitudes_of(values: Sequence[Any], magnitudes: dict[tuple[int, int, str], Any]) -> list[Any]:
+    """Per value: its float atomic magnitudes (float64, one per element), or None."""
+    return [magnitudes.get(_magnitude_key(v)) if hasattr(v, "data_ptr") else None for v in values]
+
+
+def _first_mismatch(
+    a: Any, b: Any, magnitude_a: Any = None, magnitude_b: Any = None
+) -> tuple[int, Any, Any, float, float] | None:
+    """First element of float tensors `a`, `b` that differs by more than atomics' rounding allows:
+    rtol of the tensor's largest value (values computed from atomic sums), or, for elements float
+    atomics updated (`magnitude_*`: per element, the summed magnitudes of the values the atomics
+    left, one per schedule), 2 u (M_a + M_b), which scales with the summed terms however much they
+    cancel. The larger of the two applies, plus rtol of the value itself. Returns (element, value in
+    `a`, value in `b`, rtol, the absolute tolerance of that element)."""
+    import torch
+
+    dtype = _dtype_name(a)
+    rtol = _ATOMIC_RTOL.get(dtype, 1e-4)
     x, y = a.reshape(-1).double(), b.reshape(-1).double()
     finite = x[torch.isfinite(x)]
     scale = float(finite.abs().max()) if finite.numel() else 0.0
-    ok = torch.isclose(x, y, rtol=rtol, atol=rtol * scale, equal_nan=True)
+    atol = torch.full_like(x, rtol * scale)
+    if magnitude_a is not None and magnitude_b is not None and magnitude_a.numel() == x.numel() == magnitude_b.numel():
+        bound = 2.0 * _UNIT_ROUNDOFF.get(dtype, 2.0**-24) * (magnitude_a + magnitude_b)
+        atol = torch.maximum(atol, bound)
+    both_nan = x.isnan() & y.isnan()
+    ok = both_nan | (x == y) | ((x - y).abs() <= atol + rtol * y.abs())
     if bool(ok.all()):
         return None
     i = int((~ok).nonzero()[0])
-    return i, a.reshape(-1)[i].item(), b.reshape(-1)[i].item(), rtol
+    return i, a.reshape(-1)[i].item(), b.reshape(-1)[i].item(), rtol, float(atol[i])
 
 
 def _compare_schedules(run: Any, what: str, seeds: Sequence[int]) -> list[list[Any]]:
@@ -248,20 +324,23 @@ def _compare_schedules(run: Any, what: str, seeds: Sequence[int]) -> list[list[A
     if not seeds:
         raise ValueError("racecheck needs at least one seed")
     results = [run(seed) for seed in seeds]
-    runs = [values for values, _ in results]
+    runs = [r[0] for r in results]
     policies = results[0][1]
-    for seed, values in zip(seeds[1:], runs[1:]):
+    # optional third item: per value, its float atomic magnitudes (or None)
+    magnitudes = [r[2] if len(r) > 2 else [None] * len(r[0]) for r in results]
+    for seed, values, other_magnitudes in zip(seeds[1:], runs[1:], magnitudes[1:]):
         for i, (first, other) in enumerate(zip(runs[0], values)):
             policy = policies[i] if i < len(policies) else BITWISE
             if policy == UNCOMPARED or not hasattr(first, "element_size"):
                 continue
             if policy == CLOSE:
-                bad = _first_mismatch(first, other)
+                bad = _first_mismatch(first, other, magnitudes[0][i], other_magnitudes[i])
                 if bad is not None:
                     raise EmulatorRaceError(
                         f"outputs depend on the schedule beyond float-atomic rounding: {what} {i} element {bad[0]} is "
                         f"{bad[1]!r} with seed {seeds[0]} and {bad[2]!r} with seed {seed} (compared within rtol "
-                        f"{bad[3]:g} of the tensor's largest value, as the kernel accumulates with float atomics)"
+                        f"{bad[3]:g} plus {bad[4]:.3g}: rtol of the tensor's largest value or the rounding bound of "
+                        f"the element's float atomic adds, as the kernel accumulates with float atomics)"
                     )
                 continue
             diff = _first_difference(first, other)

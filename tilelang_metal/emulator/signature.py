@@ -515,13 +515,13 @@ def _threadgroup_array(msl: str, content: str, lineno: int, start: int, body: _B
 def _checked_view_edits(found: list[tuple[re.Match[str], int, int, int]], views: list[ThreadgroupView]) -> list[_Edit]:
     """Checked builds: each pool view becomes a bounds-checked `tlm::threadgroup_view`."""
     edits = []
-    for (vm, _lineno, start, length), view in zip(found, views):
+    for view_id, ((vm, _lineno, start, length), view) in enumerate(zip(found, views), start=1):
         end = -1 if view.end is None else view.end
         edits.append((
             start,
             start + length,
             f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
-            f'{view.pool}, ({view.offset}), {end}, "{view.name}");{vm.group("tail")}',
+            f'{view.pool}, ({view.offset}), {end}, "{view.name}", {view_id});{vm.group("tail")}',
         ))
     return edits
 

@@ -108,6 +108,7 @@ struct launch_state {
   uint64_t seed = 0;
   uint64_t* counters = nullptr;  // counters mode: ngroups rows of c_counter_count
   uint64_t* order = nullptr;     // racecheck: the (seeded, shuffled) order threadgroups run in
+  const float_atomic_magnitudes* magnitudes = nullptr;  // racecheck: float atomic value magnitudes, or null
   shadow_cell* dev_shadow[kMaxBuffers] = {};
   bool has_race = false;
   char race[kMessage] = {0};
@@ -145,6 +146,8 @@ struct worker {
   bool aborted;
   uint64_t rng;                       // racecheck: seeded schedule
   shadow_cell* tg_shadow;             // racecheck: one cell per byte of threadgroup memory
+  uint16_t* tg_writer;                // racecheck: per byte, the view that last wrote it (access::view)
+  const char* view_names[kMaxTrackedViews];  // racecheck: name of each view id seen writing
   uint64_t counts[c_counter_count];   // counters of the running threadgroup
   uint64_t claim;                     // claim index of the running threadgroup (UINT64_MAX: none)
   char* print_out;                    // its T.print lines while it is not the head claim
@@ -450,7 +453,8 @@ bool setup_worker(worker& w, launch_state* L) {
   if (L->mode == imode::racecheck) {
     w.rng = (L->seed + 1) * 0x9E3779B97F4A7C15ull | 1;
     w.tg_shadow = alloc_array<shadow_cell>(L->p->threadgroup_limit);
-    if (!w.tg_shadow) {
+    w.tg_writer = alloc_array<uint16_t>(L->p->threadgroup_limit);
+    if (!w.tg_shadow || !w.tg_writer) {
       record_error(L, 0, "emulator: out of memory for the racecheck shadow of threadgroup memory");
       return false;
     }
@@ -494,6 +498,7 @@ void teardown_worker(worker& w) {
   std::free(w.bar_waiters);
   std::free(w.simd);
   std::free(w.tg_shadow);
+  std::free(w.tg_writer);
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
   if (w.arena) munmap(w.arena, kArenaCapacity);
 }
@@ -517,6 +522,7 @@ void run_group(worker& w, uint64_t g) {
     w.simd[s].op = nullptr;
   }
   if (w.tg_shadow && w.arena_used) std::memset(static_cast<void*>(w.tg_shadow), 0, sizeof(shadow_cell) * w.arena_used);
+  if (w.tg_writer && w.arena_used) std::memset(w.tg_writer, 0, sizeof(uint16_t) * w.arena_used);
   for (uint32_t i = 0; i < L->nthreads; ++i) {
     w.fibers[i].pred_depth = 0;
     w.fibers[i].tg_epoch = 0;
@@ -693,10 +699,26 @@ namespace {
 
 struct instrument_config {
   imode mode;
-  uint64_t* counters;
+  void* data;  // counters: the rows to fill; racecheck: float_atomic_magnitudes or null
   uint64_t seed;
 };
 instrument_config g_instrument{imode::none, nullptr, 0};
+
+// Decodes an IEEE half (binary16) without relying on the compiler's _Float16 support.
+float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) {
+    v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // subnormal: mant * 2^-24
+  } else if (exp == 31) {
+    v = mant ? __builtin_nanf("") : __builtin_inff();
+  } else {
+    const uint32_t bits = ((exp + 112u) << 23) | (mant << 13);
+    std::memcpy(&v, &bits, sizeof v);
+  }
+  return sign ? -v : v;
+}
 
 void count_simd_op(worker& w, const char* op) {
   if (std::strcmp(op, "matmul2d::run") == 0) ++w.counts[c_matmul2d_16x32x16];
@@ -746,6 +768,20 @@ void report_uninitialized(worker& w, const access& a, int64_t element) {
   describe_thread(*L, static_cast<uint32_t>(w.group), w.cur->index, me, sizeof me);
   std::snprintf(L->race, sizeof L->race, "uninitialized read of %s '%s' element %lld by %s (never written before)",
                 space_name(a.kind), a.name, static_cast<long long>(element), me);
+  L->has_race = true;
+}
+
+// A read through pool view `a` of bytes that another view wrote last: the storage planner gave this
+// buffer the bytes of one it considered dead, so the value read is that buffer's leftover.
+void report_read_of_other_view(worker& w, const access& a, int64_t element, const char* writer) {
+  launch_state* L = w.L;
+  if (L->has_race) return;
+  char me[160];
+  describe_thread(*L, static_cast<uint32_t>(w.group), w.cur->index, me, sizeof me);
+  std::snprintf(L->race, sizeof L->race,
+                "uninitialized read of %s '%s' element %lld by %s (never written through '%s' before: its bytes in the "
+                "merged threadgroup pool hold what '%s' wrote, a buffer the shared-memory planner placed there too)",
+                space_name(a.kind), a.name, static_cast<long long>(element), me, a.name, writer ? writer : "?");
   L->has_race = true;
 }
 
@@ -869,9 +905,13 @@ void race_access(worker& w, const access& a, bool reads) {
     }
     return;
   }
-  // threadgroup memory: one cell per byte (views of a pool may have different element types)
+  // threadgroup memory: one cell per byte (views of a pool may have different element types). Per
+  // byte also the pool view that wrote it last: reading through another view (both tracked) reads
+  // a dead buffer's leftovers, however initialized the bytes are.
   me.epoch = f->tg_epoch;
   const int64_t off = static_cast<const unsigned char*>(a.addr) - w.arena;
+  const uint16_t view = a.view < kMaxTrackedViews ? a.view : 0;
+  if (store && view) w.view_names[view] = a.name;
   for (uint32_t j = 0; j < a.lanes; ++j) {
     for (uint32_t b = 0; b < a.elem_bytes; ++b) {
       const int64_t byte = off + static_cast<int64_t>(j) * a.elem_bytes + b;
@@ -881,7 +921,13 @@ void race_access(worker& w, const access& a, bool reads) {
         report_uninitialized(w, a, a.index + j);
         return;
       }
+      const uint16_t writer = w.tg_writer[byte];
+      if (reads && view && writer && writer != view) {
+        report_read_of_other_view(w, a, a.index + j, w.view_names[writer]);
+        return;
+      }
       if (!check_cell(w, c, a, a.index + j, me)) return;
+      if (store) w.tg_writer[byte] = view;
     }
   }
 }
@@ -935,6 +981,42 @@ void on_atomic_access(const void* addr, size_t bytes, unsigned kind) noexcept {
   if (!lo || p < lo || p + bytes > lo + static_cast<size_t>(a.lanes) * a.elem_bytes) return;
   a.flags = static_cast<uint8_t>(access_atomic | (kind == atomic_load ? 0 : access_store));
   race_access(w, a, kind != atomic_store);
+}
+
+void on_atomic_value(const void* addr, size_t bytes, const void* bits) noexcept {
+  worker& w = *tl_w;
+  const launch_state* L = w.L;
+  if (L->mode != imode::racecheck || !L->magnitudes) return;
+  const access& a = w.cur->atomic;
+  if (a.kind != space_kind::device_memory || a.buf < 0 || a.buf >= static_cast<int32_t>(kMagnitudeBuffers)) return;
+  double* sum = L->magnitudes->sum_abs[a.buf];
+  const uint8_t type = L->magnitudes->elem_type[a.buf];
+  if (!sum || type == magnitude_none) return;
+  // The value may cover several elements (a 16-bit float's compare-and-swap works on its 32-bit
+  // word): each gets the magnitude of its own part, which only loosens the neighbour's bound.
+  const size_t elem = type == magnitude_float ? 4 : 2;
+  const int64_t off = static_cast<const char*>(addr) - static_cast<const char*>(L->p->buffers[a.buf]);
+  const int64_t count = L->p->counts[a.buf];
+  if (off < 0 || off % static_cast<int64_t>(elem) != 0) return;
+  for (size_t j = 0; j * elem < bytes; ++j) {
+    const int64_t e = off / static_cast<int64_t>(elem) + static_cast<int64_t>(j);
+    if (e >= count) break;
+    const unsigned char* p = static_cast<const unsigned char*>(bits) + j * elem;
+    float v;
+    if (type == magnitude_float) {
+      std::memcpy(&v, p, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      if (type == magnitude_half) {
+        v = half_bits_to_float(h);
+      } else {
+        const uint32_t b = static_cast<uint32_t>(h) << 16;
+        std::memcpy(&v, &b, 4);
+      }
+    }
+    if (__builtin_isfinite(v)) sum[e] += __builtin_fabs(static_cast<double>(v));
+  }
 }
 
 void predicate_enter() noexcept { ++tl_w->cur->pred_depth; }
@@ -1072,7 +1154,8 @@ int launch(const launch_params& p) noexcept {
   L->stack_bytes = p.stack_bytes ? p.stack_bytes : 256 * 1024;
   L->mode = g_instrument.mode;
   L->seed = g_instrument.seed;
-  L->counters = L->mode == imode::counters ? g_instrument.counters : nullptr;
+  L->counters = L->mode == imode::counters ? static_cast<uint64_t*>(g_instrument.data) : nullptr;
+  L->magnitudes = L->mode == imode::racecheck ? static_cast<const float_atomic_magnitudes*>(g_instrument.data) : nullptr;
   uint64_t nworkers = p.workers > 0 ? static_cast<uint64_t>(p.workers) : 1;
   if (L->mode == imode::racecheck) {
     // One worker (the shadow state is not shared between OS threads), threadgroups in seeded order.
@@ -1136,8 +1219,9 @@ int launch(const launch_params& p) noexcept {
 
 extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers() { return tlm::fiber::flavour(); }
 
-// Instrumentation of the next launch of this library: mode 0 none, 1 counters (into `counters`,
-// one row of c_counter_count per threadgroup), 2 racecheck with schedule `seed`.
-extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, uint64_t* counters, uint64_t seed) {
-  tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), counters, seed};
+// Instrumentation of the next launch of this library: mode 0 none, 1 counters (`data`: one row of
+// c_counter_count per threadgroup), 2 racecheck with schedule `seed` (`data`: a
+// float_atomic_magnitudes to sum float atomic values into, or null).
+extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, void* data, uint64_t seed) {
+  tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), data, seed};
 }

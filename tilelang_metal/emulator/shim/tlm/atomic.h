@@ -20,6 +20,15 @@
 #define TLM_ATOMIC_ACCESS(address, bytes, kind) ((void)0)
 #endif
 #endif
+// Second hook: each value an atomic access observes or leaves in memory (racecheck bounds the
+// rounding of float atomic sums with their magnitudes; runtime_api.h, on_atomic_value).
+#ifndef TLM_ATOMIC_VALUE
+#ifdef TLM_RACECHECK
+#define TLM_ATOMIC_VALUE(address, value_ptr) ::tlm::rt::on_atomic_value((address), sizeof(*(value_ptr)), (value_ptr))
+#else
+#define TLM_ATOMIC_VALUE(address, value_ptr) ((void)0)
+#endif
+#endif
 
 namespace metal {
 
@@ -66,8 +75,12 @@ TLM_INLINE T fetch_update(tlm_atomic<T>* object, Update update) {
   __atomic_load(p, &seen, __ATOMIC_RELAXED);
   for (;;) {
     T next = update(seen);
-    if (__builtin_memcmp(&next, &seen, sizeof(T)) == 0) return seen;  // nothing to write
-    if (__atomic_compare_exchange(p, &seen, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return seen;
+    // the result stands even when it equals the old value (a float add that rounds back to it)
+    if (__builtin_memcmp(&next, &seen, sizeof(T)) == 0 ||
+        __atomic_compare_exchange(p, &seen, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      TLM_ATOMIC_VALUE(object, &next);
+      return seen;
+    }
   }
 }
 }  // namespace tlm_detail
@@ -78,6 +91,7 @@ TLM_INLINE T atomic_load_explicit(const tlm_atomic<T>* object, memory_order) {
   T out;
   __atomic_load(tlm_detail::cell(const_cast<tlm_atomic<T>*>(object), tlm_detail::atomic_load_access), &out,
                 __ATOMIC_RELAXED);
+  TLM_ATOMIC_VALUE(object, &out);
   return out;
 }
 
@@ -85,12 +99,14 @@ template <class T, class U>
 TLM_INLINE void atomic_store_explicit(tlm_atomic<T>* object, U desired, memory_order) {
   T v = static_cast<T>(desired);
   __atomic_store(tlm_detail::cell(object, tlm_detail::atomic_store_access), &v, __ATOMIC_RELAXED);
+  TLM_ATOMIC_VALUE(object, &v);
 }
 
 template <class T, class U>
 TLM_INLINE T atomic_exchange_explicit(tlm_atomic<T>* object, U desired, memory_order) {
   T v = static_cast<T>(desired), out;
   __atomic_exchange(tlm_detail::cell(object), &v, &out, __ATOMIC_RELAXED);
+  TLM_ATOMIC_VALUE(object, &v);
   return out;
 }
 
@@ -99,7 +115,10 @@ template <class T, class U>
 TLM_INLINE bool atomic_compare_exchange_weak_explicit(tlm_atomic<T>* object, T* expected, U desired, memory_order,
                                                       memory_order) {
   T v = static_cast<T>(desired);
-  return __atomic_compare_exchange(tlm_detail::cell(object), expected, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  const bool swapped =
+      __atomic_compare_exchange(tlm_detail::cell(object), expected, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  TLM_ATOMIC_VALUE(object, swapped ? &v : expected);  // what the memory holds now
+  return swapped;
 }
 
 template <class T, class U>

@@ -24,6 +24,7 @@ struct checked_ptr {
   uint8_t flags = 0;      // rt::access_flags of accesses through this pointer (set by the rewrite)
   int32_t buf = -1;       // device buffer index
   uint8_t* init = nullptr;  // thread arrays (racecheck): written flags, parallel to base
+  uint16_t view = 0;        // pool views: 1 + the view's index (threadgroup_view), else 0
 #endif
 
   checked_ptr(T* b, int64_t n, const char* nm, const char* sp, int64_t a0 = 0)
@@ -47,7 +48,7 @@ struct checked_ptr {
                        [[maybe_unused]] bool atomic_object = false) const {
 #ifdef TLM_INSTRUMENTED
     const rt::access a{base + j, name, j, init ? init + j : nullptr, buf, static_cast<uint16_t>(lanes),
-                       static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags};
+                       static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags, view};
 #ifdef TLM_RACECHECK
     // An atomic object: the atomic function that receives the pointer reports the access(es).
     if (atomic_object) return rt::atomic_target(a);
@@ -119,10 +120,12 @@ TLM_INLINE T* threadgroup_array_raw(uint32_t slot, int64_t count) {
 // `threadgroup T* NAME = (threadgroup T*)(POOL + byte_off);`: a typed view into a merged threadgroup
 // pool (`shared.dyn`). The view covers [byte_off, byte_end) of the pool, byte_end being the next view's
 // offset (computed by the rewrite) or, when negative, the end of the pool. It is checked against its
-// own extent, so an access that would land in a neighbouring view is reported.
+// own extent, so an access that would land in a neighbouring view is reported. `view_id` (1 + the
+// view's index in the kernel) lets racecheck tell the buffers the planner placed on the same bytes
+// apart: a read through one view of bytes last written through another is a read before write.
 template <class T, class P>
 inline checked_ptr<T> threadgroup_view(const checked_ptr<P>& pool, int64_t byte_off, int64_t byte_end,
-                                       const char* name) {
+                                       const char* name, [[maybe_unused]] uint16_t view_id = 0) {
   const int64_t pool_bytes = pool.extent * static_cast<int64_t>(sizeof(P));
   if (byte_end < 0 || byte_end > pool_bytes) byte_end = pool_bytes;
   const bool outside = byte_off < 0 || byte_off > pool_bytes;
@@ -139,6 +142,7 @@ inline checked_ptr<T> threadgroup_view(const checked_ptr<P>& pool, int64_t byte_
   checked_ptr<T> r(reinterpret_cast<T*>(bytes), n, name, "threadgroup array", byte_off / static_cast<int64_t>(sizeof(T)));
 #ifdef TLM_INSTRUMENTED
   r.kind = rt::space_kind::threadgroup_memory;
+  r.view = view_id;
 #endif
   return r;
 }

@@ -120,10 +120,35 @@ template <class R> TLM_INLINE R tlm_float_result(float v) { return static_cast<R
     return name(tlm::vec<T, N>(a), b);                                                       \
   }
 
-TLM_MATH_BINARY(max, (a < b ? b : a))
-TLM_MATH_BINARY(min, (b < a ? b : a))
-TLM_MATH_BINARY(fmax, (R(__builtin_fmaxf(static_cast<float>(a), static_cast<float>(b)))))
-TLM_MATH_BINARY(fmin, (R(__builtin_fminf(static_cast<float>(a), static_cast<float>(b)))))
+// Metal's max / min / fmax / fmin on floats (and simd_max / simd_min, built on them): when exactly
+// one operand is NaN the other one is the result (IEEE 754 maxNum / minNum), two NaNs give NaN.
+// Zeros compare by sign (+0 is the larger), so the result never depends on operand order and a
+// reduction gives the same value in any element order. Integers compare plainly.
+namespace tlm_detail {
+template <class R> TLM_INLINE bool is_nan_value(R v) { return v != v; }
+template <class R> TLM_INLINE bool sign_bit(R v) { return __builtin_signbit(static_cast<float>(v)); }
+template <class R> TLM_INLINE R max_number(R a, R b) {
+  if constexpr (tlm::is_floating_v<R>) {
+    if (is_nan_value(a)) return b;
+    if (is_nan_value(b)) return a;
+    if (a == b) return sign_bit(a) ? b : a;
+  }
+  return a < b ? b : a;
+}
+template <class R> TLM_INLINE R min_number(R a, R b) {
+  if constexpr (tlm::is_floating_v<R>) {
+    if (is_nan_value(a)) return b;
+    if (is_nan_value(b)) return a;
+    if (a == b) return sign_bit(a) ? a : b;
+  }
+  return b < a ? b : a;
+}
+}  // namespace tlm_detail
+
+TLM_MATH_BINARY(max, (tlm_detail::max_number<R>(a, b)))
+TLM_MATH_BINARY(min, (tlm_detail::min_number<R>(a, b)))
+TLM_MATH_BINARY(fmax, (tlm_detail::max_number<R>(a, b)))
+TLM_MATH_BINARY(fmin, (tlm_detail::min_number<R>(a, b)))
 TLM_MATH_BINARY(pow, (R(__builtin_powf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(powr, (R(__builtin_powf(static_cast<float>(a), static_cast<float>(b)))))
 TLM_MATH_BINARY(fmod, (R(__builtin_fmodf(static_cast<float>(a), static_cast<float>(b)))))

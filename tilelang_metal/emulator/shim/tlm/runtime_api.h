@@ -100,7 +100,11 @@ struct access {
   uint16_t elem_bytes;
   space_kind kind;
   uint8_t flags;      // access_flags
+  uint16_t view;      // threadgroup memory: 1 + index of the pool view accessed through (threadgroup_view), 0 for none
 };
+// Racecheck tracks the last view that wrote each byte of threadgroup memory for views with ids
+// below this (the storage planner gives dead buffers' bytes to later ones).
+constexpr uint32_t kMaxTrackedViews = 4096;
 void on_access(const access& a) noexcept;
 
 // Atomics (racecheck). A cast to an atomic object pointer, `(device atomic_int*)(H + i)`, names the
@@ -109,6 +113,21 @@ void on_access(const access& a) noexcept;
 enum atomic_kind : unsigned { atomic_load = 0, atomic_store = 1, atomic_rmw = 2 };
 void atomic_target(const access& a) noexcept;
 void on_atomic_access(const void* addr, size_t bytes, unsigned kind) noexcept;
+// Every value an atomic access of that memory observes or leaves behind (`bits`: `bytes` of it):
+// loaded, stored, exchanged, compare-exchanged (the desired value, or the current one on failure),
+// the result of a read-modify-write. On float device buffers racecheck sums their magnitudes per
+// element: every rounded partial sum of a float atomic sum is one of them, which bounds how far
+// two schedules' sums may differ (float_atomic_magnitudes).
+void on_atomic_value(const void* addr, size_t bytes, const void* bits) noexcept;
+
+// Racecheck: where to sum the magnitudes of the values float atomics leave in device buffers
+// (instrument.py allocates and reads them; passed to tlm_instrument in racecheck mode).
+enum magnitude_type : uint8_t { magnitude_none = 0, magnitude_float = 1, magnitude_half = 2, magnitude_bfloat = 3 };
+constexpr uint32_t kMagnitudeBuffers = 256;
+struct float_atomic_magnitudes {
+  double* sum_abs[kMagnitudeBuffers];       // per device buffer index: one double per element, or null
+  uint8_t elem_type[kMagnitudeBuffers];     // magnitude_type of that buffer's elements
+};
 
 // Accesses inside `if`/`else` blocks of the kernel count as predicated (counters).
 void predicate_enter() noexcept;

@@ -1,0 +1,71 @@
+"""T.reduce_max / T.reduce_min with NaN inputs: Metal's max / min return the non-NaN operand, so a
+reduction ignores NaNs wherever they sit in the row (first, middle, last element; lanes of a
+butterfly or of a simd_max across a simdgroup) and equals torch's NaN-ignoring fmax / fmin fold."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from tests.numerics import reduction_kernels as rk
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+MAX, MIN = rk.KINDS.index("max"), rk.KINDS.index("min")
+
+
+def fmax_fold(a: torch.Tensor, dim: int, kind: str) -> torch.Tensor:
+    """torch's NaN-ignoring reduction: a fold of torch.fmax / torch.fmin along `dim`."""
+    combine = torch.fmax if kind == "max" else torch.fmin
+    return functools.reduce(combine, a.unbind(dim))
+
+
+def row_with_nans(values: torch.Tensor, positions: tuple[int, ...]) -> torch.Tensor:
+    """`values` with NaN inserted at `positions` (of the result): the other elements keep their order."""
+    n = values.numel() + len(positions)
+    row = torch.full((n,), math.nan)
+    keep = [j for j in range(n) if j not in positions]
+    row[keep] = values
+    return row
+
+
+# Configurations of test_reductions.py (builds shared through the emulator's cache): a butterfly in
+# one simdgroup (8x16 / 32), rows of a whole simdgroup: simd_max / simd_min plus threadgroup memory
+# (4x64 / 128), threads outside the layout (3x5 / 32), fp16 folded into initial values (16x16 / 64).
+CONFIGS = [(8, 16, 32, "float32", True), (4, 64, 128, "float32", True), (3, 5, 32, "float32", True), (16, 16, 64, "float16", False)]
+
+
+@pytest.mark.parametrize("M,N,threads,dtype,clear", CONFIGS, ids=lambda v: str(v))
+def test_nan_position_in_a_row_does_not_change_max_or_min(M, N, threads, dtype, clear):
+    kernel = rk.fragment_reductions(M, N, threads, dtype, clear)
+    tdt = TORCH_DTYPES[dtype]
+    torch.manual_seed(M * 100 + N)
+    base = torch.randn(M, N - 2)  # each row: N - 2 numbers and two NaN slots' worth of room
+    placements = [(0,), (N // 2,), (N - 1,), (0, N - 1), (N // 2, N // 2 + 1)]
+    init1, init0 = torch.randn(5, M).to(tdt), torch.randn(5, N).to(tdt)
+    results = []
+    for positions in placements:
+        # one extra number fills the row when only one NaN is inserted, the same in every placement
+        filler = base[:, :1] if len(positions) == 1 else base[:, :0]
+        # row 0 stays NaN-free, so no column is all NaN (see docs/kernel_vocabulary.md: such a column
+        # gives NaN or the reduction's identity, depending on the lowering)
+        rows = [torch.cat([base[0], base[0, :2]])]
+        rows += [row_with_nans(torch.cat([base[i], filler[i]]), positions) for i in range(1, M)]
+        a = torch.stack(rows).to(tdt)
+        r1, r0 = torch.empty(5, M, dtype=tdt), torch.empty(5, N, dtype=tdt)
+        kernel(a, init1, init0, r1, r0)
+        for k, kind in ((MAX, "max"), (MIN, "min")):
+            for dim, got, init in ((1, r1[k], init1[k]), (0, r0[k], init0[k])):
+                want = fmax_fold(a.float(), dim, kind)
+                if not clear:
+                    want = fmax_fold(torch.stack([init.float(), want]), 0, kind)
+                where = f"{kind} dim={dim} NaN at {positions}"
+                torch.testing.assert_close(got.float(), want.to(tdt).float(), rtol=0, atol=0, equal_nan=True, msg=where)
+        if len(positions) == 1:
+            results.append((r1[MAX].clone(), r1[MIN].clone()))
+    # the same numbers with the NaN first, in the middle or last: identical row results
+    for mx, mn in results[1:]:
+        assert torch.equal(mx, results[0][0]) and torch.equal(mn, results[0][1])
+    assert not results[0][0].isnan().any() and not results[0][1].isnan().any()
