@@ -36,3 +36,22 @@ def test_prelude_only_where_metal_stdlib_comes_first():
     assert toolchain._starts_with_stdlib("#include <metal_stdlib>\nusing namespace metal;\n")
     assert not toolchain._starts_with_stdlib("#define half float\n#include <metal_stdlib>\n")
     assert not toolchain._starts_with_stdlib("using namespace metal;\n")
+
+
+def test_prelude_of_another_checkouts_shim_is_its_own(tmp_path, monkeypatch):
+    """Two checkouts with the same shim text share a cache: each gets its own PCH, since a PCH names
+    its headers by path (clang then saw the shim twice: redefinitions)."""
+    import shutil
+
+    monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(tmp_path / "cache"))
+    mine = toolchain.prelude_header()
+    copy = tmp_path / "other-checkout" / "shim"
+    shutil.copytree(toolchain.SHIM_DIR, copy)
+    monkeypatch.setattr(toolchain, "SHIM_DIR", copy)
+    theirs = toolchain.prelude_header()
+    assert mine is not None and theirs is not None and mine != theirs
+    src = tmp_path / "k.metal"
+    src.write_text(K.add_half4())
+    cmd = toolchain._kernel_cmd(toolchain.compiler(), src, ["-fsyntax-only", "-Winvalid-pch"], prelude=theirs)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr

@@ -246,7 +246,9 @@ def prelude_header(instrument: str | None = None) -> Path | None:
     flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
     cxx = compiler()
     flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]
-    key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
+    # The shim's path is in the key: a PCH names the headers it holds by path, and a kernel that
+    # includes the same headers from another checkout would get both copies (redefinitions).
+    key = _key("prelude", sources_hash(), str(SHIM_DIR), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]
     header = final / PRELUDE_NAME
     gch = final / (PRELUDE_NAME + ".gch")
