@@ -67,7 +67,7 @@ def threadgroup_bytes(cfg: GemmConfig, dtype: str = "float16") -> int:
 def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: Any = None) -> str | None:
     """Why the plugin would refuse `cfg` for a GEMM of reduction length K (None when it lowers), from
     the plugin's own rules."""
-    from .transform.resource_check import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+    from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
     if cfg.path not in PATHS:
         return f"unknown path {cfg.path!r}; use one of {PATHS}"
