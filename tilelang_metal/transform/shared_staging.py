@@ -150,6 +150,10 @@ def _candidates(kernel: _Kernel) -> list[tuple[Any, Any, list[_Staging] | str]]:
             operands = [call.args[0], call.args[1]]
             if not any(str(tile_region(a).buffer.scope()) in SHARED_SCOPES for a in operands):
                 continue
+            dtypes = [str(tile_region(a).buffer.dtype) for a in operands]
+            if dtypes[0] != dtypes[1]:  # left to the GEMM's own refusal, which names these buffers and the cast
+                out.append((stmt, seq_node, f"A and B differ in dtype ({dtypes[0]}, {dtypes[1]})"))
+                continue
             found = [_staging_of(kernel, seq, i, a) for a in operands]
             reasons = [f for f in found if isinstance(f, str)]
             out.append((stmt, seq_node, reasons[0] if reasons else found))
