@@ -24,10 +24,10 @@ from typing import Any
 import tilelang.language as T
 
 from .errors import MetalLoweringError
+from .limits import THREADGROUP_MEMORY_BYTES
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
-THREADGROUP_MEMORY_BYTES = 32 * 1024
 # The score of a masked key and the running maximum of a row that has seen no key yet: a large
 # finite negative number instead of -inf, because under Metal's fast math (MTLMathModeFast, the
 # default of MTLCompileOptions) the compiler may assume no infinities. exp2((MASKED_SCORE - m) *

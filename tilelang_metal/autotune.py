@@ -4,10 +4,18 @@
     kernel = autotune_gemm(4096, 4096, 4096)                    # Mac: tilelang.autotune, real GPU timings
     ranked = rank_by_roofline(space, 256, 256, 256, chip=roofline.chip("M5"))   # anywhere: emulator counters
 
+`autotune_gemm` times candidates on the GPU, so without one (no torch MPS: Linux) it refuses at once
+with a one-line RuntimeError pointing to `rank_by_roofline`, instead of letting `execution_backend="auto"`
+fall back to the emulator and time a large space on the CPU (at 4096^3: 180 candidates, about 70
+compiled after 3 minutes and none timed yet; CPU times that say nothing about a GPU anyway). It does not return the ranking's first
+choice instead: the ranking runs every candidate in the emulator, which is only affordable at
+reduced sizes, so it is a separate, explicit call. `execution_backend="emulator"` still tunes
+anywhere (CPU wall times, with a warning): for small spaces and tests.
+
 A configuration is kept only when the plugin's own rules accept it: the instruction selection and
 warp partition GemmMetal would use (`selection.select_inst`, `selection.warp_partition`) must give
 a legal split, the threads fit a threadgroup, and the staged tiles fit Metal's 32 KiB of threadgroup
-memory (`transform.resource_check`). See docs/benchmarks.md (Autotuning).
+memory (`limits`). See docs/benchmarks.md (Autotuning).
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ def threadgroup_bytes(cfg: GemmConfig, dtype: str = "float16") -> int:
 def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: Any = None) -> str | None:
     """Why the plugin would refuse `cfg` for a GEMM of reduction length K (None when it lowers), from
     the plugin's own rules."""
-    from .transform.resource_check import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+    from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
     if cfg.path not in PATHS:
         return f"unknown path {cfg.path!r}; use one of {PATHS}"
@@ -215,11 +223,19 @@ def autotune_gemm(M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: 
     """The fastest configuration's compiled kernel (`kernel(A, B) -> C`), chosen by `tilelang.autotune`
     timing each candidate on the device (torch MPS on a Mac) after checking it against torch.
 
-    With execution_backend="emulator" it runs anywhere, but then the timings are CPU times of the
-    emulator: use `rank_by_roofline` there instead."""
+    Without a GPU it refuses (see the module docstring). With execution_backend="emulator" it runs
+    anywhere, but then the timings are CPU times of the emulator: use `rank_by_roofline` there instead."""
     import tilelang
     import torch
 
+    from .execution.backends import mps_available
+
+    if execution_backend in ("auto", "torch") and not mps_available():
+        raise RuntimeError(
+            f"autotune_gemm({M}, {N}, {K}) times each candidate on the GPU, which needs a Mac (torch MPS); this host has "
+            "none. Rank configurations without a GPU with autotune.rank_by_roofline(config_space(m, n, k)[:10], m, n, k, "
+            "chip=roofline.chip('M5')) at reduced sizes, or pass execution_backend='emulator' to time a small space on the CPU."
+        )
     out_dtype = out_dtype or dtype
     candidates = list(space) if space is not None else config_space(M, N, K, dtype=dtype, target=target)
     if not candidates:

@@ -39,7 +39,7 @@ from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
-from .transform.resource_check import CheckThreadgroupResources
+from .transform.resource_check import CheckThreadgroupResources, ThreadgroupBufferLog
 from .transform.shared_staging import BypassSharedStaging
 from .transform.shuffle_width import KeepShuffleWidths
 from .transform.skipped_body_sync import SyncSkippedBodies
@@ -70,13 +70,16 @@ def _lower_metal_passes(mod: object, target: object) -> object:
 
     cfg = pipeline_options()
     ctx = tl.get_pass_context()
+    threadgroup_buffers = ThreadgroupBufferLog()  # plugin: names and sizes for the threadgroup-memory refusal
 
     mod = tirx.transform.BindTarget(target)(mod)
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
-    mod = BypassSharedStaging(mod, target)  # plugin: staging-only shared operands -> direct-global T.gemm
+    with gemm_metal.recorded_plans() as staging_decisions:
+        mod = BypassSharedStaging(mod, target)  # plugin: staging-only shared operands -> direct-global T.gemm
+    threadgroup_buffers.staging_kept = [d.reason for d in staging_decisions if getattr(d, "action", None) == "keep"]
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
@@ -92,7 +95,9 @@ def _lower_metal_passes(mod: object, target: object) -> object:
 
     mod = tl.IfStmtBinding()(mod)
     mod = _plan_pipelines(tl, mod)
+    threadgroup_buffers.record_declared(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
+    threadgroup_buffers.record_pipelined(mod)
     mod = MarkRegisterStaging(mod)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs
     mod = tl.Simplify()(mod)
 
@@ -141,6 +146,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.SplitHostDevice()(mod)
     mod = tl.AnnotateReadOnlyParams()(mod)
 
+    threadgroup_buffers.record_kernels(mod)
     mod = tl.MergeSharedMemoryAllocations(
         enable_aggressive_merge=cfg.should_enable_aggressive_merge(pass_ctx=ctx, target=target),
         disable_reuse=cfg.should_disable_shared_memory_reuse(pass_ctx=ctx),
@@ -158,7 +164,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = BlockSwizzleLaunch(mod)  # plugin: physical launch grid of the block swizzle (padded MLX grid)
     mod = UseSimdgroupIndices(mod)  # plugin: lane / simdgroup ids from Metal attributes
     mod = UnrollAccumulatorLoops(mod)  # plugin: constant accumulator indices allow storage elision
-    mod = CheckThreadgroupResources(mod)  # plugin: 32 KiB of threadgroup memory, 1024 threads
+    mod = CheckThreadgroupResources(mod, threadgroup_buffers)  # plugin: 32 KiB of threadgroup memory (names each buffer), 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
     return mod

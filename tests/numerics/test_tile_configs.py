@@ -22,6 +22,7 @@ from tests.gemm_support import assert_close, compile_emulated, operands
 from tilelang_metal import examples as E
 from tilelang_metal.emulator import counters
 from tilelang_metal.gemm import GemmPlan, recorded_plans
+from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
 
 CONFIGS = [(128, 128, 256), (128, 128, 512), (64, 128, 256), (64, 128, 512)]  # block_M, block_N, threads
 PATHS = ("metal_simdgroup", "metal4_direct_global", "metal4_shared")
@@ -34,7 +35,6 @@ def block_k(bm: int, threads: int) -> int:
 
 PAD = 8  # elements added to each threadgroup row: 16 bytes for fp16, keeps 16-byte copies aligned
 BANK_BYTES = 128  # 32 banks of 4 bytes
-THREADGROUP_LIMIT = 32 * 1024
 MSL_SIZES = {"half": 2, "bfloat": 2, "float": 4, "uchar": 1, "char": 1, "int": 4, "uint": 4}
 
 
@@ -123,7 +123,7 @@ def test_shared_layout_is_padded_and_fits(path, bm, bn, threads):
     kernel, *_ = built(path, bm, bn, threads)
     src = kernel.get_kernel_source()
     assert "*(threadgroup uint4*)" in src
-    assert _threadgroup_bytes(src) <= THREADGROUP_LIMIT
+    assert _threadgroup_bytes(src) <= THREADGROUP_MEMORY_BYTES
     # the threadgroup tiles as declared: padded rows, so consecutive rows start in different banks
     extents = {int(x) for pair in re.findall(r"threadgroup half\*? ?\w+(?:\[(\d+)\];| = .*// (\d+) elements)", src) for x in pair if x}
     assert {bm * (block_k(bm, threads) + PAD), block_k(bm, threads) * (bn + PAD)} <= extents, extents

@@ -10,7 +10,7 @@ from tilelang import tvm
 from tilelang_metal import autotune, examples
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.transform.resource_check import THREADGROUP_MEMORY_BYTES
+from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
+from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .errors import EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError, EmulatorStackError
 from .signature import KernelSignature, ScalarParam
 
 if TYPE_CHECKING:
     import torch
 
-# Metal: at most 1024 threads per threadgroup and 32 KiB of threadgroup memory on Apple GPUs.
-MAX_THREADS_PER_THREADGROUP = 1024
-THREADGROUP_MEMORY_LIMIT = 32 * 1024
 DEFAULT_STACK_BYTES = 256 * 1024  # fiber stack of a kernel without big thread arrays
 DEFAULT_STACK_LIMIT_KB = 16 * 1024  # the most a fiber stack may grow to (TILELANG_METAL_EMULATOR_STACK_KB)
 STACK_MARGIN_BYTES = 128 * 1024  # frames and compiler temporaries on top of the declared thread arrays
@@ -209,7 +207,7 @@ class EmulatedKernel:
                 self._lib.tlm_instrument(mode, counters or None, seed)
             # ctypes releases the GIL for the duration of the call.
             rc = self._lib.tlm_launch(
-                ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_LIMIT, err, _ERROR_BYTES
+                ptrs, counts, grid_arr, block_arr, nworkers, stack, THREADGROUP_MEMORY_BYTES, err, _ERROR_BYTES
             )
         if rc == 2:
             raise EmulatorRaceError(f"kernel {self.name}: " + err.value.decode(errors="replace"))

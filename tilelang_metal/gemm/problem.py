@@ -156,6 +156,30 @@ def _operand(name: str, region: Any) -> Operand:
     return Operand(name, buf, lead, region.region[-2].min, region.region[-1].min, rows, cols)
 
 
+def _cast_advice(op: Operand, dtype: str) -> str:
+    """How to give operand `op` the dtype `dtype`, for the scope it is in."""
+    buf = op.buffer.name
+    if op.scope in SHARED_SCOPES:
+        return f"cast {op.name} to {dtype}: declare {buf} with T.alloc_shared(..., \"{dtype}\") (the T.copy that fills it casts)"
+    if op.scope in FRAGMENT_SCOPES:
+        return f"cast {op.name} to {dtype}: T.copy {buf} into a T.alloc_fragment(..., \"{dtype}\") of the same shape (T.copy casts) and pass that"
+    return (
+        f"cast {op.name} to {dtype}: declare {buf} as T.Tensor(..., \"{dtype}\") and convert the data before the call, "
+        f"or stage both tiles with T.copy into T.alloc_shared(..., \"{dtype}\") buffers (T.copy casts)"
+    )
+
+
+def _dtype_fix(A: Operand, B: Operand) -> str:
+    """The cast that makes the two operands of one T.gemm agree: a float32 operand goes down to the
+    other's 16-bit dtype (that operand already bounds the precision, and 16-bit inputs run the faster
+    matrix path); float16 with bfloat16 goes to float32, the one dtype both convert to exactly."""
+    if A.dtype == "float32":
+        return f"{_cast_advice(A, B.dtype)}, or cast B to float32 (exact, slower)"
+    if B.dtype == "float32":
+        return f"{_cast_advice(B, A.dtype)}, or cast A to float32 (exact, slower)"
+    return f"{_cast_advice(A, 'float32')}; {_cast_advice(B, 'float32')}"
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     A: Operand
@@ -202,7 +226,7 @@ class GemmProblem:
                     f"{', '.join(INPUT_DTYPES)} inputs. Cast the operand first."
                 )
         if A.dtype != B.dtype:
-            raise GemmLoweringError(f"T.gemm needs A and B of the same dtype on Metal, got A={A.dtype}, B={B.dtype}")
+            raise GemmLoweringError(f"T.gemm needs A and B of the same dtype on Metal, got A={A.dtype}, B={B.dtype}: {_dtype_fix(A, B)}")
         if C.dtype not in OUTPUT_DTYPES:
             raise GemmLoweringError(
                 f"T.gemm output C ({C.buffer.name}) has dtype {C.dtype}; Metal GEMM accumulates in float32 and "

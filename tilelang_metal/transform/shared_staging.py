@@ -30,11 +30,10 @@ from typing import Any
 from .. import config
 from .. import gemm as gemm_metal
 from .._host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
+from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..target import has_metal4
 from .ir_query import find_nodes
-
-THREADGROUP_MEMORY_LIMIT = 32 * 1024
 
 # A PrimFunc attribute: keep this kernel's shared staging as written, whatever the bypass setting
 # (`keep_shared_staging(func)`; the autotuner's shared-path configurations use it).
@@ -151,6 +150,10 @@ def _candidates(kernel: _Kernel) -> list[tuple[Any, Any, list[_Staging] | str]]:
             operands = [call.args[0], call.args[1]]
             if not any(str(tile_region(a).buffer.scope()) in SHARED_SCOPES for a in operands):
                 continue
+            dtypes = [str(tile_region(a).buffer.dtype) for a in operands]
+            if dtypes[0] != dtypes[1]:  # left to the GEMM's own refusal, which names these buffers and the cast
+                out.append((stmt, seq_node, f"A and B differ in dtype ({dtypes[0]}, {dtypes[1]})"))
+                continue
             found = [_staging_of(kernel, seq, i, a) for a in operands]
             reasons = [f for f in found if isinstance(f, str)]
             out.append((stmt, seq_node, reasons[0] if reasons else found))
@@ -188,7 +191,7 @@ def _fewest_cuts(kernel: _Kernel) -> dict[Any, int] | None:
         loops[loop] = n
     for stages in range(max(loops.values(), default=1), 0, -1):
         per_buffer = {data: min(n, stages) for data, (loop, n) in pipelined.items()}
-        if _staged_bytes(kernel, per_buffer) <= THREADGROUP_MEMORY_LIMIT:
+        if _staged_bytes(kernel, per_buffer) <= THREADGROUP_MEMORY_BYTES:
             return {loop: min(n, stages) for loop, n in loops.items()}
     return None
 
@@ -271,7 +274,7 @@ def bypass_function(func: Any, target: Any) -> Any:
         reason = "A and B are staging only (one T.copy from global, read only by the T.gemm) and the target has metal4 (direct-global cooperative tensors)"
     else:
         current = _staged_bytes(kernel, {d: n for d, (_, n) in _pipelined_copies(kernel.body).items()})
-        if current <= THREADGROUP_MEMORY_LIMIT:
+        if current <= THREADGROUP_MEMORY_BYTES:
             for g, _ in ready:
                 gemm_metal.record(StagingDecision(_gemm_name(g.value), "keep", f"plain metal target (simdgroup matrices reuse the staged tiles) and the staging fits 32 KiB ({current} bytes)"))
             return func
