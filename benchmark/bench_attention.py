@@ -44,7 +44,7 @@ FULL_SHAPES = tuple(
     for (b, h, s, d) in ((4, 32, 1024, 128), (1, 32, 4096, 128), (4, 32, 2048, 64), (8, 16, 512, 64))
     for causal in (False, True)
 )
-DRY_SHAPES = (Shape(1, 2, 128, 64, False), Shape(1, 2, 128, 64, True))
+DRY_SHAPES = (Shape(1, 2, 128, 64, False), Shape(1, 2, 128, 64, True), Shape(1, 1, 64, 128, False))  # d128: smaller blocks
 
 
 def case_of(shape: Shape, dtype: str) -> dict[str, Any]:
@@ -88,6 +88,26 @@ def plugin_builder() -> Any:
     return getattr(examples, "flash_attention_forward", None)
 
 
+BLOCK_CHOICES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 32))  # (block_m, block_n), largest first
+
+
+def blocks_for(shape: Shape, dtype: str, args: argparse.Namespace) -> tuple[int, int]:
+    """--block-m / --block-n where given; otherwise the largest pair whose staged tiles fit Metal's
+    threadgroup memory at this head_dim (64x64 needs 48 KiB at head_dim 128)."""
+    from tilelang_metal.attention import check_attention_config
+    from tilelang_metal.errors import MetalLoweringError
+
+    for block_m, block_n in BLOCK_CHOICES:
+        block_m, block_n = args.block_m or block_m, args.block_n or block_n
+        try:
+            check_attention_config(shape.head_dim, block_m, block_n, dtype, args.threads)
+            return block_m, block_n
+        except MetalLoweringError:
+            if args.block_m and args.block_n:
+                raise
+    raise ValueError(f"no block size fits head_dim {shape.head_dim}")
+
+
 def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | str:
     import torch
 
@@ -97,15 +117,16 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
         build = plugin_builder()
         if build is None:
             return "tilelang_metal.examples.flash_attention_forward is not available in this version"
+        block_m, block_n = blocks_for(s, p.dtype, args)
         if args.dry_run:
             from tilelang_metal import examples
 
             target = examples.metal4_target() if args.target == "metal4" else examples.plain_metal_target()
-            kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=args.block_m,
-                           block_n=args.block_n, threads=args.threads, target=target, execution_backend="emulator")
+            kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=block_m,
+                           block_n=block_n, threads=args.threads, target=target, execution_backend="emulator")
             return Runner(backend, lambda: kernel(p.q, p.k, p.v))
-        kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=args.block_m,
-                       block_n=args.block_n, threads=args.threads, target="metal", execution_backend="torch")
+        kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=block_m,
+                       block_n=block_n, threads=args.threads, target="metal", execution_backend="torch")
         return Runner(backend, lambda: kernel(p.q, p.k, p.v), harness.torch_mps_sync)
     if backend == "torch-mps":
         if not on_mac:
@@ -177,8 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtypes", nargs="+", default=["float16"], choices=DTYPES)
     ap.add_argument("--target", default="metal4", choices=["metal4", "metal"], help="--dry-run only: the emulated target (default: %(default)s)")
     ap.add_argument("--chip", default=None, help="chip for the %% of peak column (default: this Mac's; 'M5' in a dry run)")
-    ap.add_argument("--block-m", type=int, default=64, help="plugin kernel: query rows per threadgroup (default: %(default)s)")
-    ap.add_argument("--block-n", type=int, default=64, help="plugin kernel: key rows per K/V step (default: %(default)s)")
+    ap.add_argument("--block-m", type=int, default=None, help="plugin kernel: query rows per threadgroup (default: the largest that fits the head_dim)")
+    ap.add_argument("--block-n", type=int, default=None, help="plugin kernel: key rows per K/V step (default: the largest that fits the head_dim)")
     ap.add_argument("--threads", type=int, default=128, help="plugin kernel: threads per threadgroup (default: %(default)s)")
     return ap
 
@@ -199,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (shape, dtype) in enumerate(cases, 1):
         print(f"[{i}/{len(cases)}] {case_of(shape, dtype)['label']}", flush=True)
         rows += run_case(shape, dtype, args, peak)
+        harness.write_progress(rows, args.out, "attention")
     env = harness.environment(chip, dry_run=args.dry_run)
     files = harness.write_all(
         rows, env, args.out, "attention", title="Flash-attention forward: tilelang_metal vs torch SDPA (MPS), MLX SDPA",

@@ -24,8 +24,9 @@ import harness  # noqa: E402
 from harness import Row, Runner  # noqa: E402
 
 BACKENDS = ("plugin", "torch-mps", "mlx", "in-tree")
-DTYPES = {"fp16": ("float16", "float16"), "bf16": ("bfloat16", "bfloat16"), "fp16->fp32": ("float16", "float32")}
-LAYOUTS = ("NN", "NT")  # NT: B stored N x K (T.gemm transpose_B)
+DTYPES = {"fp16": ("float16", "float16"), "bf16": ("bfloat16", "bfloat16"), "fp16->fp32": ("float16", "float32"),
+          "fp32": ("float32", "float32")}
+LAYOUTS = ("NN", "NT", "TN")  # NT: B stored N x K (T.gemm transpose_B); TN: A stored K x M (transpose_A)
 TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3}  # max |C - ref| / max |ref|, by C's dtype
 
 
@@ -55,6 +56,8 @@ DRY_CASES = (
     (Shape("skinny", 1, 128, 128), "NT", "fp16"),
     (Shape("ragged", 160, 160, 160), "NN", "fp16"),  # like 4000^3: partial tiles in M and N, K a multiple of 16
     (Shape("ragged", 127, 129, 128), "NT", "bf16"),  # like 4095x4097x4096: odd M and N
+    (Shape("square", 128, 128, 64), "TN", "fp16"),
+    (Shape("square", 64, 128, 64), "NN", "fp32"),
 )
 
 
@@ -87,11 +90,13 @@ class Problem:
         self.in_dtype, self.out_dtype = DTYPES[dtype]
         gen = torch.Generator().manual_seed(shape.m * 31 + shape.n * 7 + shape.k)
         tdt = getattr(torch, self.in_dtype)
-        self.a = torch.randn(shape.m, shape.k, generator=gen).to(tdt).to(device)
+        a_shape = (shape.k, shape.m) if layout == "TN" else (shape.m, shape.k)
+        self.a = torch.randn(*a_shape, generator=gen).to(tdt).to(device)
         b_shape = (shape.n, shape.k) if layout == "NT" else (shape.k, shape.n)
         self.b = torch.randn(*b_shape, generator=gen).to(tdt).to(device)
-        self.b_kn = self.b.t() if layout == "NT" else self.b  # K x N view for libraries without a layout flag
-        self.reference = torch.mm(self.a.float(), self.b_kn.float())
+        self.a_mk = self.a.t() if layout == "TN" else self.a  # M x K and K x N views for libraries without a layout flag
+        self.b_kn = self.b.t() if layout == "NT" else self.b
+        self.reference = torch.mm(self.a_mk.float(), self.b_kn.float())
         self.flops = 2.0 * shape.m * shape.n * shape.k
 
 
@@ -102,7 +107,7 @@ def plugin_kernel(p: Problem, args: argparse.Namespace, *, dry_run: bool) -> Any
 
     func = examples.gemm_direct_global(
         p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,
-        threads=args.threads, trans_B=p.layout == "NT", swizzle_panel=args.swizzle,
+        threads=args.threads, trans_A=p.layout == "TN", trans_B=p.layout == "NT", swizzle_panel=args.swizzle,
     )
     if dry_run:
         return tilelang.compile(func, out_idx=[-1], target=examples.metal4_target(), execution_backend="emulator")
@@ -118,7 +123,7 @@ def in_tree_kernel(p: Problem, args: argparse.Namespace) -> Any:
 
     func = examples.gemm_direct_global(
         p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,
-        threads=args.threads, trans_B=p.layout == "NT",
+        threads=args.threads, trans_A=p.layout == "TN", trans_B=p.layout == "NT",
     )
     tilelang_metal.deactivate()
     try:
@@ -138,15 +143,17 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
     if backend == "torch-mps":
         if not on_mac:
             return "dry run: no MPS device"
-        return Runner(backend, lambda: torch.mm(p.a, p.b_kn), harness.torch_mps_sync)
+        return Runner(backend, lambda: torch.mm(p.a_mk, p.b_kn), harness.torch_mps_sync)
     if backend == "mlx":
         mx = harness.mlx_core() if on_mac else None
         if mx is None:
             return "dry run: no Metal GPU" if not on_mac else "mlx not installed (pip install mlx)"
-        mdt = {"float16": mx.float16, "bfloat16": mx.bfloat16}[p.in_dtype]
+        mdt = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}[p.in_dtype]
         a = mx.array(p.a.float().cpu().numpy()).astype(mdt)
         b = mx.array(p.b.float().cpu().numpy()).astype(mdt)
-        runner = harness.mlx_runner(backend, mx, (lambda: mx.matmul(a, b.T)) if p.layout == "NT" else (lambda: mx.matmul(a, b)))
+        a_mk = a.T if p.layout == "TN" else a
+        b_kn = b.T if p.layout == "NT" else b
+        runner = harness.mlx_runner(backend, mx, lambda: mx.matmul(a_mk, b_kn))
         inner = runner.launch
 
         def launch_as_torch() -> Any:  # the verification reads torch tensors
@@ -154,6 +161,9 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
 
         return Runner(backend, launch_as_torch, runner.sync)
     if backend == "in-tree":
+        if p.shape.m % args.block_m or p.shape.n % args.block_n or p.shape.k % 16:
+            # its direct-global kernel has no edge guards: a launch would write past C (other buffers, or a fault)
+            return f"not launched: the in-tree kernel has no edge guards and {p.shape.m}x{p.shape.n}x{p.shape.k} is not a multiple of its {args.block_m}x{args.block_n}x16 tiles"
         if not on_mac:
             return "dry run: TileLang's in-tree backend runs on a Metal GPU only"
         kernel = in_tree_kernel(p, args)
@@ -177,7 +187,7 @@ class _MlxResult:
     def dtype(self) -> Any:
         import torch
 
-        return torch.bfloat16 if self.array.dtype == self.mx.bfloat16 else torch.float16
+        return {self.mx.bfloat16: torch.bfloat16, self.mx.float32: torch.float32}.get(self.array.dtype, torch.float16)
 
 
 def run_case(shape: Shape, layout: str, dtype: str, args: argparse.Namespace, peak: float | None) -> list[Row]:
@@ -239,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (shape, layout, dtype) in enumerate(cases, 1):
         print(f"[{i}/{len(cases)}] {case_of(shape, layout, dtype)['label']}", flush=True)
         rows += run_case(shape, layout, dtype, args, peak)
+        harness.write_progress(rows, args.out, "gemm")
     env = harness.environment(chip, dry_run=args.dry_run)
     files = harness.write_all(
         rows, env, args.out, "gemm", title="GEMM: tilelang_metal vs torch MPS, MLX, in-tree TileLang", backends=args.backends,

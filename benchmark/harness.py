@@ -148,7 +148,8 @@ def measure_case(
     """One problem on every backend: build each runner (`make_runner(backend)` returns a Runner, or
     a string saying why the backend is not available), check its output once (`check(backend, out)`
     gives the relative error, the tolerance and a note for a correct result), then time the correct
-    ones interleaved. A backend that raises is an `error` row, not the end of the benchmark."""
+    ones interleaved (a WRONG one is not launched again). A backend that raises is an `error` row, not
+    the end of the benchmark."""
     rows: dict[str, Row] = {}
     runners: list[Runner] = []
     for backend in backends:
@@ -163,8 +164,9 @@ def measure_case(
             row.rel_err, tolerance, note = check(backend, out)
             row.verified = row.rel_err <= tolerance
             row.status = OK if row.verified else WRONG
-            row.note = note if row.verified else f"max |out - ref| / max |ref| = {row.rel_err:.3g} > {tolerance}"
-            runners.append(made)
+            row.note = note if row.verified else f"max |out - ref| / max |ref| = {row.rel_err:.3g} > {tolerance}; not timed"
+            if row.verified:  # a wrong result is never launched again, let alone timed
+                runners.append(made)
         except Exception as err:  # a failing backend is a result, not the end of the benchmark
             row.status, row.note = ERROR, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
     if runners:
@@ -349,15 +351,30 @@ def write_chart(rows: Sequence[Row], env: dict[str, str], path: Path, *, title: 
     return path
 
 
-def write_all(rows: Sequence[Row], env: dict[str, str], out_dir: Path, stem: str, *, title: str, backends: Sequence[str],
-              case_columns: Sequence[str], ratio_of: str, ratio_to: Sequence[str], peak_tflops: float | None) -> dict[str, Path]:
+def write_progress(rows: Sequence[Row], out_dir: Path, stem: str) -> Path:
+    """The CSV of the rows so far, rewritten after every problem: an interrupted or crashed run keeps
+    what it measured."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {
+    return write_csv(rows, out_dir / f"{stem}.csv")
+
+
+def write_all(rows: Sequence[Row], env: dict[str, str], out_dir: Path, stem: str, *, title: str, backends: Sequence[str],
+              case_columns: Sequence[str], ratio_of: str, ratio_to: Sequence[str], peak_tflops: float | None,
+              chart: bool = True) -> dict[str, Path]:
+    """CSV and Markdown always; the PNG chart when `chart` and matplotlib is installed (otherwise one
+    line says it was skipped: the measured numbers are in the other two files)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
         "csv": write_csv(rows, out_dir / f"{stem}.csv"),
         "md": write_markdown(rows, env, out_dir / f"{stem}.md", title=title, backends=backends, case_columns=case_columns,
                              ratio_of=ratio_of, ratio_to=ratio_to),
-        "png": write_chart(rows, env, out_dir / f"{stem}.png", title=title, backends=backends, peak_tflops=peak_tflops),
     }
+    if chart:
+        try:
+            files["png"] = write_chart(rows, env, out_dir / f"{stem}.png", title=title, backends=backends, peak_tflops=peak_tflops)
+        except ModuleNotFoundError as err:
+            print(f"chart skipped: {err}", file=sys.stderr)
+    return files
 
 
 def mps_available() -> bool:

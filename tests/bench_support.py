@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmark"
 def load_benchmark(name: str) -> ModuleType:
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))  # the scripts import their shared `harness`
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_bench_{name.replace('/', '_')}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
     spec.loader.exec_module(module)

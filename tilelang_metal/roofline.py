@@ -50,6 +50,11 @@ def _alu_estimate(cores: int, ghz: float) -> float:
     return round(cores * 128 * 2 * ghz / 1000, 2)
 
 
+_M5_PER_CORE = round(4 * _alu_estimate(10, 1.58) / 10, 3)  # TFLOP/s per GPU core, from the M5 estimate below
+_M5_FAMILY_GUESS = (f"not stated by Apple, all estimated from {_APPLE_NEWS} figures of M5 (2025-10-15) and M4 Pro / Max "
+                    "(2024-10-30): GPU cores as in the M4 family, TFLOPS = cores x the M5 per-core estimate, bandwidth = "
+                    "the M4 family's x 153/120 (M5 / M4); replace with Apple's figures")
+
 CHIPS: dict[str, Chip] = {c.name: c for c in (
     Chip("M1", 8, 2.6, 68.25, f"{_APPLE_NEWS} 2020-11-10 (2.6 TFLOPS); bandwidth estimated: LPDDR4X-4266 x 128 bit", True),
     Chip("M1 Pro", 16, 5.2, 200, f"{_APPLE_NEWS} 2021-10-18 (5.2 TFLOPS, 200 GB/s)"),
@@ -65,8 +70,14 @@ CHIPS: dict[str, Chip] = {c.name: c for c in (
     Chip("M4", 10, _alu_estimate(10, 1.58), 120, f"{_APPLE_NEWS} 2024-05-07 (120 GB/s); TFLOPS estimated: 10 cores x 256 FLOP/clk x 1.58 GHz", True),
     Chip("M4 Pro", 20, _alu_estimate(20, 1.58), 273, f"{_APPLE_NEWS} 2024-10-30 (273 GB/s); TFLOPS estimated: 20 cores x 256 FLOP/clk x 1.58 GHz", True),
     Chip("M4 Max", 40, _alu_estimate(40, 1.58), 546, f"{_APPLE_NEWS} 2024-10-30 (546 GB/s); TFLOPS estimated: 40 cores x 256 FLOP/clk x 1.58 GHz", True),
-    Chip("M5", 10, round(4 * _alu_estimate(10, 1.58), 2), 153,
+    Chip("M3 Ultra", 80, _alu_estimate(80, 1.38), 819, f"{_APPLE_NEWS} 2025-03-05 (80-core GPU, 819 GB/s); TFLOPS estimated: 80 cores x 256 FLOP/clk x 1.38 GHz", True),
+    Chip("M5", 10, _M5_PER_CORE * 10, 153,
          f"{_APPLE_NEWS} 2025-10-15 (153 GB/s; 'over 4x the peak GPU compute for AI of M4'); TFLOPS estimated: 4 x the M4 estimate", True),
+    # Not from Apple: core counts assumed equal to the M4 generation's (Pro 20, Max 40, Ultra = 2 Max),
+    # compute per core as the M5 estimate, bandwidth as M4 Pro / Max scaled by M5 / M4 (153 / 120 GB/s).
+    Chip("M5 Pro", 20, _M5_PER_CORE * 20, round(273 * 153 / 120), _M5_FAMILY_GUESS, True),
+    Chip("M5 Max", 40, _M5_PER_CORE * 40, round(546 * 153 / 120), _M5_FAMILY_GUESS, True),
+    Chip("M5 Ultra", 80, _M5_PER_CORE * 80, 2 * round(546 * 153 / 120), _M5_FAMILY_GUESS + "; Ultra = two Max dies", True),
 )}
 
 

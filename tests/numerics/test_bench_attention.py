@@ -93,3 +93,14 @@ def test_causal_flops_are_half(bench_attention):
     causal = bench_attention.Shape(2, 4, 256, 64, True)
     assert bench_attention.attention_flops(full) == 4 * 2 * 4 * 256 * 256 * 64
     assert bench_attention.attention_flops(causal) == bench_attention.attention_flops(full) / 2
+
+
+@pytest.mark.parametrize("head_dim, want", [(64, (64, 64)), (128, (64, 32))])  # d128: 64+2x32 rows x 256 B = 32 KiB
+def test_default_blocks_fit_every_listed_head_dim(bench_attention, head_dim, want):
+    from tilelang_metal.attention import check_attention_config
+
+    args = bench_attention._parser().parse_args(["--dry-run"])
+    shape = bench_attention.Shape(1, 1, 64, head_dim, False)
+    assert bench_attention.blocks_for(shape, "float16", args) == want
+    for full in bench_attention.FULL_SHAPES:  # every problem of the Mac run gets a configuration that fits
+        check_attention_config(full.head_dim, *bench_attention.blocks_for(full, "float16", args), "float16", args.threads)

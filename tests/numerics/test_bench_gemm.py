@@ -82,3 +82,37 @@ def test_too_few_trials_is_a_usage_error(bench_gemm):
     with pytest.raises(SystemExit) as exc:
         bench_gemm.main(["--dry-run", "--trials", "3"])
     assert exc.value.code == 2
+
+
+def test_in_tree_kernel_is_never_launched_on_shapes_its_tiles_do_not_divide(bench_gemm):
+    """TileLang's in-tree kernel has no edge guards: on a ragged shape it would write past C."""
+    args = bench_gemm._parser().parse_args(["--dry-run"])
+    ragged = bench_gemm.Problem(bench_gemm.Shape("ragged", 100, 128, 64), "NN", "fp16", "cpu")
+    why = bench_gemm.make_runner("in-tree", ragged, args)
+    assert isinstance(why, str) and why.startswith("not launched: the in-tree kernel has no edge guards")
+    aligned = bench_gemm.Problem(bench_gemm.Shape("square", 128, 128, 64), "NN", "fp16", "cpu")
+    assert "no edge guards" not in bench_gemm.make_runner("in-tree", aligned, args)
+
+
+@pytest.mark.parametrize("layout, dtype", [("TN", "fp16"), ("NN", "fp32")])
+def test_tn_and_fp32_problems_match_their_reference(bench_gemm, layout, dtype):
+    """The TN layout (A stored K x M) and fp32 inputs: a plugin kernel against the problem's fp32 reference."""
+    args = bench_gemm._parser().parse_args(["--dry-run"])
+    p = bench_gemm.Problem(bench_gemm.Shape("square", 64, 128, 48), layout, dtype, "cpu")
+    assert p.a.shape == ((48, 64) if layout == "TN" else (64, 48))
+    runner = bench_gemm.make_runner("plugin", p, args)
+    out = runner.launch()
+    assert bench_gemm.harness.relative_error(out, p.reference) <= bench_gemm.TOLERANCE[p.out_dtype]
+
+
+def test_spec_runner_dry_run_verifies_and_writes_rows(tmp_path, capsys):
+    """benchmark/matmul_metal/benchmark_matmul_metal.py (the spec's runner): one shape, the plugin's
+    kernel checked against the fp32 reference, GPU backends n/a, the CSV written."""
+    spec = load_benchmark("matmul_metal/benchmark_matmul_metal")
+    assert spec.main(["--dry-run", "--m", "64", "--n", "128", "--k", "48", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "benchmark_matmul_metal.csv", newline="") as f:
+        rows = {r["backend"]: r for r in csv.DictReader(f)}
+    assert rows["tilelang"]["status"] == "ok" and float(rows["tilelang"]["rel_err"]) < 1e-2
+    assert rows["torch-mps"]["status"] == rows["mlx"]["status"] == "n/a"
+    assert "64 x 128 x 48" in capsys.readouterr().out
+    assert spec.SPEC_SHAPES == ((4096, 4096, 4096), (2048, 2048, 2048), (4096, 2048, 4096), (2048, 4096, 4096))

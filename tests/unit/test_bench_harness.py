@@ -56,3 +56,54 @@ def test_relative_error_flags_nan_and_shape_mismatch():
     assert harness.relative_error(torch.full((2, 2), float("nan")), ref) == float("inf")
     with pytest.raises(ValueError, match="shape"):
         harness.relative_error(torch.ones(2, 3), ref)
+
+
+def _case(outputs):
+    """measure_case over backends 'good' (right answer) and 'bad' (wrong answer); counts launches."""
+    launched = {"good": 0, "bad": 0}
+
+    def make_runner(backend):
+        def launch():
+            launched[backend] += 1
+            return outputs[backend]
+
+        return harness.Runner(backend, launch)
+
+    rows = harness.measure_case(
+        {"label": "p"}, ["good", "bad"], 1e9, None, make_runner, lambda b, out: (abs(out - 1.0), 1e-3, ""),
+        dry_run=True, trials=5, target_ms=1.0, max_launches=3,
+    )
+    return {r.backend: r for r in rows}, launched
+
+
+def test_a_wrong_result_is_reported_and_never_launched_again():
+    rows, launched = _case({"good": 1.0, "bad": 2.0})
+    assert rows["good"].status == harness.OK and rows["good"].median_s is not None
+    assert rows["bad"].status == harness.WRONG and rows["bad"].median_s is None and "not timed" in rows["bad"].note
+    assert launched["bad"] == 1 and launched["good"] > 1  # the check launch only
+
+
+def test_progress_csv_holds_the_rows_so_far(tmp_path):
+    rows, _ = _case({"good": 1.0, "bad": 2.0})
+    path = harness.write_progress(list(rows.values()), tmp_path / "out", "gemm")
+    text = path.read_text().splitlines()
+    assert len(text) == 3 and text[1].split(",")[1:3] == ["good", "ok"] and text[2].split(",")[1:3] == ["bad", "wrong"]
+
+
+def test_missing_matplotlib_skips_the_chart_with_one_line(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ModuleNotFoundError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    rows, _ = _case({"good": 1.0, "bad": 1.0})
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    files = harness.write_all(list(rows.values()), {}, tmp_path, "gemm", title="t", backends=["good", "bad"],
+                              case_columns=[], ratio_of="good", ratio_to=["bad"], peak_tflops=None)
+    assert set(files) == {"csv", "md"} and files["md"].exists()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("chart skipped:") and "matplotlib" in err and "\n" not in err
