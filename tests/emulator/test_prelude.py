@@ -36,3 +36,23 @@ def test_prelude_only_where_metal_stdlib_comes_first():
     assert toolchain._starts_with_stdlib("#include <metal_stdlib>\nusing namespace metal;\n")
     assert not toolchain._starts_with_stdlib("#define half float\n#include <metal_stdlib>\n")
     assert not toolchain._starts_with_stdlib("using namespace metal;\n")
+
+
+def test_checkouts_with_identical_shims_do_not_share_a_prelude(tmp_path, monkeypatch):
+    """A precompiled header records the absolute paths of the headers it was built from; a kernel of a
+    second checkout (same shim bytes, other directory) that loaded the first checkout's PCH would include
+    both copies of the `#pragma once` headers and fail with redefinitions."""
+    import shutil
+
+    monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(tmp_path / "cache"))
+    first = toolchain.prelude_header()
+    other_shim = tmp_path / "checkout" / "shim"
+    shutil.copytree(toolchain.SHIM_DIR, other_shim)
+    monkeypatch.setattr(toolchain, "SHIM_DIR", other_shim)
+    second = toolchain.prelude_header()
+    assert first is not None and second is not None and second != first
+    src = tmp_path / "k.metal"
+    src.write_text(K.add_half4())
+    r = subprocess.run(toolchain._kernel_cmd(toolchain.compiler(), src, ["-fsyntax-only"], prelude=second),
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[:2000]

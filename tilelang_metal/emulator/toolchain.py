@@ -242,11 +242,13 @@ def _starts_with_stdlib(text: str) -> bool:
 
 
 def prelude_header(instrument: str | None = None) -> Path | None:
-    """The shim prelude with its precompiled header (`.gch`, built once per shim sources, compiler and
+    """The shim prelude with its precompiled header (`.gch`, built once per shim directory and sources, compiler and
     flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
     cxx = compiler()
     flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]
-    key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
+    # the shim's directory too: the PCH records the absolute paths of its headers, so another
+    # checkout with the same shim bytes must not load it (its `#pragma once` headers would be included twice)
+    key = _key("prelude", sources_hash(), str(SHIM_DIR.resolve()), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]
     header = final / PRELUDE_NAME
     gch = final / (PRELUDE_NAME + ".gch")
