@@ -98,7 +98,7 @@ def test_dynamic_gemm_serves_every_shape_with_one_kernel(trans_a, trans_b):
 
 
 def run_grouped_gemm(target: str) -> None:
-    sizes, K, N, bm = (19, 0, 40, 7), 40, 45, 32  # an empty group, a group over two tiles, partial K and N tiles
+    sizes, K, N, bm = (19, 0, 40, 32, 7), 40, 45, 32  # an empty group, one over two tiles, one of exactly a tile; partial K, N tiles
     offsets = [0]
     for s in sizes[:-1]:
         offsets.append(offsets[-1] + s)
