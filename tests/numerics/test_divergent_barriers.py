@@ -109,3 +109,43 @@ def test_thread_guarded_block_with_an_else_exchanging_is_refused():
     with pytest.raises(MetalLoweringError, match=r"two ifs with opposite conditions") as err:
         _compile(main)
     assert "\n" not in str(err.value)
+
+
+@functools.lru_cache(maxsize=None)
+def grid_stride_scale(numel: int = 301, blocks: int = 2, threads: int = 64):
+    """A grid-stride loop (TileLang's `T.serial(start, stop, step=...)` with a per-thread start):
+    the trip count differs between threads; every element has one owner."""
+
+    @T.prim_func
+    def main(A: T.Tensor((numel,), "float32"), B: T.Tensor((numel,), "float32")):
+        with T.Kernel(blocks, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            for i in T.serial(bx * threads + tx, numel, step=blocks * threads):
+                B[i] = A[i] * 3.0
+                B[i] = B[i] + 1.0  # reads back its own element
+
+    return _compile(main)
+
+
+def test_grid_stride_loop_on_own_elements_runs_without_a_barrier():
+    kernel = grid_stride_scale()
+    assert "threadgroup_barrier" not in kernel.get_kernel_source()
+    a, b = torch.randn(301, generator=torch.Generator().manual_seed(5)), torch.full((301,), -7.0)
+    racecheck(kernel, a, b, seeds=(0, 1))
+    torch.testing.assert_close(b, a * 3.0 + 1.0)
+
+
+def test_grid_stride_loop_exchanging_through_device_memory_is_refused():
+    numel, threads = 100, 32
+
+    @T.prim_func
+    def main(A: T.Tensor((numel,), "float32"), B: T.Tensor((numel,), "float32")):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            for i in T.serial(tx, numel, step=threads):
+                B[i] = A[i]
+                A[(i + 1) % numel] = B[i] + 1.0  # another thread's element
+
+    with pytest.raises(MetalLoweringError, match=r"loop whose range .* differs between threads exchanges device buffer A between threads") as err:
+        _compile(main)
+    assert "\n" not in str(err.value)

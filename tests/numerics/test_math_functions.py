@@ -309,3 +309,28 @@ def test_integer_bit_counts_match_python(dtype, tmp_path):
     kernel(x, *outs)
     for got, want, what in zip(outs, _bit_reference(values, bits), ("popcount", "clz", "ctz")):
         assert got.to(torch.int64).tolist() == want, what
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_clamp_in_a_vectorized_loop_matches_torch(dtype):
+    """A T.Parallel loop vectorizes; TVM scalarizes the lane-wise `tl.clamp` there as per-lane vector
+    shuffles (`Shuffle([v], [k])` joined by `Shuffle([s0..s3], [0..3])`), which the printer prints
+    as components `.x`-`.w` and a vector constructor. NaN propagates, inf is clamped (torch.clamp)."""
+    n, rows = 128, 4
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, n), dtype), Lo: T.Tensor((rows,), dtype), Y: T.Tensor((rows, n), dtype)):
+        with T.Kernel(1, threads=32):
+            for i, j in T.Parallel(rows, n):
+                Y[i, j] = T.cast(T.round(T.clamp(X[i, j], Lo[i], 1.5)), dtype)  # uses dtype: the annotations see it
+
+    kernel = tilelang.compile(main, target="metal", execution_backend="emulator")
+    assert "4(" in kernel.get_kernel_source()  # the loop stayed vectorized
+    x = torch.linspace(-3, 3, rows * n).reshape(rows, n).to(TORCH[dtype])
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.49])
+    lo = torch.tensor([-1.0, -2.5, float("nan"), 0.25], dtype=TORCH[dtype])
+    y = torch.empty_like(x)
+    kernel(x, lo, y)
+    want = torch.round(torch.maximum(x, lo[:, None]).clamp(max=1.5))  # torch.clamp has no tensor min with NaN
+    want[2] = float("nan")  # a NaN bound gives NaN
+    torch.testing.assert_close(y, want, rtol=0, atol=0, equal_nan=True)

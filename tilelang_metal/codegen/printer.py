@@ -536,7 +536,21 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         return f"{msl_type(str(e.dtype))}({', '.join(parts)})"
 
     def expr_Shuffle(self, e: Any) -> str:
-        raise CodegenError("vector shuffles are not supported by the Metal printer")
+        """Lanes picked from the concatenation of `e.vectors` (TVM's vectorizer scalarizes a lane-wise
+        call it cannot vectorize, such as `tl.clamp`, as per-lane extractions `Shuffle([v], [k])`
+        joined by `Shuffle([s0, s1, s2, s3], [0, 1, 2, 3])`): each lane as a component `.x`-`.w`
+        of its vector, the result as a scalar or a vector constructor."""
+        lanes_of = [split_dtype(str(v.dtype))[1] for v in e.vectors]
+        if any(n > 4 for n in lanes_of):
+            raise CodegenError(f"vector shuffle of a {max(lanes_of)}-lane vector: Metal vectors have at most 4 lanes")
+        elements: list[str] = []
+        for vector, n in zip(e.vectors, lanes_of):
+            printed = self.expr(vector)
+            elements += [printed] if n == 1 else [f"({printed}).{'xyzw'[k]}" for k in range(n)]
+        picked = [elements[int(i)] for i in e.indices]
+        if len(picked) == 1:
+            return picked[0]
+        return f"{msl_type(str(e.dtype))}({', '.join(picked)})"
 
     def expr_Let(self, e: Any) -> str:
         raise CodegenError("expression-level let bindings are not supported by the Metal printer (run LetInline)")

@@ -242,7 +242,7 @@ def _starts_with_stdlib(text: str) -> bool:
 
 
 def prelude_header(instrument: str | None = None) -> Path | None:
-    """The shim prelude with its precompiled header (`.gch`, built once per shim sources, compiler and
+    """The shim prelude with its precompiled header (`.gch`, built once per shim directory and sources, compiler and
     flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
     cxx = compiler()
     flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]

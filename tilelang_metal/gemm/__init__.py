@@ -215,7 +215,10 @@ def infer_layout(node: Any, target: Any, thread_bounds: Any) -> dict:
 def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_index: Any) -> Any:
     gp = plan(node, target, thread_bounds)
     if int(getattr(thread_bounds.min, "value", thread_bounds.min)) != 0:
-        raise GemmLoweringError("T.gemm on Metal must run on threads starting at 0 (no warp-specialized thread ranges)")
+        raise GemmLoweringError(
+            "T.gemm on Metal must run on threads starting at 0 (no warp-specialized thread ranges): run it on the "
+            "whole threadgroup, without T.ws and its barriers (Metal has no mbarrier; T.Pipelined's num_stages overlaps the loads)"
+        )
     analyzer = tvm.arith.Analyzer()
     analyzer.bind(thread_index, tvm.ir.Range(0, gp.threads))
     if has_register_a(gp.problem):

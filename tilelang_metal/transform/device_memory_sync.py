@@ -10,6 +10,9 @@ so this pass inserts `tvm_storage_sync("global")` (printed as
 `threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)`: tilelang's ThreadSync,
 which runs later, treats any sync as one for threadgroup memory too and adds none beside it) between
 such statements, and at the end of a loop body whose tail conflicts with its head (the next iteration).
+No barrier goes into control flow that differs between threads: a thread-guarded block is split
+around it, and a loop whose range differs per thread gets none when each thread keeps to its own
+elements (refused otherwise).
 
 Runs at tile level, before layout inference, on statement sequences outside `T.Parallel` loops
 (whose bodies run per element, not per statement). Each access is a box of elements: a tile-op
@@ -150,7 +153,10 @@ class _Planner:
             if len(stmts) > 1 and conflicts(tail, head, self.analyzer):
                 stmts.append(device_barrier())  # the next iteration's head reads what this tail wrote
             body = stmts[0] if len(stmts) == 1 else tir.SeqStmt(stmts)
-            return tir.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
+            planned = tir.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
+            if (self.thread.depends(stmt.min) or self.thread.depends(stmt.extent)) and _has_barrier(planned):
+                return self.per_thread_loop(stmt)
+            return planned
         if isinstance(stmt, tir.IfThenElse):
             then_case = self.visit(stmt.then_case)
             else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
@@ -160,6 +166,56 @@ class _Planner:
         if isinstance(stmt, (tir.AttrStmt, tir.SBlockRealize)) or hasattr(stmt, "body"):
             return _with_body(stmt, self.visit(_body(stmt)))
         return stmt
+
+
+    def per_thread_loop(self, loop: Any) -> Any:
+        """A loop whose bounds differ between threads (a grid-stride `T.serial(start, stop, step)`)
+        cannot hold a barrier: threads leave it after different numbers of iterations. It needs none
+        when each device buffer it writes is accessed at one thread-dependent index expression (each
+        thread keeps to its own elements); any other exchange is refused."""
+        exchanged = _exchanged_device_buffers(loop.body, self.device, self.thread)
+        if exchanged:
+            raise MetalLoweringError(
+                f"a loop whose range (from {loop.min}, {loop.extent} iterations) differs between threads exchanges device buffer "
+                f"{', '.join(exchanged)} between threads, and no barrier may sit in such a loop. Loop over a range "
+                f"every thread shares and guard the body per thread."
+            )
+        return loop
+
+
+def _exchanged_device_buffers(body: Any, device: set, thread: ThreadDependence) -> list[str]:
+    """Names of the device buffers the body writes and that a thread may reach at another thread's
+    element: through a tile op (distributed over the threads in its own way), at more than one index
+    expression, or at one that is the same for every thread."""
+    indices: dict[Any, list[Any]] = {}
+    names: dict[Any, str] = {}
+    written: set = set()
+    tiled: set = set()
+    for node in find_nodes(body, ["tirx.BufferLoad", "tirx.BufferStore", "tirx.Call"]):
+        if isinstance(node, tir.Call):
+            region = tile_op_region(node)
+            if region is not None and region[0].data in device:
+                tiled.add(region[0].data)
+                names[region[0].data] = region[0].name
+                if region[1] & REGION_WRITE:
+                    written.add(region[0].data)
+        elif node.buffer.data in device:
+            indices.setdefault(node.buffer.data, []).append(node.indices)
+            names[node.buffer.data] = node.buffer.name
+            if isinstance(node, tir.BufferStore):
+                written.add(node.buffer.data)
+    shared = []
+    for data in written:
+        if data in tiled:
+            shared.append(names[data])
+            continue
+        first, *rest = indices[data]
+        private = all(thread.depends(i) for i in first) and all(
+            len(other) == len(first) and all(tvm.ir.structural_equal(a, b) for a, b in zip(first, other)) for other in rest
+        )
+        if not private:
+            shared.append(names[data])
+    return sorted(shared)
 
 
 def _has_barrier(stmt: Any) -> bool:
