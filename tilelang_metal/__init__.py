@@ -36,7 +36,7 @@ def activate() -> bool:
     """Route `target="metal"` through the plugin (imports tilelang; the version guard runs first).
     Idempotent; returns True if this call activated it."""
     autoload.cancel()  # activating now: a pending post-import hook must not re-enter this import
-    from . import _host
+    from . import host as _host
     from .plugin import build_hooks
 
     return _host.install(build_hooks())
@@ -46,22 +46,22 @@ def deactivate() -> bool:
     """Restore the in-tree Metal backend and everything the plugin replaced. Idempotent. Also drops
     a pending activation when tilelang has not been imported yet (returns False then)."""
     autoload.cancel()
-    if __name__ + "._host" not in sys.modules:
+    if __name__ + ".host" not in sys.modules:
         return False
-    from . import _host
+    from . import host as _host
 
     return _host.uninstall()
 
 
 def active() -> bool:
     """True when the plugin's hooks are installed in tilelang (never imports tilelang itself)."""
-    host = sys.modules.get(__name__ + "._host")
+    host = sys.modules.get(__name__ + ".host")
     return host is not None and host.is_installed()
 
 
 def __getattr__(name: str) -> Any:
     if name == "check_host_version":  # needs tilelang: imported on first use only
-        from ._host import check_host_version
+        from .host import check_host_version
 
         return check_host_version
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ of `tilelang`, so the callback runs right after the module body has executed, be
 tilelang` returns. The finder removes itself once the callback has run.
 
 One subtlety: when the import of tilelang comes from inside one of the plugin's own modules (say
-`tilelang_metal.codegen.build` imports `_host`, which imports tilelang), those modules are still
+`tilelang_metal.codegen.build` imports `host`, which imports tilelang), those modules are still
 half-initialized, and activation needs them. While pending, the finder therefore also counts
 `tilelang_metal.*` imports in progress (per thread) and, in that case, runs the callback when the
 outermost one completes.

@@ -100,7 +100,7 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
 
 
 def _has_metal4(target: Any) -> bool:
-    from ._host import resolve_target
+    from .host import resolve_target
     from .target import has_metal4
 
     return has_metal4(resolve_target(target if target is not None else "metal"))

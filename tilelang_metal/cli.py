@@ -220,15 +220,15 @@ def _with_decisions(fn: Any) -> tuple[Any, list[str]]:
 
 def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
     import tilelang
-    from tilelang import tvm
 
-    from ._host import resolve_target
+    from .host import resolve_target
+    from .host.passes import pass_context
 
     func = _build(args)
     target = resolve_target(_target(args.target))
 
     def lower() -> str:
-        with tvm.transform.PassContext(), target:  # T.copy / T.Parallel lowering needs the target in scope
+        with pass_context(), target:  # T.copy / T.Parallel lowering needs the target in scope
             return tilelang.lower(func, target=target).kernel_source
 
     return _with_decisions(lower)

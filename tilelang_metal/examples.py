@@ -8,21 +8,10 @@ from typing import Any
 
 import tilelang.language as T
 
+from .target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
+
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
 ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA * C
-
-
-def metal4_target() -> Any:
-    """An explicit Metal 4 target: cooperative-tensor MSL on any host (source-only on Linux)."""
-    from tilelang import tvm
-
-    return tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]})
-
-
-def plain_metal_target() -> Any:
-    from tilelang import tvm
-
-    return tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu"]})
 
 
 def gemm_direct_global(

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._host import tir
+from .host import tir
 from .isa import MatrixInstruction
+from .host import vocab
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ class CooperativeMma:
 
 
 CT_MMA = "tlm_ct_mma"
-_EXTERN_OPS = ("tirx.call_extern", "tirx.call_pure_extern")
+_EXTERN_OPS = (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN)
 
-SG_LOAD = "tirx.simdgroup_load"
-SG_STORE = "tirx.simdgroup_store"
-SG_FILL = "tirx.make_filled_simdgroup_matrix"
-SG_MMA = "tirx.simdgroup_multiply_accumulate"
+SG_LOAD = vocab.TIRX_SIMDGROUP_LOAD
+SG_STORE = vocab.TIRX_SIMDGROUP_STORE
+SG_FILL = vocab.TIRX_MAKE_FILLED_SIMDGROUP_MATRIX
+SG_MMA = vocab.TIRX_SIMDGROUP_MULTIPLY_ACCUMULATE
 SIMDGROUP_OPS = (SG_LOAD, SG_STORE, SG_FILL, SG_MMA)
 
 

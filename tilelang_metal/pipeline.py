@@ -21,12 +21,10 @@ the in-tree Metal pipeline, and why:
 
 from __future__ import annotations
 
-import re
 
 from . import config
 from . import gemm as gemm_metal
-from ._host import pipeline_options
-from .errors import MetalLoweringError
+from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
@@ -54,7 +52,7 @@ def lower_metal(mod: object, target: object) -> object:
     """The Metal pipeline, run with `target` as TVM's current target: `T.copy` / `T.Parallel`
     lowering asks for it, and `tilelang.lower(func, target=...)` does not enter it (without this,
     such kernels fail with "Target context required" unless the caller wraps `with target:`)."""
-    from ._host import Target
+    from .host import Target
 
     if Target.current(allow_none=True) is not None:
         return _lower_metal_passes(mod, target)
@@ -63,16 +61,13 @@ def lower_metal(mod: object, target: object) -> object:
 
 
 def _lower_metal_passes(mod: object, target: object) -> object:
-    import tilelang
-
-    tl = tilelang.transform
-    from tvm import s_tir, tirx
+    tl, tirx, s_tir = stock_passes()  # tilelang.transform, tvm.tirx.transform, tvm.s_tir.transform
 
     cfg = pipeline_options()
     ctx = tl.get_pass_context()
     threadgroup_buffers = ThreadgroupBufferLog()  # plugin: names and sizes for the threadgroup-memory refusal
 
-    mod = tirx.transform.BindTarget(target)(mod)
+    mod = tirx.BindTarget(target)(mod)
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
@@ -94,7 +89,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.VerifyBufferInit()(mod)
 
     mod = tl.IfStmtBinding()(mod)
-    mod = _plan_pipelines(tl, mod)
+    mod = plan_pipelines(mod)  # tilelang's PipelinePlanning, its internal errors in one line
     threadgroup_buffers.record_declared(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
     threadgroup_buffers.record_pipelined(mod)
@@ -107,7 +102,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     group_plans = fragment_group_plans(mod, target, config.fragment_ct())  # plugin: fragments that meet element-wise agree
     with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
-        mod = _infer_layouts(tl, mod)
+        mod = infer_layouts(mod, _conflict_message)  # tilelang's LayoutInference, its internal errors in one line
         mod = tl.ReducerPlanAndMaterialize()(mod)
         cfg.LayoutVisual(mod)
         mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
@@ -125,21 +120,21 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = tl.HoistGlobalBufferAllocations()(mod)
     mod = tl.LowerOpaqueBlock()(mod)
     mod = tl.Simplify()(mod)
-    mod = tirx.transform.NarrowDataType(32)(mod)
+    mod = tirx.NarrowDataType(32)(mod)
     mod = tl.FlattenBuffer()(mod)
     mod = tl.ConfigIndexBitwidth()(mod)
-    mod = tirx.transform.Simplify()(mod)
+    mod = tirx.Simplify()(mod)
     mod = tl.VectorizeLoop(enable_vectorize=cfg.allow_vectorize(pass_ctx=ctx))(mod)
     mod = tl.StorageRewrite()(mod)
     mod = tl.LoopUnswitching()(mod)
     mod = tl.UnrollLoop()(mod)
-    mod = s_tir.transform.RenormalizeSplitPattern()(mod)
-    mod = tirx.transform.Simplify()(mod)
-    mod = tirx.transform.RemoveNoOp()(mod)
-    mod = s_tir.transform.HoistIfThenElse()(mod)
+    mod = s_tir.RenormalizeSplitPattern()(mod)
+    mod = tirx.Simplify()(mod)
+    mod = tirx.RemoveNoOp()(mod)
+    mod = s_tir.HoistIfThenElse()(mod)
 
-    mod = tirx.transform.VerifyMemory()(mod)
-    mod = tirx.transform.AnnotateEntryFunc()(mod)
+    mod = tirx.VerifyMemory()(mod)
+    mod = tirx.AnnotateEntryFunc()(mod)
     mod = tl.LowerThreadAllreduce()(mod)
 
     mod = tl.AnnotateDeviceRegions()(mod)
@@ -168,55 +163,6 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
     return mod
-
-
-LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
-LAYOUT_TWICE = re.compile(r"Get different layout for (\S+)")
-NO_LAYOUT = "no available layout found"
-PIPELINE_TWO_WRITES = re.compile(r"both writing to buffer '([^']+)' with overlapping regions")
-
-
-def _plan_pipelines(tl: object, mod: object) -> object:
-    """tilelang's PipelinePlanning, with its multi-line internal error on a staged buffer that is
-    written twice in one iteration turned into one line naming the fix."""
-    try:
-        return tl.PipelinePlanning()(mod)
-    except Exception as err:
-        twice = PIPELINE_TWO_WRITES.search(str(err))
-        if not twice:
-            raise
-        raise MetalLoweringError(
-            f"T.Pipelined: shared buffer {twice.group(1)} is written by two statements of one iteration (a T.copy "
-            f"and a later in-place update), which tilelang cannot pipeline. Write the update into another "
-            f"buffer, or use num_stages=0."
-        ) from None
-
-
-def _infer_layouts(tl: object, mod: object) -> object:
-    """tilelang's LayoutInference, with its bare internal check failure turned into a message
-    that names the usual cause and the fix."""
-    try:
-        return tl.LayoutInference()(mod)
-    except Exception as err:
-        conflict = LAYOUT_CONFLICT.search(str(err))
-        if conflict:
-            raise MetalLoweringError(_conflict_message(mod, *conflict.groups())) from None
-        twice = LAYOUT_TWICE.search(str(err))
-        if twice:
-            raise MetalLoweringError(
-                f"fragment {twice.group(1)} is given two different thread layouts: one by T.annotate_layout or an "
-                f"earlier op, another by a T.gemm that reads or accumulates it in its lane layout. Remove the "
-                f"annotation on {twice.group(1)}, or copy it into a separate fragment for the T.gemm."
-            ) from None
-        if NO_LAYOUT not in str(err):
-            raise
-        raise MetalLoweringError(
-            "layout inference found no thread layout for a fragment: its extents do not split evenly over "
-            "the kernel's threads (e.g. a 7x13 fragment on 32 threads), or a reduced row spans a number of "
-            "threads that neither divides nor is a multiple of the thread count (e.g. a 4x96 fp32 fragment "
-            "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
-            "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
-        ) from None
 
 
 def _conflict_message(mod: object, first: str, second: str) -> str:

@@ -6,7 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from . import _host, config
+from . import config
+from . import host as _host
 from . import gemm as gemm_metal
 from .codegen.build import build_metal
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError

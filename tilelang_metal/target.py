@@ -13,8 +13,9 @@ import platform
 import re
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
-from ._host import Target
+from .host import Target
 
 METAL4_KEY = "metal4"
 MIN_MACOS_MAJOR = 26
@@ -109,3 +110,13 @@ def is_metal(target: Target) -> bool:
 
 def has_metal4(target: Target) -> bool:
     return is_metal(target) and METAL4_KEY in [str(k) for k in target.keys]
+
+
+def metal4_target() -> Any:
+    """An explicit Metal 4 target: cooperative-tensor MSL on any host (source-only on Linux)."""
+    return Target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]})
+
+
+def plain_metal_target() -> Any:
+    """Metal without the metal4 key: simdgroup-matrix MSL, what `target="metal"` gives before M5."""
+    return Target({"kind": "metal", "keys": ["metal", "gpu"]})

@@ -10,7 +10,7 @@ import tilelang.language as T
 import torch
 
 from tilelang_metal.transform.expression_lets import inline_expression_lets
-from tilelang_metal._host import tir
+from tilelang_metal.host import tir
 from tilelang_metal.errors import CodegenError
 
 N = 96

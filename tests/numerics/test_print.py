@@ -224,7 +224,7 @@ def test_mac_backends_refuse_print_instead_of_dropping_it(monkeypatch, backend):
 
 
 def test_the_emulator_knows_the_names_tilelang_prints_with():
-    from tilelang_metal._host import DEBUG_PRINT_EXTERNS
+    from tilelang_metal.host import DEBUG_PRINT_EXTERNS
     from tilelang_metal.emulator.driver import PRINT_FUNCTIONS
 
     assert PRINT_FUNCTIONS == DEBUG_PRINT_EXTERNS

@@ -36,7 +36,7 @@ SCENARIOS = {  # the ones marked LOWER end by lowering TINY_KERNEL
     """,
     "plugin_module_imports_tilelang": """
         import tilelang_metal
-        from tilelang_metal.codegen import build  # imports _host, which imports tilelang
+        from tilelang_metal.codegen import build  # imports host, which imports tilelang
         print("ACTIVE", tilelang_metal.active())
     """,
     "threads_import_tilelang": """

@@ -5,7 +5,7 @@ host call sites (order, per-kernel buffers, dropped parameters)."""
 import pytest
 import torch
 
-from tilelang_metal._host import tir, tvm
+from tilelang_metal.host import tir, tvm
 from tilelang_metal.execution.binding import CallSignature, Device, poisoned
 from tilelang_metal.execution.host_expr import UnboundVariable, compile_expr
 from tilelang_metal.execution.launch import kernel_launches

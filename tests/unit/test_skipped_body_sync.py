@@ -2,7 +2,7 @@
 nothing where the loop provably runs or the control flow differs per thread. (tilelang's IfStmtBinding
 splits a frontend `if` per statement, so a uniform `if` around a barrier is built here directly.)"""
 
-from tilelang_metal._host import tir, tvm
+from tilelang_metal.host import tir, tvm
 from tilelang_metal.transform.barriers import storage_sync, sync_scope
 from tilelang_metal.transform.skipped_body_sync import sync_function
 

@@ -16,33 +16,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from ..errors import CodegenError
 from .msl_types import msl_type, split_dtype
+from ..host import vocab
 
 # op -> (operation, lanes)
 ATOMIC_ELEM_OPS = {
-    "tl.atomic_add_elem_op": ("add", 1),
-    "tl.atomic_add_ret_elem_op": ("add", 1),
-    "tl.atomic_max_elem_op": ("max", 1),
-    "tl.atomic_max_ret_elem_op": ("max", 1),
-    "tl.atomic_min_elem_op": ("min", 1),
-    "tl.atomic_min_ret_elem_op": ("min", 1),
-    "tl.atomic_addx2_elem_op": ("add", 2),
-    "tl.atomic_addx2_ret_elem_op": ("add", 2),
-    "tl.atomic_addx4_elem_op": ("add", 4),
-    "tl.atomic_addx4_ret_elem_op": ("add", 4),
+    vocab.TL_ATOMIC_ADD_ELEM_OP: ("add", 1),
+    vocab.TL_ATOMIC_ADD_RET_ELEM_OP: ("add", 1),
+    vocab.TL_ATOMIC_MAX_ELEM_OP: ("max", 1),
+    vocab.TL_ATOMIC_MAX_RET_ELEM_OP: ("max", 1),
+    vocab.TL_ATOMIC_MIN_ELEM_OP: ("min", 1),
+    vocab.TL_ATOMIC_MIN_RET_ELEM_OP: ("min", 1),
+    vocab.TL_ATOMIC_ADDX2_ELEM_OP: ("add", 2),
+    vocab.TL_ATOMIC_ADDX2_RET_ELEM_OP: ("add", 2),
+    vocab.TL_ATOMIC_ADDX4_ELEM_OP: ("add", 4),
+    vocab.TL_ATOMIC_ADDX4_RET_ELEM_OP: ("add", 4),
 }
 NATIVE_ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32": "atomic_float"}
 HALF_WIDTH = ("float16", "bfloat16")
 RELAXED = 0  # tilelang's memory-order id of "relaxed"; 0 is also what an absent order means
 MEMORY_ORDER_NAMES = {0: "relaxed", 1: "consume", 2: "acquire", 3: "release", 4: "acq_rel", 5: "seq_cst"}
 
-LOAD_STORE_OPS = ("tl.atomic_load_elem_op", "tl.atomic_store_elem_op")
+LOAD_STORE_OPS = (vocab.TL_ATOMIC_LOAD_ELEM_OP, vocab.TL_ATOMIC_STORE_ELEM_OP)
 
 
 def _is_address(arg: Any) -> bool:
-    return isinstance(arg, tir.Call) and str(arg.op.name) in ("tirx.address_of", "tirx.tvm_access_ptr")
+    return isinstance(arg, tir.Call) and str(arg.op.name) in (vocab.TIRX_ADDRESS_OF, vocab.TIRX_TVM_ACCESS_PTR)
 
 
 def _check_relaxed(op: str, order: Any) -> None:
@@ -203,7 +204,7 @@ class AtomicPrinting:
         if native is None:
             raise CodegenError(f"{op} on {dtype} ({self.name_of(var)}): Metal atomic loads / stores take int32, uint32 or float32")
         space = self.space_of(var)
-        if op == "tl.atomic_load_elem_op":
+        if op == vocab.TL_ATOMIC_LOAD_ELEM_OP:
             space = space if space.startswith("const") else f"const {space}"
             return f"atomic_load_explicit(({space} {native}*)({self.name_of(var)} + ({self.offset(index)})), memory_order_relaxed)"
         if space.startswith("const"):
@@ -214,14 +215,14 @@ class AtomicPrinting:
         return f"atomic_store_explicit(({space} {native}*)({self.name_of(var)} + ({self.offset(index)})), {value}, memory_order_relaxed)"
 
     def _atomic_address(self, op: str, addr: Any, source: bool = False) -> tuple[Any, Any]:
-        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
+        if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_ADDRESS_OF:
             load = addr.args[0]
             if len(load.indices) != 1:
                 raise CodegenError(f"{op}: address of {load.buffer.name} is not flattened")
             var, index = load.buffer.data, load.indices[0]
             if isinstance(index, tir.Ramp):  # a vectorized address: its first lane
                 index = index.base
-        elif isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.tvm_access_ptr":
+        elif isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_TVM_ACCESS_PTR:
             var, index = addr.args[1], addr.args[2]
         else:
             raise CodegenError(f"{op}: unsupported address {addr}")

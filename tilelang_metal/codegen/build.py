@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import make_source_module, tir
+from ..host import make_source_module, tir
 from ..version import __version__
 from .math_functions import helper_definitions
 from .printer import print_kernel

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .._host import DEBUG_PRINT_EXTERNS
+from ..host import DEBUG_PRINT_EXTERNS
 
 _CALL = re.compile(r"\b(?:" + "|".join(DEBUG_PRINT_EXTERNS) + r")\s*\(")
 

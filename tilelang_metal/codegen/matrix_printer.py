@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir
+from ..host import tir
 from ..errors import CodegenError
 from ..isa import SIMDGROUP_8x8x8, MatrixInstruction, cooperative_instruction
 from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage

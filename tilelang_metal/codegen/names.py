@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._host import DEBUG_PRINT_EXTERNS
+from ..host import DEBUG_PRINT_EXTERNS
 
 _CPP_KEYWORDS = """
 alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t class

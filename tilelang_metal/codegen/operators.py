@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .._host import tir
+from ..host import tir
+from ..host import vocab
 
 BINARY_OPS = {
     tir.Add: "+",
@@ -20,9 +21,9 @@ BINARY_OPS = {
     tir.Or: "||",
 }
 BIT_OPS = {
-    "tirx.shift_right": ">>",
-    "tirx.shift_left": "<<",
-    "tirx.bitwise_and": "&",
-    "tirx.bitwise_or": "|",
-    "tirx.bitwise_xor": "^",
+    vocab.TIRX_SHIFT_RIGHT: ">>",
+    vocab.TIRX_SHIFT_LEFT: "<<",
+    vocab.TIRX_BITWISE_AND: "&",
+    vocab.TIRX_BITWISE_OR: "|",
+    vocab.TIRX_BITWISE_XOR: "^",
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
+from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
 from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
@@ -28,6 +28,7 @@ from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
 from .warp_printer import WarpPrinting
+from ..host import vocab
 
 # Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
 # such a branch masks no access).
@@ -117,8 +118,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         """(the kernel function's text, the headers it needs, the math helpers it calls)."""
         func = self.func
         attrs = func.attrs or {}
-        readonly = {int(i) for i in attrs.get("tl.readonly_param_indices", [])}
-        non_restrict = {str(getattr(v, "name", v)) for v in attrs.get("tl.non_restrict_params", [])}
+        readonly = {int(i) for i in attrs.get(vocab.READONLY_PARAMS_ATTR, [])}
+        non_restrict = {str(getattr(v, "name", v)) for v in attrs.get(vocab.TL_NON_RESTRICT_PARAMS, [])}
         params = []
         for index, var in enumerate(func.params):
             name = self.name_of(var)
@@ -230,7 +231,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def bind_pointer(self, var: Any, value: Any) -> None:
         """A typed view into merged threadgroup memory: `T* X = (T*)(pool + byte_offset)`."""
-        if isinstance(value, tir.Call) and str(value.op.name) == "tirx.address_of" and value.args[0].buffer.data in self.device:
+        if isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_ADDRESS_OF and value.args[0].buffer.data in self.device:
             # a tile pointer into a device buffer (transform/tile_pointers.py): `const device T* __src = (A + off);`
             source = value.args[0].buffer.data
             dtype, readonly = self.device[source]
@@ -243,7 +244,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
                 self.name_of.bind(var, name)
             self.emit(f"{self.space_of(var)} {msl_type(dtype)}* {self.name_of(var)} = {self.pointer(value)};")
             return
-        if not (isinstance(value, tir.Call) and str(value.op.name) == "tirx.handle_add_byte_offset"):
+        if not (isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_HANDLE_ADD_BYTE_OFFSET):
             raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
         pool, offset = value.args
         if pool not in self.threadgroup:
@@ -307,7 +308,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return True
         if op in REFUSED_CUDA_CALLS:
             raise CodegenError(REFUSED_CUDA_CALLS[op])
-        if op == "tirx.tvm_storage_sync":
+        if op == vocab.TIRX_TVM_STORAGE_SYNC:
             scope = str(call.args[0].value)
             if scope in SHARED_SCOPES:
                 self.check_whole_threadgroup_barrier(call)
@@ -319,7 +320,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
                 # (it places no threadgroup barrier next to this one), so this one must order both
                 self.emit("threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);")
             return True
-        if op == "tirx.ret":
+        if op == vocab.TIRX_RET:
             self.emit("return;")
             return True
         return self.matrix_statement(call)
@@ -442,10 +443,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def pointer(self, addr: Any) -> str:
         """A matrix load/store address as `(buf + i)`: the only way device pointers are formed."""
-        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.address_of":
+        if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_ADDRESS_OF:
             load = addr.args[0]
             return f"({self.name_of(load.buffer.data)} + ({self.offset(load.indices[-1])}))"
-        if isinstance(addr, tir.Call) and str(addr.op.name) == "tirx.tvm_access_ptr":
+        if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_TVM_ACCESS_PTR:
             return f"({self.name_of(addr.args[1])} + ({self.offset(addr.args[2])}))"
         raise CodegenError(f"unsupported pointer expression {addr}")
 
@@ -568,15 +569,15 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         args = e.args
         if op in BIT_OPS:
             return f"({self.expr(args[0])} {BIT_OPS[op]} {self.expr(args[1])})"
-        if op == "tirx.bitwise_not":
+        if op == vocab.TIRX_BITWISE_NOT:
             return f"(~{self.expr(args[0])})"
-        if op == "tirx.if_then_else":
+        if op == vocab.TIRX_IF_THEN_ELSE:
             return self.choose(args[0], args[1], args[2])
-        if op == "tirx.likely":
+        if op == vocab.TIRX_LIKELY:
             return self.expr(args[0])
-        if op == "tirx.reinterpret":
+        if op == vocab.TIRX_REINTERPRET:
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
-        if op in ("tirx.call_extern", "tirx.call_pure_extern"):
+        if op in (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN):
             name = str(args[0].value)
             if name in DEBUG_PRINT_EXTERNS:
                 check_printable(name, args[-1])
@@ -584,7 +585,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
                 name, self.support_code[helper[0]] = helper
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
-        if op in ("tirx.address_of", "tirx.tvm_access_ptr"):
+        if op in (vocab.TIRX_ADDRESS_OF, vocab.TIRX_TVM_ACCESS_PTR):
             return self.pointer(e)
         special = self.warp_call(op, e) or self.atomic_call(op, e)
         if special is not None:

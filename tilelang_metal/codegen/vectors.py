@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from ..errors import CodegenError
 from .msl_types import split_dtype
 from .operators import BINARY_OPS
+from ..host import vocab
 
 
 def _with_lanes(dtype: str, lanes: int) -> str:
@@ -29,7 +30,7 @@ def slice_lanes(e: Any, start: int, n: int) -> Any:
         return type(e)(slice_lanes(e.a, start, n), slice_lanes(e.b, start, n))
     if isinstance(e, tir.Select):
         return tir.Select(slice_lanes(e.condition, start, n), slice_lanes(e.true_value, start, n), slice_lanes(e.false_value, start, n))
-    if isinstance(e, tir.Call) and str(e.op.name) == "tirx.if_then_else":
+    if isinstance(e, tir.Call) and str(e.op.name) == vocab.TIRX_IF_THEN_ELSE:
         args = [slice_lanes(a, start, n) if split_dtype(str(a.dtype))[1] > 1 else a for a in e.args]
         return tir.if_then_else(*args)
     if split_dtype(str(e.dtype))[1] == 1:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from ..errors import CodegenError
 from . import simd_collectives as simd
+from ..host import vocab
 
 
 class WarpPrinting:
@@ -15,16 +16,16 @@ class WarpPrinting:
 
     WARP_SHUFFLES = {
         # op -> (collective, value arg, lane / delta / mask arg, width arg or None for a whole simdgroup)
-        "tl.shfl_xor_sync": ("xor", 1, 2, 3),
-        "tl.shfl_down_sync": ("down", 1, 2, 3),
-        "tl.shfl_up_sync": ("up", 1, 2, 3),
-        "tl.shfl_sync": ("index", 1, 2, 3),
-        "tirx.tvm_warp_shuffle": ("index", 1, 2, 3),
-        "tirx.tvm_warp_shuffle_down": ("down", 1, 2, 3),
-        "tirx.tvm_warp_shuffle_up": ("up", 1, 2, 3),
-        "tirx.metal.simd_shuffle": ("index", 0, 1, None),
-        "tirx.metal.simd_shuffle_down": ("down", 0, 1, None),
-        "tirx.metal.simd_shuffle_up": ("up", 0, 1, None),
+        vocab.TL_SHFL_XOR_SYNC: ("xor", 1, 2, 3),
+        vocab.TL_SHFL_DOWN_SYNC: ("down", 1, 2, 3),
+        vocab.TL_SHFL_UP_SYNC: ("up", 1, 2, 3),
+        vocab.TL_SHFL_SYNC: ("index", 1, 2, 3),
+        vocab.TIRX_TVM_WARP_SHUFFLE: ("index", 1, 2, 3),
+        vocab.TIRX_TVM_WARP_SHUFFLE_DOWN: ("down", 1, 2, 3),
+        vocab.TIRX_TVM_WARP_SHUFFLE_UP: ("up", 1, 2, 3),
+        vocab.TIRX_METAL_SIMD_SHUFFLE: ("index", 0, 1, None),
+        vocab.TIRX_METAL_SIMD_SHUFFLE_DOWN: ("down", 0, 1, None),
+        vocab.TIRX_METAL_SIMD_SHUFFLE_UP: ("up", 0, 1, None),
     }
 
     def warp_call(self, op: str, e: Any) -> str | None:
@@ -52,21 +53,21 @@ class WarpPrinting:
             lane = f"((int){self.position_names[lane_attr]})"
             build = {"xor": simd.shuffle_xor, "down": simd.shuffle_down, "up": simd.shuffle_up, "index": simd.shuffle_index}[kind]
             return build(self.expr(args[value_at]), self.expr(args[arg_at]), width, lane)
-        if op.startswith("tl.warp_reduce_"):
-            kind = op[len("tl.warp_reduce_") :]
+        if op.startswith(vocab.TL_WARP_REDUCE_PREFIX):
+            kind = op[len(vocab.TL_WARP_REDUCE_PREFIX) :]
             if kind not in simd.WARP_REDUCTIONS:
                 raise CodegenError(f"{op} has no Metal simdgroup equivalent")
             return simd.warp_reduce(kind, self.expr(args[0]))
-        if op in ("tl.any_sync", "tl.all_sync"):
-            vote = "simd_any" if op == "tl.any_sync" else "simd_all"
+        if op in (vocab.TL_ANY_SYNC, vocab.TL_ALL_SYNC):
+            vote = "simd_any" if op == vocab.TL_ANY_SYNC else "simd_all"
             return f"((int){vote}(({self.expr(args[1])}) != 0))"
-        if op in ("tl.ballot_sync", "tl.ballot"):
+        if op in (vocab.TL_BALLOT_SYNC, vocab.TL_BALLOT):
             predicate = self.expr(args[-1])
             return f"((ulong)((simd_vote::vote_t)simd_ballot(({predicate}) != 0)))"
-        if op == "tl.sync_warp":  # CUDA's __syncwarp also orders the lanes' memory accesses
+        if op == vocab.TL_SYNC_WARP:  # CUDA's __syncwarp also orders the lanes' memory accesses
             return "simdgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)"
-        if op in ("tirx.tvm_warp_activemask", "tl.activemask"):
+        if op in (vocab.TIRX_TVM_WARP_ACTIVEMASK, vocab.TL_ACTIVEMASK):
             return "0xffffffffu"
-        if op == "tirx.tvm_thread_allreduce":
+        if op == vocab.TIRX_TVM_THREAD_ALLREDUCE:
             raise CodegenError("tvm_thread_allreduce reached the Metal printer unlowered (LowerThreadAllreduce must run first)")
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from .._host import ExecutionBackendSpec
+from ..host import ExecutionBackendSpec
 
 EMULATOR = "emulator"
 MLX = "mlx"

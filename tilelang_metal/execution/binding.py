@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from .host_expr import Evaluator, compile_expr, free_vars
 
 # Kernel dtypes with a torch dtype of the same name (uint16/32/64 exist in torch >= 2.3).
@@ -191,7 +191,7 @@ class CallSignature:
         strides = list(buffer.strides)
         if not strides:
             return True
-        from .._host import tvm
+        from ..host import tvm
 
         analyzer = tvm.arith.Analyzer()
         expected: Any = 1

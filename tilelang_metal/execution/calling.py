@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._host import base_kernel_adapter
+from ..host import base_kernel_adapter
 from ..codegen.debug_print import refuse_debug_print
 from .binding import KERNEL_DTYPES, BoundCall, CallSignature, Device, poisoned, torch_dtype
 from .launch import KernelLaunch, LaunchShape, Workspace, kernel_launches, workspace_plan

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 
 Env = Sequence[Any]
 Evaluator = Callable[[Env], Any]

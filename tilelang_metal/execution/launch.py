@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import host_kernel_calls, host_workspaces, readonly_param_indices, tir
+from ..host import host_kernel_calls, host_workspaces, readonly_param_indices, tir
 from .binding import BoundCall, CallSignature, kernel_buffer, shape_text, torch_dtype
 from .host_expr import Evaluator, UnboundVariable, compile_expr
 

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._host import assert_tensors_close, profiler_base
+from ..host import assert_tensors_close, profiler_base
 from .binding import Device
 
 EMULATOR_TIMING_WARNING = (
@@ -39,7 +39,7 @@ def _as_list(outputs: Any) -> list[Any]:
 
 
 class PluginProfiler(profiler_base()):
-    """Built by `JITKernel.get_profiler()` for a plugin adapter (`_host` routes it here)."""
+    """Built by `JITKernel.get_profiler()` for a plugin adapter (`host.install` routes it here)."""
 
     device: Device = Device("cpu", "emulator")  # set per instance by `make_profiler`
     _warned_about_emulator_timing = False  # one warning per process

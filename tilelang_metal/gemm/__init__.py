@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config
-from .._host import layout_is_row_major, make_fragment_layout, tvm
+from ..host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
 from ..isa import SIMD_WIDTH, MatrixInstruction, for_kind
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES

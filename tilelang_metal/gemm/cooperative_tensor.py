@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir
+from ..host import tir
 from ..isa import MATMUL2D_16x32x16
 from ..selection import Partition
 from .accumulator import Accumulator

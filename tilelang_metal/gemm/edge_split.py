@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from .problem import GemmProblem, Operand, const_int
 

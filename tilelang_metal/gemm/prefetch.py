@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .tir_build import INT32, seq
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._host import gemm_node_view, tir, tvm
+from ..host import gemm_node_view, tir, tvm
 from ..errors import GemmLoweringError
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SHARED_SCOPES, SIMDGROUP_SCOPES
+from ..host import vocab
 INPUT_DTYPES = ("float16", "bfloat16", "float32")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -74,7 +75,7 @@ class Operand:
         extent = buf.shape[-1] if len(buf.shape) == 1 else self.rows * self.row_stride
         mask = {"r": 1, "w": 2, "rw": 3}[access]
         return tir.call_intrin(
-            "handle", "tirx.tvm_access_ptr", tir.type_annotation(buf.dtype), buf.data, flat, extent, tir.const(mask, "int32")
+            "handle", vocab.TIRX_TVM_ACCESS_PTR, tir.type_annotation(buf.dtype), buf.data, flat, extent, tir.const(mask, "int32")
         )
 
     def vector_aligned(self, row: Any, col: Any, lanes: int, analyzer: Any) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import fragments_agree
+from ..host import fragments_agree
 from ..errors import GemmLoweringError
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir
+from ..host import tir
 from ..isa import SIMDGROUP_8x8x8
 from ..selection import Partition
 from .accumulator import Accumulator

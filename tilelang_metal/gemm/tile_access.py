@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from .problem import Operand, const_int
 from .tir_build import cast, guarded, seq
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
 from .accumulator import Accumulator, clear_flag, make_accumulator

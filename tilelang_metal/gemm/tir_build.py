@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 
 INT32 = "int32"
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import call_annotations, tile_region, tir, tvm
+from ..host import call_annotations, tile_region, tir, tvm
 from ..errors import MetalLoweringError
+from ..host import vocab
 
-ELEMENT_OPS = {"atomicadd": "tl.atomic_add_elem_op", "atomicmax": "tl.atomic_max_elem_op", "atomicmin": "tl.atomic_min_elem_op"}
+ELEMENT_OPS = {"atomicadd": vocab.TL_ATOMIC_ADD_ELEM_OP, "atomicmax": vocab.TL_ATOMIC_MAX_ELEM_OP, "atomicmin": vocab.TL_ATOMIC_MIN_ELEM_OP}
 USER_NAMES = {"atomicadd": "T.atomic_add", "atomicmax": "T.atomic_max", "atomicmin": "T.atomic_min"}
 MEMORY_ORDER_NAMES = {1: "consume", 2: "acquire", 3: "release", 4: "acq_rel", 5: "seq_cst"}
 
@@ -82,8 +83,8 @@ def lower_atomic_tile_op(call: Any, name: str) -> Any:
         value = tir.BufferLoad(src.buffer, src_index)
     if str(value.dtype) != str(dst.buffer.dtype):
         value = tir.Cast(str(dst.buffer.dtype), value)
-    address = tvm.tirx.call_intrin("handle", "tirx.address_of", tir.BufferLoad(dst.buffer, dst_index))
-    body: Any = tir.Evaluate(tir.Call("handle", tvm.ir.Op.get(ELEMENT_OPS[name]), [address, value]))
+    address = tvm.tirx.call_intrin("handle", vocab.TIRX_ADDRESS_OF, tir.BufferLoad(dst.buffer, dst_index))
+    body: Any = tir.Evaluate(tir.Call("handle", vocab.get_op(ELEMENT_OPS[name]), [address, value]))
     for var, d in reversed(list(zip(loop_vars, loop_dims))):
         body = tir.For(var, 0, dst_extents[d], tir.ForKind.PARALLEL, body)
     if not loop_dims:  # a one-element region: a parallel loop of one, so one thread does it, not all
@@ -92,9 +93,9 @@ def lower_atomic_tile_op(call: Any, name: str) -> Any:
 
 
 HALF_WIDTH_ATOMIC_OPS = (
-    "tl.atomic_add_elem_op", "tl.atomic_add_ret_elem_op", "tl.atomic_max_elem_op", "tl.atomic_max_ret_elem_op",
-    "tl.atomic_min_elem_op", "tl.atomic_min_ret_elem_op",
-    "tl.atomic_addx2_elem_op", "tl.atomic_addx2_ret_elem_op", "tl.atomic_addx4_elem_op", "tl.atomic_addx4_ret_elem_op",
+    vocab.TL_ATOMIC_ADD_ELEM_OP, vocab.TL_ATOMIC_ADD_RET_ELEM_OP, vocab.TL_ATOMIC_MAX_ELEM_OP, vocab.TL_ATOMIC_MAX_RET_ELEM_OP,
+    vocab.TL_ATOMIC_MIN_ELEM_OP, vocab.TL_ATOMIC_MIN_RET_ELEM_OP,
+    vocab.TL_ATOMIC_ADDX2_ELEM_OP, vocab.TL_ATOMIC_ADDX2_RET_ELEM_OP, vocab.TL_ATOMIC_ADDX4_ELEM_OP, vocab.TL_ATOMIC_ADDX4_RET_ELEM_OP,
 )
 
 
@@ -105,7 +106,7 @@ def check_half_width_atomics(calls: list[Any]) -> None:
         if not (isinstance(call, tir.Call) and str(call.op.name) in HALF_WIDTH_ATOMIC_OPS):
             continue
         addr = call.args[0]
-        if not (isinstance(addr, tir.Call) and str(addr.op.name) in ("tirx.address_of", "tl.access_ptr")):
+        if not (isinstance(addr, tir.Call) and str(addr.op.name) in (vocab.TIRX_ADDRESS_OF, vocab.TL_ACCESS_PTR)):
             continue  # the frontend writes T.access_ptr(dst[i], ...), the tile rewrite address_of(dst[i])
         buffer = addr.args[0].buffer
         if str(buffer.dtype) not in ("float16", "bfloat16"):

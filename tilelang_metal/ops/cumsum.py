@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tile_region, tir, tvm
+from ..host import tile_region, tir, tvm
 from ..errors import MetalLoweringError
 from .reduce import accumulator_dtype, combine, identity
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import (
+from ..host import (
     LAYOUT_MAP_ATTR,
     call_annotations,
     PARALLEL_LOOP_LAYOUT_ATTR,
@@ -28,6 +28,7 @@ from .atomic import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lo
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
 from .reducer import lower_finalize_reducer
+from ..host import vocab
 
 PLUGIN_TILE_OPS = ("reduce", "cumsum", "cummax", "finalize_reducer")
 
@@ -88,7 +89,7 @@ def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int)
 def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | None) -> Any:
     """`stmt` with every plugin tile op lowered for `launch` (the kernel holding `stmt`); the
     scratch each op needs is allocated in its innermost enclosing block."""
-    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(stmt, ["tirx.Evaluate"])):
+    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
         return stmt
     tx, threads = _thread_x(launch)
     pending: list[Any] = []
@@ -114,17 +115,17 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
             )
         return None
 
-    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, None, postorder, ["tirx.Evaluate", "tirx.SBlock"])
+    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, None, postorder, [vocab.TIRX_EVALUATE, vocab.TIRX_SBLOCK])
     if pending:
         raise MetalLoweringError("internal: tile-op scratch buffers found no enclosing block")
     return lowered
 
 
 def lower_function(func: Any) -> Any:
-    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(func.body, ["tirx.Evaluate"])):
+    if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(func.body, [vocab.TIRX_EVALUATE])):
         return func
     layouts: dict[Any, Any] = {}
-    for block in find_nodes(func.body, ["tirx.SBlock"]):
+    for block in find_nodes(func.body, [vocab.TIRX_SBLOCK]):
         if LAYOUT_MAP_ATTR in block.annotations:
             layouts.update(dict(block.annotations[LAYOUT_MAP_ATTR].items()))
     # each kernel of the module with its own launch; then whatever lies outside every kernel
@@ -136,14 +137,14 @@ LowerMetalTileOps = per_function_pass("tilelang_metal.LowerMetalTileOps", lower_
 
 
 def lower_atomic_function(func: Any) -> Any:
-    if any(tile_op_name(n.value) in ATOMIC_TILE_OPS for n in find_nodes(func.body, ["tirx.Evaluate"])):
+    if any(tile_op_name(n.value) in ATOMIC_TILE_OPS for n in find_nodes(func.body, [vocab.TIRX_EVALUATE])):
 
         def postorder(node: Any) -> Any:
             name = tile_op_name(node.value)
             return lower_atomic_tile_op(node.value, name) if name in ATOMIC_TILE_OPS else None
 
-        func = func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.Evaluate"]))
-    check_half_width_atomics(find_nodes(func.body, ["tirx.Call"]))
+        func = func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_EVALUATE]))
+    check_half_width_atomics(find_nodes(func.body, [vocab.TIRX_CALL]))
     return func
 
 

@@ -26,7 +26,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import FragmentView, IterSplit, fragment_view, iter_splits, make_replicated_fragment, tir, tvm
+from ..host import FragmentView, IterSplit, fragment_view, iter_splits, make_replicated_fragment, tir, tvm
 from ..errors import MetalLoweringError
 
 SIMD_WIDTH = 32

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import FragmentView, tir
+from ..host import FragmentView, tir
 from ..errors import MetalLoweringError
 from .reduce import SIMD_WIDTH, Exchange, ReducePlan, combine, exchange_partials, is_power_of_two, linear_index, parallel_nest
 

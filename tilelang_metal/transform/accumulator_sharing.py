@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import gemm_call_fields, tir
+from ..host import gemm_call_fields, tir
 from ..isa import SIMD_WIDTH
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
 from ..target import has_metal4
 from .ir_query import find_nodes
 from .kernel_launches import kernels
+from ..host import vocab
 
 
 def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> set:
@@ -30,7 +31,7 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
         kinds: dict[Any, set[str]] = {}
         for kernel, launch in kernels(func.body):  # each kernel with its own thread count
             threads = launch.threads
-            for call in find_nodes(kernel, ["tirx.Call"]):
+            for call in find_nodes(kernel, [vocab.TIRX_CALL]):
                 fields = gemm_call_fields(call)
                 if fields is None or str(fields.c_buffer.scope()) not in FRAGMENT_SCOPES:
                     continue

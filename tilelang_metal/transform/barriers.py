@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir
+from ..host import tir
 from ..scopes import SHARED_SCOPES
+from ..host import vocab
 
 
 def storage_sync(scope: str) -> Any:
-    return tir.Evaluate(tir.call_intrin("int32", "tirx.tvm_storage_sync", tir.StringImm(scope)))
+    return tir.Evaluate(tir.call_intrin("int32", vocab.TIRX_TVM_STORAGE_SYNC, tir.StringImm(scope)))
 
 
 def sync_scope(stmt: Any) -> str | None:
     """The scope of a `tvm_storage_sync` statement; None for any other statement."""
-    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(getattr(stmt.value.op, "name", "")) == "tirx.tvm_storage_sync":
+    if isinstance(stmt, tir.Evaluate) and isinstance(stmt.value, tir.Call) and str(getattr(stmt.value.op, "name", "")) == vocab.TIRX_TVM_STORAGE_SYNC:
         return str(stmt.value.args[0].value)
     return None
 

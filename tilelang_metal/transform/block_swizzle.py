@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..errors import MetalLoweringError
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
+from ..host import vocab
 
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
 SWIZZLE_ATTR = "tilelang_metal.block_swizzle"  # (order name, panel, logical tiles_x, tiles_y)
@@ -40,7 +41,7 @@ INT32 = "int32"
 
 
 def _find_swizzle(body: Any) -> tuple[str, int] | None:
-    for node in find_nodes(body, ["tirx.AttrStmt"]):
+    for node in find_nodes(body, [vocab.TIRX_ATTRSTMT]):
         if str(node.attr_key) == TILELANG_SWIZZLE_ATTR:
             func_name, panel = node.value.args
             return str(func_name.value), int(panel.value)
@@ -94,7 +95,7 @@ ORDERS: dict[str, tuple[str, Remap]] = {
 def _block_vars(body: Any) -> dict[str, Any]:
     return {
         str(n.node.thread_tag): n.node.var
-        for n in find_nodes(body, ["tirx.AttrStmt"])
+        for n in find_nodes(body, [vocab.TIRX_ATTRSTMT])
         if str(n.attr_key) == "thread_extent" and str(n.node.thread_tag).startswith("blockIdx")
     }
 
@@ -119,7 +120,7 @@ def _user_mapped_mlx(body: Any, panel: int) -> tuple[Any, list[Any]] | None:
             return tile_x if isinstance(node, tir.FloorDiv) else tir.floormod(tile_y, _c(panel))
         return None
 
-    mapped = tvm.tirx.stmt_functor.ir_transform(body, None, rewrite, ["tirx.FloorDiv", "tirx.FloorMod"])
+    mapped = tvm.tirx.stmt_functor.ir_transform(body, None, rewrite, [vocab.TIRX_FLOORDIV, vocab.TIRX_FLOORMOD])
     uses_bx = False
 
     def visit(node: Any) -> None:
@@ -133,7 +134,7 @@ def _user_mapped_mlx(body: Any, panel: int) -> tuple[Any, list[Any]] | None:
     mapped = tvm.tirx.stmt_functor.substitute(mapped, {by: tir.floordiv(tile_y, _c(panel))})
     # (t // P) * P * s + (t % P) * s  ->  t * s
     analyzer = tvm.arith.Analyzer()
-    mapped = tvm.tirx.stmt_functor.ir_transform(mapped, None, lambda n: analyzer.simplify(n) if isinstance(n, tir.PrimExpr) and not isinstance(n, tir.Var) else None, ["tirx.Add"])
+    mapped = tvm.tirx.stmt_functor.ir_transform(mapped, None, lambda n: analyzer.simplify(n) if isinstance(n, tir.PrimExpr) and not isinstance(n, tir.Var) else None, [vocab.TIRX_ADD])
     return mapped, [tile_x, tile_y]
 
 
@@ -176,7 +177,7 @@ def launch_function(func: Any) -> Any:
     def drop_annotation(node: Any) -> Any:
         return node.body if str(node.attr_key) == TILELANG_SWIZZLE_ATTR else None
 
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, drop_annotation, ["tirx.AttrStmt"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, drop_annotation, [vocab.TIRX_ATTRSTMT])
     launch = {k: _c(v) for k, v in physical.items()}
     func = func.with_body(body).with_attr("thread_extent", launch)
     return func.with_attr(SWIZZLE_ATTR, [order_name, panel, tiles_x, tiles_y])

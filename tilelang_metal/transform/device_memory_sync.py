@@ -29,12 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
+from ..host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .uniformity import ThreadDependence
+from ..host import vocab
 
 
 def device_barrier() -> Any:
@@ -87,9 +88,9 @@ class _Planner:
         # loops inside the statement: an index is known as an interval over their ranges
         domain = {
             loop.loop_var: tvm.arith.IntervalSet(loop.min, loop.min + loop.extent - 1)
-            for loop in find_nodes(stmt, ["tirx.For"])
+            for loop in find_nodes(stmt, [vocab.TIRX_FOR])
         }
-        for node in find_nodes(stmt, ["tirx.BufferLoad", "tirx.BufferStore", "tirx.Call"]):
+        for node in find_nodes(stmt, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL]):
             if isinstance(node, tir.Call):
                 region = tile_op_region(node)
                 if region is None or region[0].data not in self.device:
@@ -191,7 +192,7 @@ def _exchanged_device_buffers(body: Any, device: set, thread: ThreadDependence) 
     names: dict[Any, str] = {}
     written: set = set()
     tiled: set = set()
-    for node in find_nodes(body, ["tirx.BufferLoad", "tirx.BufferStore", "tirx.Call"]):
+    for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL]):
         if isinstance(node, tir.Call):
             region = tile_op_region(node)
             if region is not None and region[0].data in device:
@@ -219,7 +220,7 @@ def _exchanged_device_buffers(body: Any, device: set, thread: ThreadDependence) 
 
 
 def _has_barrier(stmt: Any) -> bool:
-    return any(_is_barrier(node) for node in find_nodes(stmt, ["tirx.Evaluate"]))
+    return any(_is_barrier(node) for node in find_nodes(stmt, [vocab.TIRX_EVALUATE]))
 
 
 def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
@@ -246,7 +247,7 @@ def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
         else:
             chunks[-1].append(stmt)
     read = {var for var in _vars(condition)}
-    written = {node.buffer.data for node in find_nodes(then_case, ["tirx.BufferStore"])}
+    written = {node.buffer.data for node in find_nodes(then_case, [vocab.TIRX_BUFFERSTORE])}
     if read & written:
         raise MetalLoweringError(
             f"{where} writes a buffer its condition reads and exchanges data between threads through device "

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..errors import CodegenError
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from ..host import vocab
 
 _UPDATE_STATE = 3  # tvm CallEffectKind::kUpdateState and above (opaque, control) change state
 
 
 def _has_side_effects(value: Any) -> bool:
-    for call in find_nodes(tir.Evaluate(value), ["tirx.Call"]):
+    for call in find_nodes(tir.Evaluate(value), [vocab.TIRX_CALL]):
         op = call.op
         if not isinstance(op, tvm.ir.Op):
             return True
@@ -32,7 +33,7 @@ def _has_side_effects(value: Any) -> bool:
 
 
 def _uses(body: Any, var: Any) -> int:
-    return sum(1 for v in find_nodes(tir.Evaluate(body), ["tirx.Var"]) if v.same_as(var))
+    return sum(1 for v in find_nodes(tir.Evaluate(body), [vocab.TIRX_VAR]) if v.same_as(var))
 
 
 def _inline(let: Any) -> Any:
@@ -45,10 +46,10 @@ def _inline(let: Any) -> Any:
 
 
 def inline_expression_lets(func: Any) -> Any:
-    if not find_nodes(func.body, ["tirx.Let"]):
+    if not find_nodes(func.body, [vocab.TIRX_LET]):
         return func
     # Post order: a Let's value and body are already free of bindings when it is replaced.
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _inline, ["tirx.Let"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _inline, [vocab.TIRX_LET])
     return func.with_body(body)
 
 

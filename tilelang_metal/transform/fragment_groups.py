@@ -28,12 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import gemm_call_fields, tir
+from ..host import gemm_call_fields, tir
 from ..isa import MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import Partition, Selection, choose_partition, row_partition
 from ..target import has_metal4
 from .ir_query import find_nodes
+from ..host import vocab
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,14 @@ def _is_matrix_fragment(buffer: Any) -> bool:
 
 def _element_links(body: Any, groups: _Groups) -> None:
     """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
-    for loop in find_nodes(body, ["tirx.For"]):
+    for loop in find_nodes(body, [vocab.TIRX_FOR]):
         if loop.kind != tir.ForKind.PARALLEL:
             continue
-        accesses = find_nodes(loop.body, ["tirx.BufferLoad", "tirx.BufferStore"])
+        accesses = find_nodes(loop.body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE])
         groups.union(list({a.buffer.data: None for a in accesses if _is_matrix_fragment(a.buffer)}))
-    for call in find_nodes(body, ["tirx.Call"]):
+    for call in find_nodes(body, [vocab.TIRX_CALL]):
         name = str(getattr(call.op, "name", ""))
-        if not name.startswith("tl.tileop.") or name == "tl.tileop.gemm":
+        if not name.startswith(vocab.TILE_OP_PREFIX) or name == vocab.GEMM_TILE_OP:
             continue
         buffers = [arg.args[0].buffer for arg in call.args if isinstance(arg, tir.Call) and arg.args and isinstance(arg.args[0], tir.BufferLoad)]
         groups.union(list({b.data: None for b in buffers if _is_matrix_fragment(b)}))
@@ -103,7 +104,7 @@ def _element_links(body: Any, groups: _Groups) -> None:
 
 def _sites(body: Any) -> list[GemmSite]:
     sites = []
-    for call in find_nodes(body, ["tirx.Call"]):
+    for call in find_nodes(body, [vocab.TIRX_CALL]):
         f = gemm_call_fields(call)
         if f is None or f.a_buffer is None or f.b_buffer is None:
             continue
@@ -183,7 +184,7 @@ def _kernels(mod: Any) -> list[tuple[int, Any]]:
     for func in mod.functions.values():
         if not isinstance(func, tir.PrimFunc):
             continue
-        for node in find_nodes(func.body, ["tirx.AttrStmt"]):
+        for node in find_nodes(func.body, [vocab.TIRX_ATTRSTMT]):
             if str(node.attr_key) != "thread_extent" or str(node.node.thread_tag) != "threadIdx.x":
                 continue
             if isinstance(node.value, tir.IntImm):  # T.gemm needs a 1-D launch (CheckGemmLaunch)

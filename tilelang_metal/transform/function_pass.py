@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 
 
 def per_function_pass(name: str, rewrite: Callable[[Any], Any], *, kernels_only: bool = False) -> Any:

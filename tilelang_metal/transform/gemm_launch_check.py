@@ -13,15 +13,16 @@ from ..errors import GemmLoweringError
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_launches import kernels
+from ..host import vocab
 
-GEMM_OP = "tl.tileop.gemm"
+GEMM_OP = vocab.GEMM_TILE_OP
 
 
 def check_function(func: Any) -> None:
     for kernel, launch in kernels(func.body):  # each kernel of the module has its own launch
         if launch.is_one_dimensional:
             continue
-        if not any(getattr(call.op, "name", "") == GEMM_OP for call in find_nodes(kernel, ["tirx.Call"])):
+        if not any(getattr(call.op, "name", "") == GEMM_OP for call in find_nodes(kernel, [vocab.TIRX_CALL])):
             continue
         total = launch.threads
         raise GemmLoweringError(

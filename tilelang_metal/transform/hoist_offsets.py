@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import launch_vars, prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from ..host import vocab
 
 OFFSET_PREFIX = "__off"
 
@@ -28,7 +29,7 @@ def _terms(e: Any) -> list[Any]:
 def _memory_vars(func: Any) -> set:
     """Data variables of device buffers (kernel parameters) and of threadgroup memory."""
     out = {p for p in func.params if str(p.dtype) == "handle"}
-    for node in find_nodes(func.body, ["tirx.AllocBuffer", "tirx.Bind"]):
+    for node in find_nodes(func.body, [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_BIND]):
         if isinstance(node, tir.AllocBuffer):
             if str(node.buffer.scope()).startswith("shared"):
                 out.add(node.buffer.data)
@@ -102,13 +103,13 @@ def hoist_function(func: Any) -> Any:
             if isinstance(node, tir.BufferStore) and node.buffer.data in memory and len(node.indices) == 1:
                 index = hoister.index(node.indices[0])
                 return None if index.same_as(node.indices[0]) else tir.BufferStore(node.buffer, node.value, [index])
-            if isinstance(node, tir.Call) and str(node.op.name) == "tirx.tvm_access_ptr" and node.args[1] in memory:
+            if isinstance(node, tir.Call) and str(node.op.name) == vocab.TIRX_TVM_ACCESS_PTR and node.args[1] in memory:
                 args = list(node.args)
                 args[2] = hoister.index(args[2])
                 return tir.Call(node.dtype, node.op, args)
             return None
 
-        inner = tvm.tirx.stmt_functor.ir_transform(inner, None, rewrite, ["tirx.BufferLoad", "tirx.BufferStore", "tirx.Call"])
+        inner = tvm.tirx.stmt_functor.ir_transform(inner, None, rewrite, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL])
         return prepend(inner, known, hoister.binds) if hoister.binds else inner
 
     body = rewrite_inside_launch(func.body, hoist_inner)

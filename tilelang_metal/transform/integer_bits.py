@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
+from ..host import vocab
 
-_BIT_CALLS = ("tirx.shift_right", "tirx.shift_left", "tirx.bitwise_and", "tirx.bitwise_or", "tirx.bitwise_xor")
+_BIT_CALLS = (vocab.TIRX_SHIFT_RIGHT, vocab.TIRX_SHIFT_LEFT, vocab.TIRX_BITWISE_AND, vocab.TIRX_BITWISE_OR, vocab.TIRX_BITWISE_XOR)
 
 
 def _map_calls(e: Any, rewrite: Any) -> Any:
     def post(node: Any) -> Any:
         return rewrite(node) if isinstance(node, tir.Call) else None
 
-    return tvm.tirx.stmt_functor.ir_transform(tir.Evaluate(e), None, post, ["tirx.Call"]).value
+    return tvm.tirx.stmt_functor.ir_transform(tir.Evaluate(e), None, post, [vocab.TIRX_CALL]).value
 
 
 def _power_of_two(e: Any) -> int | None:
@@ -37,11 +38,11 @@ def bits_as_arithmetic(e: Any) -> Any:
         if len(call.args) != 2 or not isinstance(call.args[1], tir.IntImm):
             return None
         x, k = call.args[0], int(call.args[1].value)
-        if name == "tirx.shift_right" and 0 <= k < 31:
+        if name == vocab.TIRX_SHIFT_RIGHT and 0 <= k < 31:
             return tir.floordiv(x, tir.const(1 << k, x.dtype))
-        if name == "tirx.shift_left" and 0 <= k < 31:
+        if name == vocab.TIRX_SHIFT_LEFT and 0 <= k < 31:
             return x * tir.const(1 << k, x.dtype)
-        if name == "tirx.bitwise_and" and _power_of_two(tir.const(k + 1, "int64")) is not None:
+        if name == vocab.TIRX_BITWISE_AND and _power_of_two(tir.const(k + 1, "int64")) is not None:
             return tir.floormod(x, tir.const(k + 1, x.dtype))
         return None
 
@@ -55,11 +56,11 @@ def fold_constant_bits(e: Any) -> Any:
             return None
         a, b = (int(x.value) for x in call.args)
         value = {
-            "tirx.shift_right": lambda: a >> b,
-            "tirx.shift_left": lambda: a << b,
-            "tirx.bitwise_and": lambda: a & b,
-            "tirx.bitwise_or": lambda: a | b,
-            "tirx.bitwise_xor": lambda: a ^ b,
+            vocab.TIRX_SHIFT_RIGHT: lambda: a >> b,
+            vocab.TIRX_SHIFT_LEFT: lambda: a << b,
+            vocab.TIRX_BITWISE_AND: lambda: a & b,
+            vocab.TIRX_BITWISE_OR: lambda: a | b,
+            vocab.TIRX_BITWISE_XOR: lambda: a ^ b,
         }[name]()
         return tir.const(value, call.dtype)
 

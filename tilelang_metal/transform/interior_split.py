@@ -22,17 +22,18 @@ import contextlib
 from typing import Any
 
 from .. import intrinsics
-from .._host import fresh_definitions, tir, tvm
+from ..host import fresh_definitions, tir, tvm
 from ..gemm.edge_split import UNIFORM_BRANCH, uniform_branch
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import launch_vars, rewrite_inside_launch
+from ..host import vocab
 
 _MATRIX_OPS = (intrinsics.SG_MMA,)
 
 
 def _has_matrix_op(body: Any) -> bool:
-    for call in find_nodes(body, ["tirx.Call"]):
+    for call in find_nodes(body, [vocab.TIRX_CALL]):
         if intrinsics.op_name(call) in _MATRIX_OPS or intrinsics.match_ct_mma(call) is not None:
             return True
     return False
@@ -49,7 +50,7 @@ def _without_edge_bodies(body: Any) -> Any:
         parts = [p.then_case if isinstance(p, tir.IfThenElse) else p for p in parts]
         return parts[0] if len(parts) == 1 else tir.SeqStmt(parts)
 
-    return tvm.tirx.stmt_functor.ir_transform(body, None, keep_interior, ["tirx.AttrStmt"])
+    return tvm.tirx.stmt_functor.ir_transform(body, None, keep_interior, [vocab.TIRX_ATTRSTMT])
 
 
 def _conjuncts(cond: Any, out: list[Any]) -> None:
@@ -62,10 +63,10 @@ def _conjuncts(cond: Any, out: list[Any]) -> None:
 
 def _guards(body: Any) -> list[Any]:
     conds: list[Any] = []
-    for node in find_nodes(body, ["tirx.IfThenElse"]):
+    for node in find_nodes(body, [vocab.TIRX_IFTHENELSE]):
         _conjuncts(node.condition, conds)
-    for call in find_nodes(body, ["tirx.Call"]):
-        if intrinsics.op_name(call) == "tirx.if_then_else":
+    for call in find_nodes(body, [vocab.TIRX_CALL]):
+        if intrinsics.op_name(call) == vocab.TIRX_IF_THEN_ELSE:
             _conjuncts(call.args[0], conds)
     unique: dict[str, Any] = {}
     for c in conds:
@@ -90,7 +91,7 @@ def _bind_ranges(analyzer: Any, chain: list[Any], body: Any, blocks: list[Any]) 
             var = attr.node.var
             if not any(var.same_as(b) for b in blocks) and _const(attr.value) is not None:
                 analyzer.bind(var, tvm.ir.Range(0, attr.value))
-    loops = find_nodes(body, ["tirx.For"])
+    loops = find_nodes(body, [vocab.TIRX_FOR])
     for loop in loops:
         var = loop.loop_var
         if sum(1 for other in loops if other.loop_var.same_as(var)) > 1:
@@ -173,14 +174,14 @@ def _prune_guards(body: Any, analyzer: Any) -> Any:
             if cond is None:
                 return node.then_case
             return None if cond.same_as(node.condition) else tir.IfThenElse(cond, node.then_case, node.else_case)
-        if intrinsics.op_name(node) == "tirx.if_then_else":
+        if intrinsics.op_name(node) == vocab.TIRX_IF_THEN_ELSE:
             cond = remaining(node.args[0])
             if cond is None:
                 return node.args[1]
             return None if cond.same_as(node.args[0]) else tir.if_then_else(cond, node.args[1], node.args[2])
         return None
 
-    return tvm.tirx.stmt_functor.ir_transform(body, None, prune, ["tirx.IfThenElse", "tirx.Call"])
+    return tvm.tirx.stmt_functor.ir_transform(body, None, prune, [vocab.TIRX_IFTHENELSE, vocab.TIRX_CALL])
 
 
 def _hoist_allocations(body: Any) -> tuple[list[Any], Any]:
@@ -192,7 +193,7 @@ def _hoist_allocations(body: Any) -> tuple[list[Any], Any]:
         allocs.append(node)
         return tir.Evaluate(0)
 
-    stripped = tvm.tirx.stmt_functor.ir_transform(body, None, take, ["tirx.AllocBuffer"])
+    stripped = tvm.tirx.stmt_functor.ir_transform(body, None, take, [vocab.TIRX_ALLOCBUFFER])
     return allocs, stripped
 
 

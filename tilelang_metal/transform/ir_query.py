@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
+from ..host import vocab
 
 
 def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
@@ -23,7 +24,7 @@ def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
 def declared_element_counts(body: Any) -> dict[Any, int]:
     """Element count of each buffer declared over a data variable (views into merged pools)."""
     out: dict[Any, int] = {}
-    for node in find_nodes(body, ["tirx.DeclBuffer"]):
+    for node in find_nodes(body, [vocab.TIRX_DECLBUFFER]):
         count = 1
         for dim in node.buffer.shape:
             if not isinstance(dim, tir.IntImm):

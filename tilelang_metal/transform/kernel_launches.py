@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import THREAD_EXTENT_ATTR, tir, tvm
+from ..host import THREAD_EXTENT_ATTR, tir, tvm
 from .ir_query import find_nodes
+from ..host import vocab
 
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -65,7 +66,7 @@ def _is_launch(node: Any) -> bool:
 def launch_of(kernel: Any) -> ThreadLaunch:
     """The thread launch of one kernel (a statement holding a single kernel's attributes)."""
     bindings: dict[str, tuple[Any, Any]] = {}
-    for node in find_nodes(kernel, ["tirx.AttrStmt"]):
+    for node in find_nodes(kernel, [vocab.TIRX_ATTRSTMT]):
         if _is_launch(node):
             tag = str(node.node.thread_tag)
             if tag in THREAD_TAGS:
@@ -82,7 +83,7 @@ def rewrite_kernels(body: Any, rewrite: Callable[[Any, ThreadLaunch], Any]) -> A
             return None
         return rewrite(node, launch_of(node))  # the kernel's root: no descent below it
 
-    return tvm.tirx.stmt_functor.ir_transform(body, at_kernel, None, ["tirx.AttrStmt"])
+    return tvm.tirx.stmt_functor.ir_transform(body, at_kernel, None, [vocab.TIRX_ATTRSTMT])
 
 
 def kernels(body: Any) -> list[tuple[Any, ThreadLaunch]]:

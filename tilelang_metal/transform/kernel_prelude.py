@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._host import tir
+from ..host import tir
+from ..host import vocab
 
 PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
 
@@ -66,7 +67,7 @@ def statements(stmt: Any) -> list[Any]:
 def _is_early_return(stmt: Any) -> bool:
     if isinstance(stmt, tir.IfThenElse) and stmt.else_case is None and isinstance(stmt.then_case, tir.Evaluate):
         value = stmt.then_case.value
-        return isinstance(value, tir.Call) and str(value.op.name) == "tirx.ret"
+        return isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_RET
     return False
 
 

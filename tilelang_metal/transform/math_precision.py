@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .function_pass import per_function_pass
+from ..host import vocab
 
 _SHORT_FLOATS = ("float16", "bfloat16")
 
@@ -28,16 +29,16 @@ def _rewrite(call: Any) -> Any:
     if not isinstance(call.op, tvm.ir.Op):
         return None
     op, dtype = str(call.op.name), str(call.dtype)
-    if op == "tirx.tanh":
+    if op == vocab.TIRX_TANH:
         return tir.call_pure_extern(dtype, "tanh", *call.args)
-    if op == "tirx.erf" and dtype.split("x")[0] in _SHORT_FLOATS:
+    if op == vocab.TIRX_ERF and dtype.split("x")[0] in _SHORT_FLOATS:
         wide = _float32_like(dtype)
         return tir.Cast(dtype, tir.Call(wide, call.op, [tir.Cast(wide, a) for a in call.args]))
     return None
 
 
 def preserve_math_precision(func: Any) -> Any:
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _rewrite, ["tirx.Call"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _rewrite, [vocab.TIRX_CALL])
     return func.with_body(body)
 
 

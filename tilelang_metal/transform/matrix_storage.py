@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir
+from ..host import tir
 from ..isa import SIMDGROUP_8x8x8, cooperative_instruction
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from ..host import vocab
 
 MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
 SIMDGROUP = "simdgroup"
@@ -65,7 +66,7 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
     cooperative: dict[Any, intrinsics.CooperativeMma] = {}
     simdgroup: set = set()
     accesses = []
-    for node in find_nodes(body, ["tirx.AllocBuffer", "tirx.Call", "tirx.BufferLoad", "tirx.BufferStore"]):
+    for node in find_nodes(body, [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_CALL, vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]):
         if isinstance(node, tir.AllocBuffer):
             allocs[node.buffer.data] = node.buffer
         elif isinstance(node, (tir.BufferLoad, tir.BufferStore)):

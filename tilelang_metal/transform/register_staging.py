@@ -29,16 +29,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tile_op_name, tile_region, tir, tvm
+from ..host import tile_op_name, tile_region, tir, tvm
 from .. import config
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from ..host import vocab
 
 PIPELINE_STAGES_ATTR = "tl_pipelined_num_stages"  # loop annotation InjectSoftwarePipeline leaves
 STAGED_BUFFERS_ATTR = "tilelang_metal.register_staging"  # names of the buffers whose copies may split
 
-_PURE_CALLS = ("tirx.if_then_else", "tirx.likely", "tirx.reinterpret")
+_PURE_CALLS = (vocab.TIRX_IF_THEN_ELSE, vocab.TIRX_LIKELY, vocab.TIRX_REINTERPRET)
 _GLOBAL_SCOPES = ("global", "")
 STAGED_PREFIX = "staged_"  # name of the register arrays (one per dtype)
 THREAD_ARRAY_ALIGN_ATTR = "tilelang_metal.align_bytes"  # AllocBuffer annotation: the printer declares alignas(N)
@@ -82,12 +83,12 @@ def _accesses(stmt: Any, staged: set) -> list[tuple[Any, bool]] | None:
     cannot be bounded (the buffer's pointer used directly). Block read / write annotations are not
     used: InjectSoftwarePipeline widens them to the whole multi-versioned buffer."""
     out = []
-    for node in find_nodes(stmt, ["tirx.Call", "tirx.BufferLoad", "tirx.BufferStore", "tirx.Var"]):
+    for node in find_nodes(stmt, [vocab.TIRX_CALL, vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_VAR]):
         if isinstance(node, tir.Var):
             if node in staged:
                 return None
         elif isinstance(node, tir.Call):
-            if str(node.op.name) in ("tl.tileop.region", "tl.region"):
+            if str(node.op.name) in (vocab.TL_TILEOP_REGION, vocab.REGION_OP):
                 region = tile_region(node)
                 if region.buffer.data in staged:
                     out.append((region, int(node.args[1]) != 1))
@@ -176,7 +177,7 @@ def mark_function(func: Any) -> Any:
         annotations[STAGED_BUFFERS_ATTR] = names
         return tir.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
 
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR]))
 
 
 MarkRegisterStaging = per_function_pass("tilelang_metal.MarkRegisterStaging", mark_function)
@@ -189,7 +190,7 @@ MarkRegisterStaging = per_function_pass("tilelang_metal.MarkRegisterStaging", ma
 
 def _global_value(value: Any) -> bool:
     """A value computed from global memory only (no threadgroup or thread memory, no side effects)."""
-    for node in find_nodes(tir.Evaluate(value), ["tirx.BufferLoad", "tirx.Call"]):
+    for node in find_nodes(tir.Evaluate(value), [vocab.TIRX_BUFFERLOAD, vocab.TIRX_CALL]):
         if isinstance(node, tir.BufferLoad) and not _is_global(node.buffer):
             return False
         if isinstance(node, tir.Call) and str(node.op.name) not in _PURE_CALLS:
@@ -218,7 +219,7 @@ def _copy_shape(stmt: Any, names: set[str] | None) -> tuple[int, int] | None:
         inner = _copy_shape(stmt.body, names)
         return None if inner is None else (inner[0] * int(stmt.extent.value), inner[1])
     if isinstance(stmt, tir.IfThenElse):
-        if stmt.else_case is not None or find_nodes(tir.Evaluate(stmt.condition), ["tirx.BufferLoad", "tirx.Call"]):
+        if stmt.else_case is not None or find_nodes(tir.Evaluate(stmt.condition), [vocab.TIRX_BUFFERLOAD, vocab.TIRX_CALL]):
             return None
         return _copy_shape(stmt.then_case, names)
     if isinstance(stmt, tir.SeqStmt):
@@ -285,22 +286,22 @@ def _no_barrier(stmt: Any) -> Any:
 def _writes_threadgroup(stmt: Any) -> bool:
     """Whether a statement may write threadgroup memory (a pointer passed anywhere but a read-only
     `tvm_access_ptr` counts as a write)."""
-    for node in find_nodes(stmt, ["tirx.BufferStore", "tirx.Call"]):
+    for node in find_nodes(stmt, [vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL]):
         if isinstance(node, tir.BufferStore):
             if _is_shared(node.buffer):
                 return True
             continue
         name = str(node.op.name)
-        if name == "tirx.tvm_storage_sync":
+        if name == vocab.TIRX_TVM_STORAGE_SYNC:
             continue
-        if name == "tirx.tvm_access_ptr":
+        if name == vocab.TIRX_TVM_ACCESS_PTR:
             if _pointer_scope(node.args[1]).startswith("shared") and int(node.args[4]) & 2:
                 return True
             continue
         for arg in node.args:
             if isinstance(arg, tir.Var) and _pointer_scope(arg).startswith("shared"):
                 return True
-            if isinstance(arg, tir.Call) and str(arg.op.name) == "tirx.address_of" and _is_shared(arg.args[0].buffer):
+            if isinstance(arg, tir.Call) and str(arg.op.name) == vocab.TIRX_ADDRESS_OF and _is_shared(arg.args[0].buffer):
                 return True
     return False
 
@@ -331,11 +332,11 @@ def _split_loop(loop: Any, analyzer: Any) -> Any:
     if _writes_threadgroup(rest_stmt):  # its own barriers may order those writes: keep all but the first
         rest_stmt, _ = _drop_first_barrier(rest_stmt)
     else:  # it only reads threadgroup memory, so its barriers ordered the copies' stores, which moved
-        rest_stmt = tvm.tirx.stmt_functor.ir_transform(rest_stmt, None, _no_barrier, ["tirx.Evaluate"])
+        rest_stmt = tvm.tirx.stmt_functor.ir_transform(rest_stmt, None, _no_barrier, [vocab.TIRX_EVALUATE])
     scope = scope or "shared"
     by_dtype: dict[str, list[Any]] = {}
     for stmt in leading:
-        dtype = str(find_nodes(stmt, ["tirx.BufferStore"])[0].buffer.dtype)
+        dtype = str(find_nodes(stmt, [vocab.TIRX_BUFFERSTORE])[0].buffer.dtype)
         by_dtype.setdefault(dtype, []).append(stmt)
     allocs, loads, stores = [], [], []
     for dtype, stmts in by_dtype.items():
@@ -357,7 +358,7 @@ def _split_loop(loop: Any, analyzer: Any) -> Any:
     # one barrier per K step: it orders the previous step's threadgroup stores before this step's
     # reads (RAW) and the previous step's reads of the version stored now before the stores (WAR)
     new_body = tir.SeqStmt(allocs + loads + [barrier, rest_stmt] + stores)
-    new_body = tvm.tirx.stmt_functor.ir_transform(new_body, None, lambda n: _simplify_staged(n, analyzer), ["tirx.BufferStore", "tirx.BufferLoad"])
+    new_body = tvm.tirx.stmt_functor.ir_transform(new_body, None, lambda n: _simplify_staged(n, analyzer), [vocab.TIRX_BUFFERSTORE, vocab.TIRX_BUFFERLOAD])
     new_loop = tir.For(loop.loop_var, loop.min, loop.extent, loop.kind, new_body, loop.thread_binding, annotations)
     return tir.SeqStmt([new_loop, barrier])  # the last step's stores before whatever reads them next
 
@@ -379,10 +380,10 @@ def split_function(func: Any) -> Any:
             return None
         return _split_loop(node, analyzer)
 
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR])
     if body.same_as(func.body):
         return func
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(body, None, _merge_adjacent_barriers, ["tirx.SeqStmt"]))
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(body, None, _merge_adjacent_barriers, [vocab.TIRX_SEQSTMT]))
 
 
 def _merge_adjacent_barriers(seq: Any) -> Any:

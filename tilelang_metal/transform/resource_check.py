@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._host import tile_op_name, tile_region, tir, tvm
+from ..host import tile_op_name, tile_region, tir, tvm
 from ..errors import MetalLoweringError
 from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES, THREADGROUP_MEMORY_TEXT
 from ..scopes import SHARED_SCOPES
 from .ir_query import find_nodes
+from ..host import vocab
 
 __all__ = ["CheckThreadgroupResources", "ThreadgroupBuffer", "ThreadgroupBufferLog", "MAX_THREADS_PER_THREADGROUP", "THREADGROUP_MEMORY_BYTES"]
 
@@ -88,10 +89,10 @@ class ThreadgroupBufferLog:
         """Before InjectSoftwarePipeline: shapes as written and which buffers feed a T.gemm."""
         for func in _prim_funcs(mod):
             operands = set()
-            for call in find_nodes(func.body, ["tirx.Call"]):
+            for call in find_nodes(func.body, [vocab.TIRX_CALL]):
                 if tile_op_name(call) == "gemm":
                     operands.update(tile_region(call.args[i]).buffer.data for i in (0, 1))
-            for block in find_nodes(func.body, ["tirx.SBlock"]):
+            for block in find_nodes(func.body, [vocab.TIRX_SBLOCK]):
                 for buf in block.alloc_buffers:
                     shape = _static_shape(buf)
                     if _is_shared(buf) and shape is not None:
@@ -100,7 +101,7 @@ class ThreadgroupBufferLog:
     def record_pipelined(self, mod: Any) -> None:
         """After InjectSoftwarePipeline: a multi-buffered allocation gained a leading stage dimension."""
         for func in _prim_funcs(mod):
-            for block in find_nodes(func.body, ["tirx.SBlock"]):
+            for block in find_nodes(func.body, [vocab.TIRX_SBLOCK]):
                 for buf in block.alloc_buffers:
                     known = self._declared.get(buf.data)
                     shape = _static_shape(buf)
@@ -115,7 +116,7 @@ class ThreadgroupBufferLog:
             if not isinstance(func, tir.PrimFunc):
                 continue
             found = []
-            for node in find_nodes(func.body, ["tirx.AllocBuffer"]):
+            for node in find_nodes(func.body, [vocab.TIRX_ALLOCBUFFER]):
                 buf = node.buffer
                 shape = _static_shape(buf)
                 if _is_shared(buf) and shape is not None:
@@ -189,7 +190,7 @@ def threadgroup_memory_error(kernel: str, allocations: list[Any], log: Threadgro
 
 
 def check_function(func: Any, kernel: str, log: ThreadgroupBufferLog | None = None) -> Any:
-    shared = [node.buffer for node in find_nodes(func.body, ["tirx.AllocBuffer"]) if _is_shared(node.buffer)]
+    shared = [node.buffer for node in find_nodes(func.body, [vocab.TIRX_ALLOCBUFFER]) if _is_shared(node.buffer)]
     if sum(_bytes(buf) for buf in shared) > THREADGROUP_MEMORY_BYTES:
         raise threadgroup_memory_error(kernel, shared, log)
     threads = 1

@@ -29,11 +29,12 @@ from typing import Any
 
 from .. import config
 from .. import gemm as gemm_metal
-from .._host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
+from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..target import has_metal4
 from .ir_query import find_nodes
+from ..host import vocab
 
 # A PrimFunc attribute: keep this kernel's shared staging as written, whatever the bypass setting
 # (`keep_shared_staging(func)`; the autotuner's shared-path configurations use it).
@@ -86,17 +87,17 @@ class _Kernel:
     def __init__(self, body: Any):
         self.body = body
         self.refs: dict[Any, int] = {}
-        for node in find_nodes(body, ["tirx.BufferLoad", "tirx.BufferStore"]):
+        for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]):
             self.refs[node.buffer.data] = self.refs.get(node.buffer.data, 0) + 1
         self.written: set = set()  # data vars of buffers some statement writes
-        for node in find_nodes(body, ["tirx.BufferStore"]):
+        for node in find_nodes(body, [vocab.TIRX_BUFFERSTORE]):
             self.written.add(node.buffer.data)
-        for call in find_nodes(body, ["tirx.Call"]):
-            if str(getattr(call.op, "name", "")) in ("tl.tileop.region", "tl.region") and int(call.args[1]) & 2:
+        for call in find_nodes(body, [vocab.TIRX_CALL]):
+            if str(getattr(call.op, "name", "")) in (vocab.TL_TILEOP_REGION, vocab.REGION_OP) and int(call.args[1]) & 2:
                 self.written.add(call.args[0].buffer.data)
         self.annotated: set = set()
         self.shared_allocs: list[Any] = []
-        for block in find_nodes(body, ["tirx.SBlock"]):
+        for block in find_nodes(body, [vocab.TIRX_SBLOCK]):
             self.annotated.update(annotated_layout_vars(block))
             self.shared_allocs += [b for b in block.alloc_buffers if str(b.scope()) in SHARED_SCOPES]
 
@@ -141,7 +142,7 @@ def _candidates(kernel: _Kernel) -> list[tuple[Any, Any, list[_Staging] | str]]:
     """(gemm statement, its sequence, stagings of A and B or the reason they are not) per T.gemm with
     a shared operand."""
     out = []
-    for seq_node in find_nodes(kernel.body, ["tirx.SeqStmt"]):
+    for seq_node in find_nodes(kernel.body, [vocab.TIRX_SEQSTMT]):
         seq = list(seq_node.seq)
         for i, stmt in enumerate(seq):
             call = stmt.value if isinstance(stmt, tir.Evaluate) else None
@@ -171,11 +172,11 @@ def _staged_bytes(kernel: _Kernel, stages: dict[Any, int]) -> int:
 def _pipelined_copies(body: Any) -> dict[Any, tuple[Any, int]]:
     """shared data var -> (pipelined loop, num_stages) for buffers a T.copy writes inside such a loop."""
     out: dict[Any, tuple[Any, int]] = {}
-    for loop in find_nodes(body, ["tirx.For"]):
+    for loop in find_nodes(body, [vocab.TIRX_FOR]):
         n = pipeline_stages(loop)
         if n < 2:
             continue
-        for call in find_nodes(loop.body, ["tirx.Call"]):
+        for call in find_nodes(loop.body, [vocab.TIRX_CALL]):
             if tile_op_name(call) == "copy":
                 dst = tile_region(call.args[1]).buffer
                 if str(dst.scope()) in SHARED_SCOPES:
@@ -233,17 +234,17 @@ def _rewrite(body: Any, bypass: list[tuple[Any, list[_Staging]]], stages: dict[A
                 return with_pipeline_stages(node, n)
         return None
 
-    body = tvm.tirx.stmt_functor.ir_transform(body, None, restage, ["tirx.For"]) if stages else body
-    body = tvm.tirx.stmt_functor.ir_transform(body, None, rewrite, ["tirx.SeqStmt", "tirx.SBlock"])
+    body = tvm.tirx.stmt_functor.ir_transform(body, None, restage, [vocab.TIRX_FOR]) if stages else body
+    body = tvm.tirx.stmt_functor.ir_transform(body, None, rewrite, [vocab.TIRX_SEQSTMT, vocab.TIRX_SBLOCK])
 
     def unpipeline(node: Any) -> Any:  # a pipelined loop with no staging copy left pipelines nothing
         if pipeline_stages(node) < 2:
             return None
-        if any(tile_op_name(c) == "copy" for c in find_nodes(node.body, ["tirx.Call"])):
+        if any(tile_op_name(c) == "copy" for c in find_nodes(node.body, [vocab.TIRX_CALL])):
             return None
         return with_pipeline_stages(node, 0)
 
-    return tvm.tirx.stmt_functor.ir_transform(body, None, unpipeline, ["tirx.For"]) if bypass else body
+    return tvm.tirx.stmt_functor.ir_transform(body, None, unpipeline, [vocab.TIRX_FOR]) if bypass else body
 
 
 def bypass_function(func: Any, target: Any) -> Any:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .function_pass import per_function_pass
+from ..host import vocab
 
 _SEGMENT_SHUFFLES = {
-    "tirx.tvm_warp_shuffle": "tl.shfl_sync",
-    "tirx.tvm_warp_shuffle_up": "tl.shfl_up_sync",
-    "tirx.tvm_warp_shuffle_down": "tl.shfl_down_sync",
+    vocab.TIRX_TVM_WARP_SHUFFLE: vocab.TL_SHFL_SYNC,
+    vocab.TIRX_TVM_WARP_SHUFFLE_UP: vocab.TL_SHFL_UP_SYNC,
+    vocab.TIRX_TVM_WARP_SHUFFLE_DOWN: vocab.TL_SHFL_DOWN_SYNC,
 }
 
 
@@ -30,11 +31,11 @@ def _rewrite(call: Any) -> Any:
     if target is None:
         return None
     mask, value, lane, width = call.args[:4]
-    return tir.Call(call.dtype, tvm.ir.Op.get(target), [mask, value, lane, width])
+    return tir.Call(call.dtype, vocab.get_op(target), [mask, value, lane, width])
 
 
 def keep_shuffle_widths(func: Any) -> Any:
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _rewrite, ["tirx.Call"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, _rewrite, [vocab.TIRX_CALL])
     return func.with_body(body)
 
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from .. import intrinsics
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import prelude_vars
 from .integer_bits import bits_as_arithmetic, fold_constant_bits, has_division
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from ..host import vocab
 
 INST = SIMDGROUP_8x8x8
 PER_LANE = INST.dest_elems  # elements of one matrix held by each lane
@@ -39,9 +40,9 @@ PER_LANE = INST.dest_elems  # elements of one matrix held by each lane
 
 def _lane_layout_matrices(body: Any) -> dict[Any, Any]:
     """Data var -> buffer of the per-thread arrays the simdgroup builtins use in lane layout."""
-    allocs = {node.buffer.data: node.buffer for node in find_nodes(body, ["tirx.AllocBuffer"])}
+    allocs = {node.buffer.data: node.buffer for node in find_nodes(body, [vocab.TIRX_ALLOCBUFFER])}
     out: dict[Any, Any] = {}
-    for call in find_nodes(body, ["tirx.Call"]):
+    for call in find_nodes(body, [vocab.TIRX_CALL]):
         for var in intrinsics.simdgroup_matrix_operands(call):
             buf = allocs.get(var)
             if buf is not None and str(buf.scope()) != "metal.simdgroup":
@@ -81,7 +82,7 @@ class _Rewriter:
             self.uniform.add(sg)
         self.constants: dict[Any, Any] = {}  # Bind var -> constant value (hoisted broadcast values)
         self.memory: set = {p for p in func.params if str(p.dtype) == "handle"}
-        for node in find_nodes(func.body, ["tirx.AllocBuffer", "tirx.Bind"]):
+        for node in find_nodes(func.body, [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_BIND]):
             if isinstance(node, tir.Bind):
                 if str(node.var.dtype) == "handle":
                     self.memory.add(node.var)  # a typed view into a merged threadgroup pool
@@ -148,7 +149,7 @@ class _Rewriter:
         def replace(node: Any) -> Any:
             return chosen.get(node)
 
-        return tvm.tirx.stmt_functor.ir_transform(body, None, replace, ["tirx.BufferStore"])
+        return tvm.tirx.stmt_functor.ir_transform(body, None, replace, [vocab.TIRX_BUFFERSTORE])
 
     # ------------------------------------------------------------ forms
     def fill(self, stmt: Any) -> Any | None:
@@ -184,7 +185,7 @@ class _Rewriter:
         if placed is None:
             return None
         base, stride = placed
-        address = tir.call_intrin("handle", "tirx.address_of", tir.BufferLoad(stmt.buffer, [base]))
+        address = tir.call_intrin("handle", vocab.TIRX_ADDRESS_OF, tir.BufferLoad(stmt.buffer, [base]))
         return intrinsics.build_sg_store(value.buffer.data, first // PER_LANE, address, stride)
 
     def matrix_placement(self, offset: Any) -> tuple[Any, Any] | None:

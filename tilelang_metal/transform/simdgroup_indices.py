@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..isa import SIMD_WIDTH
 from .function_pass import per_function_pass
 from .kernel_launches import launch_of
+from ..host import vocab
 
 SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
 LANE_ID_ATTR = "tilelang_metal.lane_id"
@@ -40,7 +41,7 @@ def canonicalize_function(func: Any) -> Any:
     def simplify(node: Any) -> Any:
         return analyzer.simplify(node)
 
-    body = tvm.tirx.stmt_functor.ir_transform(body, None, simplify, ["tirx.FloorDiv", "tirx.FloorMod"])
+    body = tvm.tirx.stmt_functor.ir_transform(body, None, simplify, [vocab.TIRX_FLOORDIV, vocab.TIRX_FLOORMOD])
     return func.with_body(body).with_attr(SIMDGROUP_ID_ATTR, sg).with_attr(LANE_ID_ATTR, lane)
 
 

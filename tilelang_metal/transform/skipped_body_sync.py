@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .uniformity import ThreadDependence
+from ..host import vocab
 
 _GLOBAL = "global"
 
@@ -47,7 +48,7 @@ def _widest(scopes: set[str]) -> str | None:
 
 
 def _barrier_scope(stmt: Any) -> str | None:
-    scopes = {sync_scope(node) for node in find_nodes(stmt, ["tirx.Evaluate"])}
+    scopes = {sync_scope(node) for node in find_nodes(stmt, [vocab.TIRX_EVALUATE])}
     scopes.discard(None)
     return _widest(scopes)
 
@@ -58,11 +59,11 @@ def _guarded_barrier(condition: Any, scope: str) -> Any:
 
 def _pure(expr: Any) -> bool:
     """No call with a side effect (loads and arithmetic only): safe to evaluate one more time."""
-    calls = find_nodes(tir.Evaluate(expr), ["tirx.Call"])
+    calls = find_nodes(tir.Evaluate(expr), [vocab.TIRX_CALL])
     return all(str(getattr(call.op, "name", "")) in _PURE_CALLS for call in calls)
 
 
-_PURE_CALLS = {"tirx.likely", "tirx.if_then_else", "tirx.bitwise_and", "tirx.bitwise_or", "tirx.shift_left", "tirx.shift_right"}
+_PURE_CALLS = {vocab.TIRX_LIKELY, vocab.TIRX_IF_THEN_ELSE, vocab.TIRX_BITWISE_AND, vocab.TIRX_BITWISE_OR, vocab.TIRX_SHIFT_LEFT, vocab.TIRX_SHIFT_RIGHT}
 
 
 class _Rewriter:
@@ -77,7 +78,7 @@ class _Rewriter:
         def post(node: Any) -> Any:
             return visitors[type(node)](node)
 
-        return tvm.tirx.stmt_functor.ir_transform(body, None, post, ["tirx.For", "tirx.While", "tirx.IfThenElse"])
+        return tvm.tirx.stmt_functor.ir_transform(body, None, post, [vocab.TIRX_FOR, vocab.TIRX_WHILE, vocab.TIRX_IFTHENELSE])
 
     def visit_for(self, loop: Any) -> Any:
         scope = _barrier_scope(loop.body)
@@ -110,7 +111,7 @@ class _Rewriter:
 
 
 def sync_function(func: Any) -> Any:
-    if not find_nodes(func.body, ["tirx.Evaluate"]) or _barrier_scope(func.body) is None:
+    if not find_nodes(func.body, [vocab.TIRX_EVALUATE]) or _barrier_scope(func.body) is None:
         return func
     return func.with_body(_Rewriter(func).rewrite(func.body))
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from ..host import vocab
 
 POINTER_NAME = "__src"
 
@@ -54,7 +55,7 @@ class _Pointers:
     def loop(self, loop: Any) -> Any | None:
         """The loop with tile pointers bound at the top of its body, or None when none applies."""
         groups: dict[tuple[Any, int], list[Any]] = {}  # (buffer var, structural hash of the common part)
-        for load in find_nodes(loop.body, ["tirx.BufferLoad"]):
+        for load in find_nodes(loop.body, [vocab.TIRX_BUFFERLOAD]):
             var = load.buffer.data
             if var not in self.readonly or len(load.indices) != 1:
                 continue
@@ -71,7 +72,7 @@ class _Pointers:
             buf = members[0][0].buffer
             pointer = tir.Var(POINTER_NAME, tvm.ir.PointerType(tvm.ir.PrimType(str(buf.dtype)), "global"))
             view = tir.decl_buffer(buf.shape, buf.dtype, name=POINTER_NAME, data=pointer)
-            binds.append(tir.Bind(pointer, tir.call_intrin("handle", "tirx.address_of", tir.BufferLoad(buf, [common]))))
+            binds.append(tir.Bind(pointer, tir.call_intrin("handle", vocab.TIRX_ADDRESS_OF, tir.BufferLoad(buf, [common]))))
             for load, (_, const) in members:
                 index = load.indices[0]
                 offset = tir.const(const, index.dtype if not isinstance(index, tir.Ramp) else index.base.dtype)
@@ -83,25 +84,25 @@ class _Pointers:
         def swap(node: Any) -> Any:
             return replace.get(node)
 
-        body = tvm.tirx.stmt_functor.ir_transform(loop.body, None, swap, ["tirx.BufferLoad"])
+        body = tvm.tirx.stmt_functor.ir_transform(loop.body, None, swap, [vocab.TIRX_BUFFERLOAD])
         body = tir.SeqStmt([*binds, body])
         return tir.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
 
 
 def rewrite_function(func: Any) -> Any:
     attrs = func.attrs or {}
-    readonly_index = {int(i) for i in attrs.get("tl.readonly_param_indices", [])}
+    readonly_index = {int(i) for i in attrs.get(vocab.READONLY_PARAMS_ATTR, [])}
     readonly = {p for i, p in enumerate(func.params) if i in readonly_index and str(p.dtype) == "handle"}
     if not readonly:
         return func
     pointers = _Pointers(readonly)
 
     def post(node: Any) -> Any:
-        if node.kind != tir.ForKind.SERIAL or find_nodes(node.body, ["tirx.For"]):
+        if node.kind != tir.ForKind.SERIAL or find_nodes(node.body, [vocab.TIRX_FOR]):
             return None  # innermost serial loops only (the K loop of a GEMM)
         return pointers.loop(node)
 
-    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, post, ["tirx.For"])
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, post, [vocab.TIRX_FOR])
     return func if body.same_as(func.body) else func.with_body(body)
 
 

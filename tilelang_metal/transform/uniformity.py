@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .ir_query import find_nodes
+from ..host import vocab
 
 _THREAD_TAG_PREFIX = "threadIdx"
 
@@ -37,13 +38,13 @@ class ThreadDependence:
     def __init__(self, func_or_stmt: Any):
         body = func_or_stmt.body if isinstance(func_or_stmt, tir.PrimFunc) else func_or_stmt
         self.vars: set[Any] = set()
-        for attr in find_nodes(body, ["tirx.AttrStmt"]):
+        for attr in find_nodes(body, [vocab.TIRX_ATTRSTMT]):
             if str(attr.attr_key) == "thread_extent" and str(attr.node.thread_tag).startswith(_THREAD_TAG_PREFIX):
                 self.vars.add(attr.node.var)
         definitions: list[tuple[Any, set[Any]]] = []
-        for bind in find_nodes(body, ["tirx.Bind"]):
+        for bind in find_nodes(body, [vocab.TIRX_BIND]):
             definitions.append((bind.var, _vars_in(bind.value)))
-        for store in find_nodes(body, ["tirx.BufferStore"]):
+        for store in find_nodes(body, [vocab.TIRX_BUFFERSTORE]):
             if str(store.buffer.scope()).startswith("local"):
                 definitions.append((store.buffer.data, _vars_in(store.value) | _index_vars(store)))
         changed = True

@@ -13,21 +13,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from .. import intrinsics
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
+from ..host import vocab
 
 MAX_UNROLLED_ITERATIONS = 256
 
 
 def _matrix_accumulators(body: Any) -> set:
-    found = (intrinsics.mma_accumulator(node) for node in find_nodes(body, ["tirx.Call"]))
+    found = (intrinsics.mma_accumulator(node) for node in find_nodes(body, [vocab.TIRX_CALL]))
     return {var for var in found if var is not None}
 
 
 def _touches(stmt: Any, targets: set) -> bool:
-    return any(node.buffer.data in targets for node in find_nodes(stmt, ["tirx.BufferLoad", "tirx.BufferStore"]))
+    return any(node.buffer.data in targets for node in find_nodes(stmt, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]))
 
 
 def _unroll(loop: Any, analyzer: Any) -> Any:
@@ -35,7 +36,7 @@ def _unroll(loop: Any, analyzer: Any) -> Any:
     for i in range(int(loop.extent.value)):
         value = tir.const(int(loop.min.value) + i, loop.loop_var.dtype)
         copy = tvm.tirx.stmt_functor.substitute(loop.body, {loop.loop_var: value})
-        body.append(tvm.tirx.stmt_functor.ir_transform(copy, None, analyzer.simplify, ["tirx.Ramp", "tirx.Add", "tirx.Mul", "tirx.FloorDiv", "tirx.FloorMod", "tirx.Call"]))
+        body.append(tvm.tirx.stmt_functor.ir_transform(copy, None, analyzer.simplify, [vocab.TIRX_RAMP, vocab.TIRX_ADD, vocab.TIRX_MUL, vocab.TIRX_FLOORDIV, vocab.TIRX_FLOORMOD, vocab.TIRX_CALL]))
     return tir.SeqStmt(body) if len(body) > 1 else body[0]
 
 
@@ -58,7 +59,7 @@ def unroll_function(func: Any) -> Any:
             return None
         return _unroll(node, analyzer)
 
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, ["tirx.For"]))
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR]))
 
 
 UnrollAccumulatorLoops = per_function_pass("tilelang_metal.UnrollAccumulatorLoops", unroll_function)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._host import tir, tvm
+from ..host import tir, tvm
 from ..scopes import SHARED_SCOPES
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .uniformity import ThreadDependence
+from ..host import vocab
 
 
 def _threadgroup(buffer: Any) -> bool:
@@ -61,7 +62,7 @@ def _exchanged_buffers(body: Any, thread: ThreadDependence) -> list[str]:
     indices: dict[Any, list[Any]] = {}
     names: dict[Any, str] = {}
     written: set = set()
-    for node in find_nodes(body, ["tirx.BufferLoad", "tirx.BufferStore"]):
+    for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]):
         if _threadgroup(node.buffer):
             indices.setdefault(node.buffer.data, []).append(node.indices)
             names[node.buffer.data] = node.buffer.name
@@ -96,7 +97,7 @@ def sync_function(func: Any) -> Any:
             return None
         return tir.While(node.condition, tir.SeqStmt([body, storage_sync("shared")]))
 
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, add_barrier, ["tirx.While"]))
+    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, add_barrier, [vocab.TIRX_WHILE]))
 
 
 SyncWhileLoops = per_function_pass("tilelang_metal.SyncWhileLoops", sync_function)

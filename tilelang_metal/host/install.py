@@ -1,0 +1,355 @@
+"""Installing the plugin into stock tilelang, and taking it out again: the backend manifest, the
+target normalizer and detector, the FFI globals of the GEMM tile op, the kernel-cache key, the JIT
+memo, the adapter dispatch and the profiler. Each swap records exactly what it replaced; `uninstall()`
+puts those objects back, in reverse order. Also the FFI registry calls the plugin makes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import BackendModule, tvm_ffi
+from .vocab import CODEGEN_GLOBAL, GEMM_INFER_LAYOUT_GLOBAL, GEMM_LOWER_GLOBAL, PLUGIN_BACKEND_NAME
+
+def get_global_func(name: str) -> Callable[..., Any] | None:
+    return tvm_ffi.get_global_func(name, allow_missing=True)
+
+
+def register_global_func(name: str, func: Callable[..., Any]) -> None:
+    tvm_ffi.register_global_func(name, f=func, override=True)
+
+
+def register_error_types(*classes: type) -> None:
+    """Let the plugin's exceptions cross TVM's FFI with their own type (raised inside tilelang's
+    pass callbacks, they would otherwise reach the user as a plain RuntimeError)."""
+    for cls in classes:
+        tvm_ffi.register_error(cls.__name__, cls)
+
+
+def make_source_module(source: str, fmt: str = "metal") -> Any:
+    """A stock TVM source module: `kernel_source`/`inspect_source()` and the torch adapter read it."""
+    return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
+
+
+def in_tree_host_context_hook() -> Any:
+    """The in-tree host-codegen hook (marks host functions with the Metal context); reused as is."""
+    import tilelang.metal.codegen as metal_codegen
+
+    return metal_codegen.mark_host_metal_context
+
+
+def resolve_target(target: Any) -> Any:
+    """tilelang's own target resolution (normalizers included) as a Target object."""
+    from tilelang.backend.target import determine_target
+
+    return determine_target(target, return_object=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Hook bookkeeping
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Installed:
+    restores: list[Callable[[], None]] = field(default_factory=list)
+
+
+_lock = threading.RLock()
+_installed: _Installed | None = None
+
+
+def is_installed() -> bool:
+    return _installed is not None
+
+
+def _swap_attr(owner: Any, name: str, value: Any, record: _Installed) -> Any:
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    record.restores.append(lambda: setattr(owner, name, original))
+    return original
+
+
+def _swap_global(name: str, func: Callable[..., Any], record: _Installed) -> Callable[..., Any]:
+    original = get_global_func(name)
+    if original is None:
+        raise RuntimeError(f"tilelang_metal: expected the FFI global {name!r} in tilelang; this tilelang build is not supported")
+    register_global_func(name, func)
+    record.restores.append(lambda: register_global_func(name, original))
+    return original
+
+
+def _swap_backend(manifest: BackendModule, record: _Installed) -> None:
+    from tilelang.backend import module as backend_module
+
+    backends = backend_module._BACKENDS
+    index = backend_module._TARGET_KIND_INDEX
+    saved_backends = dict(backends)
+    saved_index = {kind: list(names) for kind, names in index.items()}
+    for kind in manifest.target_kinds:
+        for name in index.get(kind, []):
+            backends.pop(name, None)
+        index[kind] = [manifest.name]
+    backends[manifest.name] = manifest
+
+    def restore() -> None:
+        backends.clear()
+        backends.update(saved_backends)
+        index.clear()
+        index.update(saved_index)
+
+    record.restores.append(restore)
+
+
+def _swap_target_hooks(normalizer: Callable[..., Any], detector: Callable[..., Any], record: _Installed) -> None:
+    from tilelang.backend import target as backend_target
+
+    normalizers = backend_target._TARGET_NORMALIZERS
+    detectors = backend_target._TARGET_DETECTORS
+    saved_norm = normalizers.get("metal")
+    saved_det = detectors.get("metal")
+    backend_target.register_target_normalizer("metal", normalizer, override=True)
+    backend_target.register_target_detector("metal", detector, override=True)
+
+    def restore() -> None:
+        for table, saved in ((normalizers, saved_norm), (detectors, saved_det)):
+            if saved is None:
+                table.pop("metal", None)
+            else:
+                table["metal"] = saved
+
+    record.restores.append(restore)
+
+
+def _swap_cache_key(identity: dict[str, str], codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
+    """Metal kernels compiled while the plugin is active get the plugin's identity and the current
+    codegen settings in their cache key (tilelang's key knows nothing about which backend, under
+    which settings, lowered a kernel). Settings are read per key, so an env change takes effect."""
+    from tilelang.cache.kernel_cache import KernelCache
+
+    original = KernelCache.__dict__["_generate_key"]
+
+    def generate_key(self, func, out_idx, execution_backend="tvm_ffi", args=None, target="auto", *rest, **kwargs):
+        key = original(self, func, out_idx, execution_backend, args, target, *rest, **kwargs)
+        kind = getattr(getattr(target, "kind", None), "name", str(target))
+        if "metal" not in str(kind):
+            return key
+        stamp = json.dumps({**identity, "codegen": codegen_settings()}, sort_keys=True)
+        return hashlib.sha256((key + stamp).encode()).hexdigest()
+
+    _swap_attr(KernelCache, "_generate_key", generate_key, record)
+
+
+def _swap_jit_memo(codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
+    """`@tilelang.jit` functions memoize kernels by call arguments only. Keep one memo per value of
+    the codegen settings, so a kernel lowered under one value is never returned under another."""
+    jit_module = importlib.import_module("tilelang.jit")
+    jit_impl = jit_module.JITImpl
+    original = jit_impl.__dict__["__call__"]
+    new_call_form_cache = jit_module._CallFormCache
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        stamp = json.dumps(codegen_settings(), sort_keys=True)
+        state = self.__dict__
+        seen = state.get("_tilelang_metal_settings")
+        if seen != stamp:
+            if seen is not None:  # first call under a new value: park the old memo, take this value's
+                memos = state.setdefault("_tilelang_metal_memos", {})
+                memos[seen] = (self._kernel_cache, self._call_form_cache)
+                self._kernel_cache, self._call_form_cache = memos.pop(stamp, None) or ({}, new_call_form_cache())
+            state["_tilelang_metal_settings"] = stamp
+        return original(self, *args, **kwargs)
+
+    _swap_attr(jit_impl, "__call__", call, record)
+
+
+def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Installed) -> None:
+    """Route the named execution backends to the plugin's adapters, in JITKernel and in the
+    kernel-cache dispatch (names tilelang does not know get a memory-only cache)."""
+    kernel_module = importlib.import_module("tilelang.jit.kernel")
+    jit_kernel = kernel_module.JITKernel
+    original = jit_kernel.__dict__["_create_adapter_from_artifact"]
+
+    def create_adapter_from_artifact(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata):
+        make_adapter = adapters.get(self.execution_backend)
+        if make_adapter is not None and self.backend.name == PLUGIN_BACKEND_NAME:
+            return make_adapter(
+                params=artifact.params,
+                result_idx=out_idx,
+                func_or_mod=tilelang_func,
+                device_mod=artifact.device_mod,
+                host_mod=artifact.host_mod,
+                kernel_source=artifact.kernel_source,
+                target=self.target,
+            )
+        return original(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata)
+
+    _swap_attr(jit_kernel, "_create_adapter_from_artifact", create_adapter_from_artifact, record)
+
+    import tilelang.cache as cache_pkg
+
+    dispatch = cache_pkg._dispatch_map
+    added = [name for name in adapters if name not in dispatch]
+    for name in added:
+        dispatch[name] = make_memory_only_kernel_cache()
+
+    def restore() -> None:
+        for name in added:
+            dispatch.pop(name, None)
+
+    record.restores.append(restore)
+
+
+def make_memory_only_kernel_cache() -> Any:
+    """A kernel cache for backends whose artifacts are not serialized by tilelang (memory only)."""
+    from tilelang.cache.kernel_cache import KernelCache
+
+    class MemoryOnlyKernelCache(KernelCache):
+        def _load_kernel_from_disk(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def _save_kernel_to_disk(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def _set_adapter_cache_path(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return MemoryOnlyKernelCache()
+
+
+def profiler_base() -> type:
+    """tilelang's `Profiler` (what `JITKernel.get_profiler()` returns), for the plugin's subclass."""
+    from tilelang.profiler import Profiler
+
+    return Profiler
+
+
+def assert_tensors_close(got: Any, want: Any, *, atol: float, rtol: float, max_mismatched_ratio: float) -> None:
+    """tilelang's element-ratio tolerant comparison (the one its Profiler uses)."""
+    from tilelang.utils.tensor import torch_assert_close
+
+    torch_assert_close(got, want, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio, base_name="tilelang", ref_name="ref")
+
+
+def _swap_profiler(record: _Installed) -> None:
+    """`kernel.get_profiler()` of a kernel run by a plugin adapter asks the adapter for its
+    profiler (stock tilelang's assumes CUDA); every other kernel gets tilelang's own."""
+    jit_kernel = importlib.import_module("tilelang.jit.kernel").JITKernel
+    original = jit_kernel.__dict__["get_profiler"]
+
+    @functools.wraps(original)
+    def get_profiler(self, *args: Any, **kwargs: Any) -> Any:
+        make = getattr(self.adapter, "make_profiler", None)
+        if make is None or self.backend.name != PLUGIN_BACKEND_NAME:
+            return original(self, *args, **kwargs)
+        profiler = original(self, *args, **kwargs)  # tilelang's, for its parameter handling
+        return make(profiler.params, profiler.result_idx, profiler.supply_type)
+
+    _swap_attr(jit_kernel, "get_profiler", get_profiler, record)
+
+
+_backend_hint_installed = False
+_unavailable_hint: Callable[[str], str | None] = lambda name: None
+
+
+def _install_inactive_backend_hint(plugin_backends: tuple[str, ...], unavailable_hint: Callable[[str], str | None]) -> None:
+    """After `deactivate()`, `execution_backend="emulator"` on a Metal target fails in tilelang with
+    only "Allowed: torch, tvm_ffi". Add how to get it back. Installed once, at the first
+    activation, and kept on purpose: it changes that error's text and nothing else (every
+    successful resolution and every other error pass through untouched)."""
+    global _backend_hint_installed, _unavailable_hint
+    _unavailable_hint = unavailable_hint  # why a plugin backend is unavailable (e.g. MLX not installed)
+    if _backend_hint_installed:
+        return
+    _backend_hint_installed = True
+    original = BackendModule.__dict__["resolve_execution_backend"]
+
+    @functools.wraps(original)
+    def resolve_execution_backend(self, requested, target, *args, **kwargs):
+        try:
+            return original(self, requested, target, *args, **kwargs)
+        except ValueError as err:
+            name = str(requested).lower() if requested is not None else ""
+            kind = getattr(getattr(target, "kind", None), "name", "")
+            if name in plugin_backends and kind == "metal" and not is_installed():
+                raise ValueError(
+                    f"{err} execution_backend={name!r} comes from the tilelang_metal plugin, which is not "
+                    "active: `import tilelang_metal` (activates it) or call `tilelang_metal.activate()`."
+                ) from err
+            why = _unavailable_hint(name) if name in plugin_backends and kind == "metal" else None
+            if why:
+                raise ValueError(f"{err} {why}") from err
+            raise
+
+    BackendModule.resolve_execution_backend = resolve_execution_backend
+
+
+def base_kernel_adapter() -> type:
+    from tilelang.jit.adapter.base import BaseKernelAdapter
+
+    return BaseKernelAdapter
+
+
+@dataclass(frozen=True)
+class HostHooks:
+    """What the plugin installs; built by `tilelang_metal.plugin`."""
+
+    manifest: BackendModule
+    normalize_target: Callable[..., Any]
+    detect_target: Callable[..., Any]
+    gemm_lower: Callable[[Callable[..., Any]], Callable[..., Any]]
+    gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
+    codegen_build: Callable[..., Any]
+    cache_identity: dict[str, str]
+    codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
+    error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
+    adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
+    unavailable_hint: Callable[[str], str | None] = lambda name: None  # why a backend is unavailable here
+
+
+def install(hooks: HostHooks) -> bool:
+    """Install every hook; returns False when already installed. Thread-safe."""
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return False
+        record = _Installed()
+        try:
+            register_error_types(*hooks.error_types)
+            register_global_func(CODEGEN_GLOBAL, hooks.codegen_build)
+            _swap_backend(hooks.manifest, record)
+            _swap_target_hooks(hooks.normalize_target, hooks.detect_target, record)
+            original_lower = get_global_func(GEMM_LOWER_GLOBAL)
+            original_infer = get_global_func(GEMM_INFER_LAYOUT_GLOBAL)
+            _swap_global(GEMM_LOWER_GLOBAL, hooks.gemm_lower(original_lower), record)
+            _swap_global(GEMM_INFER_LAYOUT_GLOBAL, hooks.gemm_infer_layout(original_infer), record)
+            _swap_cache_key(hooks.cache_identity, hooks.codegen_settings, record)
+            _swap_jit_memo(hooks.codegen_settings, record)
+            _swap_adapter_dispatch(hooks.adapters, record)
+            _swap_profiler(record)
+            _install_inactive_backend_hint(tuple(hooks.adapters), hooks.unavailable_hint)
+        except BaseException:
+            for restore in reversed(record.restores):
+                restore()
+            raise
+        _installed = record
+        return True
+
+
+def uninstall() -> bool:
+    """Restore everything `install` replaced, in reverse order. Returns False when not installed."""
+    global _installed
+    with _lock:
+        if _installed is None:
+            return False
+        for restore in reversed(_installed.restores):
+            restore()
+        _installed = None
+        return True

@@ -1,0 +1,86 @@
+"""tilelang's and TVM's stock passes as the plugin's pipeline calls them, tilelang's pass-config
+readers, and the translation of the host's internal errors into one-line messages with the fix (the
+pass list itself, in order, is `tilelang_metal/pipeline.py`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import MetalLoweringError
+from .base import tvm
+
+
+def tilelang_passes() -> Any:
+    import tilelang.transform
+
+    return tilelang.transform
+
+
+def stock_passes() -> tuple[Any, Any, Any]:
+    """(tilelang.transform, tvm.tirx.transform, tvm.s_tir.transform)."""
+    from tvm import s_tir
+
+    return tilelang_passes(), tvm.tirx.transform, s_tir.transform
+
+
+def pass_context() -> Any:
+    """A default TVM PassContext (`with pass_context(), target:` for lowering outside tilelang.compile)."""
+    return tvm.transform.PassContext()
+
+def pipeline_options() -> Any:
+    """tilelang's pass-config readers (vectorize, let-inline, shared-memory merge policy, ...)."""
+    from tilelang.backend.pass_pipeline import pipeline_utils
+
+    return pipeline_utils
+
+
+LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
+LAYOUT_TWICE = re.compile(r"Get different layout for (\S+)")
+NO_LAYOUT = "no available layout found"
+PIPELINE_TWO_WRITES = re.compile(r"both writing to buffer '([^']+)' with overlapping regions")
+
+
+def plan_pipelines(mod: Any) -> Any:
+    """tilelang's PipelinePlanning, with its multi-line internal error on a staged buffer that is
+    written twice in one iteration turned into one line naming the fix."""
+    try:
+        return tilelang_passes().PipelinePlanning()(mod)
+    except Exception as err:
+        twice = PIPELINE_TWO_WRITES.search(str(err))
+        if not twice:
+            raise
+        raise MetalLoweringError(
+            f"T.Pipelined: shared buffer {twice.group(1)} is written by two statements of one iteration (a T.copy "
+            f"and a later in-place update), which tilelang cannot pipeline. Write the update into another "
+            f"buffer, or use num_stages=0."
+        ) from None
+
+
+def infer_layouts(mod: Any, conflict_message: Callable[[Any, str, str], str]) -> Any:
+    """tilelang's LayoutInference, with its bare internal check failure turned into a message
+    that names the usual cause and the fix (`conflict_message(mod, first, second)` words the one for
+    two fragments whose layouts disagree: the plugin knows which ops fixed them)."""
+    try:
+        return tilelang_passes().LayoutInference()(mod)
+    except Exception as err:
+        conflict = LAYOUT_CONFLICT.search(str(err))
+        if conflict:
+            raise MetalLoweringError(conflict_message(mod, *conflict.groups())) from None
+        twice = LAYOUT_TWICE.search(str(err))
+        if twice:
+            raise MetalLoweringError(
+                f"fragment {twice.group(1)} is given two different thread layouts: one by T.annotate_layout or an "
+                f"earlier op, another by a T.gemm that reads or accumulates it in its lane layout. Remove the "
+                f"annotation on {twice.group(1)}, or copy it into a separate fragment for the T.gemm."
+            ) from None
+        if NO_LAYOUT not in str(err):
+            raise
+        raise MetalLoweringError(
+            "layout inference found no thread layout for a fragment: its extents do not split evenly over "
+            "the kernel's threads (e.g. a 7x13 fragment on 32 threads), or a reduced row spans a number of "
+            "threads that neither divides nor is a multiple of the thread count (e.g. a 4x96 fp32 fragment "
+            "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
+            "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
+        ) from None
