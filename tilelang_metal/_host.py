@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UnsupportedHostError
+from .errors import CodegenError, UnsupportedHostError
 from .version import SUPPORTED_RANGE_TEXT, SUPPORTED_TILELANG
 
 
@@ -68,6 +68,7 @@ tir = tvm.tirx
 GEMM_LOWER_GLOBAL = "tl.gemm.lower"
 GEMM_INFER_LAYOUT_GLOBAL = "tl.gemm.infer_layout"
 CODEGEN_GLOBAL = "tilelang_metal.codegen.build"
+CODEGEN_RUNTIME_GLOBAL = "tilelang_metal.codegen.build_runtime"  # device codegen of the tvm_ffi route
 PLUGIN_BACKEND_NAME = "tilelang_metal"
 
 
@@ -89,6 +90,43 @@ def register_error_types(*classes: type) -> None:
 def make_source_module(source: str, fmt: str = "metal") -> Any:
     """A stock TVM source module: `kernel_source`/`inspect_source()` and the torch adapter read it."""
     return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
+
+
+# TVM's Metal runtime module factory (src/runtime/metal/metal_module.mm), registered by the runtime
+# library of tilelang's macOS wheel: (Map<kernel, MSL bytes>, "metal", Map<kernel, FunctionInfo>,
+# Map<format, source text for inspect_source>) -> a runnable module.
+METAL_MODULE_FACTORY = "ffi.Module.create.metal"
+FUNCTION_INFO_FROM_JSON = "runtime.LoadMetaDataFromJSON"  # {"func_info": {name: FunctionInfo JSON}}
+
+
+@dataclass(frozen=True)
+class RuntimeFunctionInfo:
+    """TVM's `runtime.FunctionInfo` of one kernel (what its Metal runtime launches by)."""
+
+    name: str
+    arg_types: tuple[str, ...]  # dtype strings: "handle" for buffers, then the packed scalar types
+    launch_param_tags: tuple[str, ...]  # blockIdx.x, threadIdx.x, ..., tirx.use_dyn_shared_memory
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arg_types": list(self.arg_types), "launch_param_tags": list(self.launch_param_tags),
+                "arg_extra_tags": [0] * len(self.arg_types)}
+
+
+def metal_runtime_available() -> bool:
+    return get_global_func(METAL_MODULE_FACTORY) is not None
+
+
+def make_metal_runtime_module(sources: dict[str, str], infos: list[RuntimeFunctionInfo], inspect_source: str) -> Any:
+    """A module of TVM's Metal runtime: `sources` maps each kernel to an MSL file holding it (the
+    runtime compiles it when the kernel is first launched), `infos` says how to launch each."""
+    factory = get_global_func(METAL_MODULE_FACTORY)
+    if factory is None:
+        raise CodegenError(
+            f"execution_backend='tvm_ffi' needs TVM's Metal runtime ({METAL_MODULE_FACTORY}), which only tilelang's macOS "
+            "wheel has; on this host use execution_backend='emulator'"
+        )
+    fmap = tvm_ffi.get_global_func(FUNCTION_INFO_FROM_JSON)(json.dumps({"func_info": {i.name: i.to_json() for i in infos}}))
+    return factory({name: text.encode() for name, text in sources.items()}, "metal", fmap, {"metal": inspect_source})
 
 
 def in_tree_host_context_hook() -> Any:
@@ -302,6 +340,11 @@ def host_workspaces(host_mod: Any) -> list[HostWorkspace]:
         if isinstance(func, tir.PrimFunc):
             tir.stmt_functor.post_order_visit(func.body, visit)
     return found
+
+
+def kernel_launch_param_tags(func: Any) -> list[Any]:
+    """The launch tags of a device kernel: the host passes one extent per tag after its arguments."""
+    return _launch_param_tags(func)
 
 
 def _launch_param_tags(func: Any) -> list[Any]:
@@ -717,6 +760,7 @@ class HostHooks:
     gemm_lower: Callable[[Callable[..., Any]], Callable[..., Any]]
     gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
     codegen_build: Callable[..., Any]
+    codegen_build_runtime: Callable[..., Any]  # the device codegen of execution_backend="tvm_ffi"
     cache_identity: dict[str, str]
     codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
     error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
@@ -734,6 +778,7 @@ def install(hooks: HostHooks) -> bool:
         try:
             register_error_types(*hooks.error_types)
             register_global_func(CODEGEN_GLOBAL, hooks.codegen_build)
+            register_global_func(CODEGEN_RUNTIME_GLOBAL, hooks.codegen_build_runtime)
             _swap_backend(hooks.manifest, record)
             _swap_target_hooks(hooks.normalize_target, hooks.detect_target, record)
             original_lower = get_global_func(GEMM_LOWER_GLOBAL)
@@ -744,7 +789,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
-            _install_inactive_backend_hint(tuple(hooks.adapters), hooks.unavailable_hint)
+            _install_inactive_backend_hint(tuple(spec.name for spec in hooks.manifest.execution_backends), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):
                 restore()
