@@ -259,6 +259,17 @@ def test_half_scalar_is_refused_for_the_runtime(metal_runtime):
         compile_tvm_ffi(half_scalar(), out_idx=[-1])
 
 
+def test_print_is_refused_for_the_runtime(metal_runtime):
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=8) as bx:
+            T.print(A[0], msg="a")
+
+    with pytest.raises(ValueError, match=r'^T.print runs only in the emulator: execution_backend="tvm_ffi" compiles without'):
+        compile_tvm_ffi(main)
+    assert not metal_runtime  # refused before a module is made
+
+
 def test_emulator_checks_the_argument_struct_size(metal_runtime):
     compile_tvm_ffi(two_kernels(), out_idx=[-2, -1])
     kernel = emulator.compile_kernel(metal_runtime[0]["smap"]["main_kernel"])

@@ -12,6 +12,7 @@ from typing import Any
 from .._host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, tir
 from ..version import __version__
 from . import tvm_runtime_args
+from .debug_print import refuse_debug_print
 from .math_functions import helper_definitions
 from .printer import STANDARD, TVM_RUNTIME, print_kernel
 
@@ -72,6 +73,7 @@ def build_metal_runtime(mod: Any, target: Any) -> Any:
 
     mod = finalize_for_codegen(mod)
     msl = generate_msl(mod, TVM_RUNTIME)
+    refuse_debug_print(msl, "tvm_ffi")  # TVM's runtime compiles without shader logging, like torch's
     per_kernel = split_kernels(msl)  # each kernel with the file's header: compiled on its own
     kernels = {str(gvar.name_hint): func for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)}
     infos = [runtime_function_info(name, func) for name, func in sorted(kernels.items())]
