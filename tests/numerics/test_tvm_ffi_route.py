@@ -69,13 +69,20 @@ def runtime_dispatch(tags: list[str], extents: list[int]) -> tuple[tuple[int, in
 
 
 @functools.lru_cache(maxsize=None)
-def host_launch(func, kernel_name: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def host_launch(func, kernel_name: str) -> tuple[tuple[str, ...], tuple]:
     """The kernel's scalar parameters in the order the host passes them (its device parameters),
-    and the launch extents the host passes after them (constant shapes here)."""
+    and the launch extents the host passes after them (expressions of the host's variables)."""
     artifact = tilelang.lower(func, target=E.plain_metal_target())
     (call,) = [c for c in _host.host_kernel_calls(artifact.host_mod, artifact.device_mod) if c.kernel_name == kernel_name]
     scalars = tuple(str(p.name) for p in call.device_func.params if p.dtype != "handle")
-    return scalars, tuple(int(extent) for _, extent in call.launch)
+    return scalars, tuple(extent for _, extent in call.launch)
+
+
+def evaluate(expr, sizes: dict[str, int]) -> int:
+    free = {}
+    _host.tir.stmt_functor.post_order_visit(expr, lambda n: free.setdefault(n, None) if isinstance(n, _host.tir.Var) else None)
+    bound = {var: _host.tir.const(sizes[str(var.name)], var.dtype) for var in free}
+    return int(_host.tvm.arith.Analyzer().simplify(_host.tir.stmt_functor.substitute(expr, bound)))
 
 
 def run_as_runtime(func, kernel_name: str, msl: str, info, tensors: list[torch.Tensor], scalars: dict) -> None:
@@ -84,7 +91,7 @@ def run_as_runtime(func, kernel_name: str, msl: str, info, tensors: list[torch.T
     buffers = [t for t in arg_types if t == "handle"]
     assert arg_types[: len(buffers)] == buffers, "buffers come first"
     order, extents = host_launch(func, kernel_name)
-    grid, block = runtime_dispatch(tags, list(extents))
+    grid, block = runtime_dispatch(tags, [evaluate(e, scalars) for e in extents])
     packed = [pack_arguments(arg_types[len(buffers):], [scalars[name] for name in order])] if order else []
     emulator.compile_kernel(msl).launch([*tensors, *packed], grid, block)
 
@@ -155,6 +162,22 @@ def reversed_rows():
             T.copy(A[bx, 0:40], s)
             for j in T.Parallel(40):
                 B[bx, j] = s[39 - j]
+
+    return main
+
+
+@functools.lru_cache(maxsize=None)
+def symbolic_rows():
+    """C = A * 2 for a symbolic number of rows M: M reaches the kernel in the struct, the grid
+    ceil(M / 4) is computed by the host per call."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, 16), "float32"), C: T.Tensor((M, 16), "float32")):
+        with T.Kernel(T.ceildiv(M, 4), threads=64) as bx:
+            for r, j in T.Parallel(4, 16):
+                if bx * 4 + r < M:
+                    C[bx * 4 + r, j] = A[bx * 4 + r, j] * 2.0
 
     return main
 
@@ -252,6 +275,17 @@ def test_kernel_without_scalars_and_with_shared_memory(metal_runtime):
     a, b = torch.randn(3, 40), torch.full((3, 40), float("nan"))
     run_as_runtime(reversed_rows(), "main_kernel", msl, info, [a, b], {})
     assert torch.equal(b, a.flip(1))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 12])
+def test_symbolic_size_travels_in_the_struct_and_the_grid_follows_it(metal_runtime, rows):
+    compile_tvm_ffi(symbolic_rows(), out_idx=[-1])
+    (call,) = metal_runtime
+    msl, info = call["smap"]["main_kernel"], call["fmap"]["main_kernel"]
+    assert runtime_info(info)[0] == ["handle", "handle", "int32"]
+    a, c = torch.randn(rows, 16), torch.full((rows, 16), float("nan"))
+    run_as_runtime(symbolic_rows(), "main_kernel", msl, info, [a, c], {"M": rows})
+    torch.testing.assert_close(c, a * 2.0, rtol=0, atol=0)
 
 
 def test_half_scalar_is_refused_for_the_runtime(metal_runtime):
