@@ -45,8 +45,8 @@ def metal_runtime():
         tvm_ffi.remove_global_func(_host.METAL_MODULE_FACTORY)
 
 
-def compile_tvm_ffi(func, out_idx=None):
-    return tilelang.compile(func, out_idx=out_idx, target=E.plain_metal_target(), execution_backend="tvm_ffi")
+def compile_tvm_ffi(func, out_idx=None, target=None):
+    return tilelang.compile(func, out_idx=out_idx, target=target or E.plain_metal_target(), execution_backend="tvm_ffi")
 
 
 def runtime_info(info) -> tuple[list[str], list[str]]:
@@ -69,10 +69,10 @@ def runtime_dispatch(tags: list[str], extents: list[int]) -> tuple[tuple[int, in
 
 
 @functools.lru_cache(maxsize=None)
-def host_launch(func, kernel_name: str) -> tuple[tuple[str, ...], tuple]:
+def host_launch(func, kernel_name: str, target_keys: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple]:
     """The kernel's scalar parameters in the order the host passes them (its device parameters),
     and the launch extents the host passes after them (expressions of the host's variables)."""
-    artifact = tilelang.lower(func, target=E.plain_metal_target())
+    artifact = tilelang.lower(func, target=E.metal4_target() if "metal4" in target_keys else E.plain_metal_target())
     (call,) = [c for c in _host.host_kernel_calls(artifact.host_mod, artifact.device_mod) if c.kernel_name == kernel_name]
     scalars = tuple(str(p.name) for p in call.device_func.params if p.dtype != "handle")
     return scalars, tuple(extent for _, extent in call.launch)
@@ -85,12 +85,12 @@ def evaluate(expr, sizes: dict[str, int]) -> int:
     return int(_host.tvm.arith.Analyzer().simplify(_host.tir.stmt_functor.substitute(expr, bound)))
 
 
-def run_as_runtime(func, kernel_name: str, msl: str, info, tensors: list[torch.Tensor], scalars: dict) -> None:
+def run_as_runtime(func, kernel_name: str, msl: str, info, tensors: list[torch.Tensor], scalars: dict, target_keys=()) -> None:
     """Launch the runtime-convention MSL in the emulator the way TVM's Metal runtime would."""
     arg_types, tags = runtime_info(info)
     buffers = [t for t in arg_types if t == "handle"]
     assert arg_types[: len(buffers)] == buffers, "buffers come first"
-    order, extents = host_launch(func, kernel_name)
+    order, extents = host_launch(func, kernel_name, tuple(target_keys))
     grid, block = runtime_dispatch(tags, [evaluate(e, scalars) for e in extents])
     packed = [pack_arguments(arg_types[len(buffers):], [scalars[name] for name in order])] if order else []
     emulator.compile_kernel(msl).launch([*tensors, *packed], grid, block)
@@ -286,6 +286,24 @@ def test_symbolic_size_travels_in_the_struct_and_the_grid_follows_it(metal_runti
     a, c = torch.randn(rows, 16), torch.full((rows, 16), float("nan"))
     run_as_runtime(symbolic_rows(), "main_kernel", msl, info, [a, c], {"M": rows})
     torch.testing.assert_close(c, a * 2.0, rtol=0, atol=0)
+
+
+@functools.lru_cache(maxsize=None)
+def ragged_gemm():
+    return E.gemm_direct_global(40, 72, 48, block_M=32, block_N=64, dtype="float16", out_dtype="float32", threads=128)
+
+
+def test_metal4_gemm_in_the_runtime_form(metal_runtime):
+    """Cooperative tensors (MPP) through the runtime module; ragged edges in M and N."""
+    compile_tvm_ffi(ragged_gemm(), out_idx=[-1], target=E.metal4_target())
+    (call,) = metal_runtime
+    (name,) = call["smap"]
+    msl = call["smap"][name]
+    assert "MetalPerformancePrimitives" in msl and "__tlm_args" not in msl
+    a, b = torch.randn(40, 48).half(), torch.randn(48, 72).half()
+    c = torch.full((40, 72), float("nan"))
+    run_as_runtime(ragged_gemm(), name, msl, call["fmap"][name], [a, b, c], {}, target_keys=("metal4",))
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
 def test_half_scalar_is_refused_for_the_runtime(metal_runtime):
