@@ -36,8 +36,8 @@ _checked: set[str] = set()
 _original_generate = codegen_build.generate_msl
 
 
-def _recording_generate(mod):
-    source = _original_generate(mod)
+def _recording_generate(mod, *args, **kwargs):
+    source = _original_generate(mod, *args, **kwargs)
     _produced.append(source)
     return source
 

@@ -9,7 +9,7 @@ from typing import Any
 from . import config
 from . import host as _host
 from . import gemm as gemm_metal
-from .codegen.build import build_metal
+from .codegen.build import build_metal, build_metal_runtime
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
 from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
 from .pipeline import lower_metal
@@ -57,6 +57,12 @@ def _codegen_via_global(mod: Any, target: Any) -> Any:
     return _host.get_global_func(_host.CODEGEN_GLOBAL)(mod, target)
 
 
+def _runtime_codegen_via_global(mod: Any, target: Any) -> Any:
+    # tilelang asks for a compiled device module only for execution backends with device compile
+    # (tvm_ffi): TVM's Metal runtime module, in the signature that runtime launches.
+    return _host.get_global_func(_host.CODEGEN_RUNTIME_GLOBAL)(mod, target)
+
+
 def _make_emulator_adapter(**kwargs: Any) -> Any:
     from .execution.emulator_adapter import EmulatorKernelAdapter
 
@@ -91,7 +97,7 @@ def build_hooks() -> _host.HostHooks:
         name=_host.PLUGIN_BACKEND_NAME,
         target_kinds=("metal",),
         pipelines={"metal": _host.PassPipeline("metal", lower_metal)},
-        device_codegens={"metal": _host.DeviceCodegen("metal", build=_codegen_via_global, build_without_compile=_codegen_via_global)},
+        device_codegens={"metal": _host.DeviceCodegen("metal", build=_runtime_codegen_via_global, build_without_compile=_codegen_via_global)},
         host_codegen_hooks={"metal": (_host.HostCodegenHook("metal_context", mark_host_context),)},
         execution_backends=execution_backends(),
         host_codegens=_host.STANDARD_HOST_CODEGENS,
@@ -103,6 +109,7 @@ def build_hooks() -> _host.HostHooks:
         gemm_lower=_gemm_lower_hook,
         gemm_infer_layout=_gemm_infer_layout_hook,
         codegen_build=build_metal,
+        codegen_build_runtime=build_metal_runtime,
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
         codegen_settings=config.codegen_settings,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),

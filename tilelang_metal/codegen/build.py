@@ -1,13 +1,20 @@
-"""Device codegen entry: lowered device IRModule -> stock TVM source module holding the MSL."""
+"""Device codegen entry: lowered device IRModule -> a TVM module holding the MSL.
+
+`build_metal` (tilelang's build_without_compile: the torch, emulator and mlx backends) makes a stock
+source module with the standard signature; `build_metal_runtime` (tilelang's build with device
+compile: execution_backend="tvm_ffi") makes a module of TVM's own Metal runtime, with the signature
+that runtime launches (printer.TVM_RUNTIME)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..host import make_source_module, tir
+from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, tir
 from ..version import __version__
+from . import tvm_runtime_args
+from .debug_print import refuse_debug_print
 from .math_functions import helper_definitions
-from .printer import print_kernel
+from .printer import STANDARD, TVM_RUNTIME, print_kernel
 
 BANNER_PREFIX = "// tilelang_metal"
 # Standard headers first, in this order; any other header after them, sorted.
@@ -23,7 +30,7 @@ def _include_lines(headers: set[str]) -> list[str]:
     return [f"#include <{h}>" for h in ordered]
 
 
-def generate_msl(mod: Any) -> str:
+def generate_msl(mod: Any, signature: str = STANDARD) -> str:
     """MSL for every kernel of the module in one file: the banner, one header holding the union of
     the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
     each once), then the kernels (sorted by name: the launchers find them by name)."""
@@ -33,7 +40,7 @@ def generate_msl(mod: Any) -> str:
     support: dict[str, str] = {}
     bodies = []
     for name, func in kernels:
-        text, needs, calls, support_code = print_kernel(func, name)
+        text, needs, calls, support_code = print_kernel(func, name, signature)
         headers |= needs
         helpers |= calls
         support.update(support_code)
@@ -47,3 +54,27 @@ def build_metal(mod: Any, target: Any) -> Any:
     from ..pipeline import finalize_for_codegen
 
     return make_source_module(generate_msl(finalize_for_codegen(mod)), "metal")
+
+
+def runtime_function_info(name: str, func: Any) -> RuntimeFunctionInfo:
+    """What TVM's Metal runtime needs to launch one kernel: the type of each argument the host
+    passes (buffers as handles, scalars as they are packed) and the launch tags that name the
+    trailing grid / threadgroup extents of each call."""
+    arg_types = [
+        "handle" if var.dtype == "handle" else tvm_runtime_args.arg_slot(str(var.dtype), str(var.name), name).runtime_dtype
+        for var in func.params
+    ]
+    return RuntimeFunctionInfo(name, tuple(arg_types), tuple(str(tag) for tag in kernel_launch_param_tags(func)))
+
+
+def build_metal_runtime(mod: Any, target: Any) -> Any:
+    from ..emulator.signature import split_kernels
+    from ..pipeline import finalize_for_codegen
+
+    mod = finalize_for_codegen(mod)
+    msl = generate_msl(mod, TVM_RUNTIME)
+    refuse_debug_print(msl, "tvm_ffi")  # TVM's runtime compiles without shader logging, like torch's
+    per_kernel = split_kernels(msl)  # each kernel with the file's header: compiled on its own
+    kernels = {str(gvar.name_hint): func for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)}
+    infos = [runtime_function_info(name, func) for name, func in sorted(kernels.items())]
+    return make_metal_runtime_module({info.name: per_kernel[info.name] for info in infos}, infos, msl)

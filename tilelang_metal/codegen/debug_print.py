@@ -1,6 +1,6 @@
 """T.print in printed MSL: which kernels call it, and the backends that cannot show its output.
 
-The printer keeps TileLang's device-function names (`debug_print_var`, ...; `_host.DEBUG_PRINT_EXTERNS`,
+The printer keeps TileLang's device-function names (`debug_print_var`, ...; `host.vocab.DEBUG_PRINT_EXTERNS`,
 reserved in names.py so no variable takes them). The emulator's shim implements them; on a Mac,
 Metal's only shader output is `os_log` (MSL 3.2, `<metal_logging>`), which prints only when the
 library is compiled with `MTLCompileOptions.enableLogging` and the command queue has a log state,

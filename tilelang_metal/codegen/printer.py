@@ -29,6 +29,14 @@ from .operators import BINARY_OPS, BIT_OPS
 from .vectors import slice_lanes
 from .warp_printer import WarpPrinting
 from ..host import vocab
+from . import tvm_runtime_args
+
+# Kernel signatures the printer emits. STANDARD: every parameter at its own `[[ buffer(i) ]]`,
+# scalars as `constant T& NAME` (the plugin's launchers and the emulator). TVM_RUNTIME: TVM's Metal
+# runtime convention (execution_backend="tvm_ffi"): buffers at 0..n-1, then all scalars in one
+# argument struct at n (codegen/tvm_runtime_args.py).
+STANDARD, TVM_RUNTIME = "standard", "tvm_runtime"
+SIGNATURES = (STANDARD, TVM_RUNTIME)
 
 # Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
 # such a branch masks no access).
@@ -60,9 +68,12 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     """Prints one device PrimFunc. Every decision (layouts, swizzle, hoisting, matrix storage,
     resource limits) was taken by passes before; this class only spells the IR in MSL."""
 
-    def __init__(self, func: Any, name: str):
+    def __init__(self, func: Any, name: str, signature: str = STANDARD):
+        if signature not in SIGNATURES:
+            raise ValueError(f"signature must be one of {SIGNATURES}, got {signature!r}")
         self.func = func
         self.name = name
+        self.signature = signature
         self.lines: list[str] = []
         self.prelude: list[str] = []  # kernel-scope declarations (threadgroup arrays, MPP ops)
         self.indent = 1
@@ -121,17 +132,25 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         readonly = {int(i) for i in attrs.get(vocab.READONLY_PARAMS_ATTR, [])}
         non_restrict = {str(getattr(v, "name", v)) for v in attrs.get(vocab.TL_NON_RESTRICT_PARAMS, [])}
         params = []
+        scalars: list[tuple[str, str]] = []  # (MSL name, dtype) of the scalar parameters, in order
         for index, var in enumerate(func.params):
             name = self.name_of(var)
             if var.dtype == "handle":
+                if scalars and self.signature == TVM_RUNTIME:
+                    raise CodegenError(f"kernel {self.name}: buffer parameter {var.name} follows a scalar; TVM's Metal runtime needs buffers first")
                 dtype = _pointee_dtype(var)
                 ro = index in readonly
                 self.device[var] = (dtype, ro)
                 restrict = "" if str(var.name) in non_restrict else " __restrict"
                 qual = "const device" if ro else "device"
                 params.append(f"{qual} {msl_type(dtype)}*{restrict} {name} [[ buffer({index}) ]]")
+            elif self.signature == TVM_RUNTIME:
+                scalars.append((name, str(var.dtype)))
             else:
                 params.append(f"constant {msl_type(str(var.dtype))}& {name} [[ buffer({index}) ]]")
+        scalar_locals = self.argument_struct(scalars) if scalars else []
+        if scalars:
+            params.append(f"constant {tvm_runtime_args.struct_name(self.name)}& {tvm_runtime_args.ARGS_PARAM} [[ buffer({len(params)}) ]]")
         threads: int | None = 1  # None: a symbolic threadgroup size, no static bound to declare
         for tag, extent in attrs.get("thread_extent", {}).items():
             if str(tag).startswith("threadIdx"):
@@ -142,7 +161,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         for attr, ty, _ in POSITION_PARAMS:
             if attr in self.used_positions and attr not in POSITION_FUNCTIONS:
                 params.append(f"{ty} {self.position_names[attr]} [[{attr}]]")
-        locals_ = [
+        locals_ = scalar_locals + [
             f"const {ty} {self.position_names[attr]} = {POSITION_FUNCTIONS[attr]}({ty}());"
             for attr, ty, _ in POSITION_PARAMS
             if attr in self.used_positions and attr in POSITION_FUNCTIONS
@@ -154,6 +173,16 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         sig = f"[[kernel{bound}]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
         body = ["  " + line for line in locals_ + self.prelude] + self.lines
         return "\n".join([sig] + body + ["}", ""]), headers, self.helpers
+
+    def argument_struct(self, scalars: list[tuple[str, str]]) -> list[str]:
+        """TVM_RUNTIME: declare the kernel's argument struct (in the file header, before the
+        kernels) and return the body's first lines, which give each scalar its usual name."""
+        slots = [(name, tvm_runtime_args.arg_slot(dtype, name, self.name)) for name, dtype in scalars]
+        self.support_code[f"tvm_args {self.name}"] = tvm_runtime_args.struct_definition(self.name, slots)
+        return [
+            f"const {msl_type(dtype)} {name} = {tvm_runtime_args.read_expression(name, dtype, slot)};"
+            for (name, dtype), (_, slot) in zip(scalars, slots)
+        ]
 
     # ---------------------------------------------------------------- statements
     def visit(self, stmt: Any) -> None:
@@ -637,10 +666,10 @@ def _add_terms(e: Any) -> list[Any]:
     return [e]
 
 
-def print_kernel(func: Any, name: str) -> tuple[str, set[str], set[str], dict[str, str]]:
+def print_kernel(func: Any, name: str, signature: str = STANDARD) -> tuple[str, set[str], set[str], dict[str, str]]:
     """(MSL text of one kernel function, the headers it includes, the math helpers it calls, other
-    helper functions it needs by name)."""
-    printer = KernelPrinter(func, name)
+    helper functions and declarations it needs by name)."""
+    printer = KernelPrinter(func, name, signature)
     text, headers, helpers = printer.print_kernel()
     return text, headers, helpers, printer.support_code
 

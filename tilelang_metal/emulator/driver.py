@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .signature import POSITION_ATTRIBUTES, BufferParam, KernelSignature, PositionParam, ScalarParam
+from .signature import POSITION_ATTRIBUTES, ArgStructParam, BufferParam, KernelSignature, PositionParam, ScalarParam
 
 DRIVER_FILE_NAME = "tlm_driver"
 
@@ -46,6 +46,8 @@ def generate(sig: KernelSignature, *, checked: bool, prints: bool = False) -> st
             args.append(_buffer_expr(p, checked))
         elif isinstance(p, ScalarParam):
             args.append(f"*static_cast<const {p.elem_type}*>(__buf[{p.index}])")
+        elif isinstance(p, ArgStructParam):
+            args.append(f"*static_cast<const {p.struct_type}*>(__buf[{p.index}])")
         else:
             args.append(_position_expr(p))
     arg_text = ",\n      ".join(args)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .. import config
 from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .errors import EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError, EmulatorStackError
-from .signature import KernelSignature, ScalarParam
+from .signature import ArgStructParam, KernelSignature, ScalarParam
 
 if TYPE_CHECKING:
     import torch
@@ -135,6 +135,12 @@ class EmulatedKernel:
             if isinstance(b, ScalarParam):
                 out.append(self._scalar_tensor(b, t, expected))
                 continue
+            if isinstance(b, ArgStructParam):
+                if not isinstance(t, (bytes, bytearray)) or len(t) != b.size:
+                    got = f"{len(t)} bytes" if isinstance(t, (bytes, bytearray)) else type(t).__name__
+                    raise EmulatorLaunchError(f"{b.describe()}: expected its {b.size} bytes, got {got}")
+                out.append(torch.frombuffer(bytearray(t), dtype=torch.uint8))
+                continue
             if not isinstance(t, torch.Tensor):
                 raise EmulatorLaunchError(f"{b.describe()}: expected a torch.Tensor, got {type(t).__name__}")
             if t.dtype != expected:
@@ -179,8 +185,8 @@ class EmulatedKernel:
         """Run the kernel over `grid` threadgroups of `block` threads; writes land in the tensors.
 
         `tensors` holds one entry per [[ buffer(i) ]] in index order: a tensor for a device buffer, a
-        number (or one-element tensor) for a `constant T&` scalar. (`_instrumentation` = (mode,
-        counters address, seed) is instrument.py's, for instrumented builds.)"""
+        number (or one-element tensor) for a `constant T&` scalar, `bytes` for an argument struct.
+        (`_instrumentation` = (mode, counters address, seed) is instrument.py's, for instrumented builds.)"""
         tensors = self._bind_arguments(tensors)
         g = _dims(grid, "grid")
         b = _dims(block, "block")

@@ -70,6 +70,25 @@ class ScalarParam:
 
 
 @dataclass(frozen=True)
+class ArgStructParam:
+    """`constant S& NAME [[ buffer(i) ]]` with `S` a struct of the file: the argument struct of TVM's
+    Metal runtime convention (codegen/tvm_runtime_args.py), one 8-byte slot per member. The caller
+    passes its bytes; the driver passes a pointer to them, as the runtime's setBytes does."""
+
+    index: int
+    name: str
+    struct_type: str
+    size: int  # bytes
+
+    @property
+    def torch_dtype_name(self) -> str:
+        return "uint8"
+
+    def describe(self) -> str:
+        return f"parameter '{self.name}' (buffer {self.index}, constant {self.struct_type}&, {self.size} bytes)"
+
+
+@dataclass(frozen=True)
 class PositionParam:
     name: str
     type: str  # uint3, uint, ushort, ...
@@ -119,7 +138,7 @@ class ThreadArray:
 class KernelSignature:
     name: str
     cxx_name: str  # the function name in the compiled C++ (differs only for `main`)
-    params: tuple[BufferParam | ScalarParam | PositionParam, ...]
+    params: tuple[BufferParam | ScalarParam | ArgStructParam | PositionParam, ...]
     max_total_threads: int | None
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
     threadgroup_views: tuple[ThreadgroupView, ...] = ()
@@ -135,9 +154,9 @@ class KernelSignature:
         return tuple(p for p in self.params if isinstance(p, BufferParam))
 
     @property
-    def bound(self) -> tuple[BufferParam | ScalarParam, ...]:
-        """What the caller passes, in [[ buffer(i) ]] order: device buffers and scalar values."""
-        return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam)))
+    def bound(self) -> tuple[BufferParam | ScalarParam | ArgStructParam, ...]:
+        """What the caller passes, in [[ buffer(i) ]] order: device buffers, scalar values, argument structs."""
+        return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam)))
 
 
 _KERNEL_RE = re.compile(r"(\[\[\s*kernel\b(?:[^\]]|\](?!\]))*\]\]|\bkernel)\s+void\s+([A-Za-z_]\w*)\s*\(")
@@ -260,7 +279,7 @@ class RewrittenSource:
 
 INSTRUMENTS = ("counters", "racecheck")
 
-Param = BufferParam | ScalarParam | PositionParam
+Param = BufferParam | ScalarParam | ArgStructParam | PositionParam
 _Edit = tuple[int, int, str]  # (start, end, replacement) on the original source
 
 
@@ -351,7 +370,7 @@ def _rewrite_params(msl: str, header: _KernelHeader, *, checked: bool) -> tuple[
         param, edit = _rewrite_param(msl, s, e, checked=checked)
         params.append(param)
         edits.append(edit)
-    bound = [p for p in params if isinstance(p, (BufferParam, ScalarParam))]
+    bound = [p for p in params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam))]
     for expected, bp in enumerate(bound):
         if bp.index != expected:
             raise EmulatorCompileError(
@@ -411,9 +430,33 @@ def _scalar_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[Sca
         return None
     elem = sm.group("type")
     if elem not in DTYPE_OF_MSL:
-        raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
+        size = _arg_struct_size(msl, elem)
+        if size is None:
+            raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
+        ap = ArgStructParam(index=int(sm.group("index")), name=sm.group("name"), struct_type=elem, size=size)
+        return ap, f"const {elem} {ap.name}"  # type: ignore[return-value]
     sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
     return sp, f"const {elem} {sp.name}"
+
+
+_STRUCT_MEMBER_RE = re.compile(r"^(?P<type>[A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*(?P<array>\[\s*2\s*\])?\s*;$")
+
+
+def _arg_struct_size(msl: str, struct_type: str) -> int | None:
+    """Bytes of an argument struct `struct S { T name[2]; ... };` declared in the file (every member
+    one 8-byte slot: a 32-bit `T name[2]` or a 64-bit `T name`); None for anything else."""
+    m = re.search(r"\bstruct\s+" + re.escape(struct_type) + r"\s*\{(?P<body>[^{}]*)\}\s*;", msl)
+    if m is None:
+        return None
+    members = [line.split("//")[0].strip() for line in m.group("body").splitlines()]
+    size = 0
+    for member in filter(None, members):
+        mm = _STRUCT_MEMBER_RE.match(member)
+        bytes_ = SCALAR_BYTES.get(mm.group("type")) if mm else None
+        if bytes_ is None or bytes_ * (2 if mm.group("array") else 1) != 8:
+            return None
+        size += 8
+    return size
 
 
 def _position_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[PositionParam, str] | None:

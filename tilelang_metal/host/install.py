@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import BackendModule, tvm_ffi
-from .vocab import CODEGEN_GLOBAL, GEMM_INFER_LAYOUT_GLOBAL, GEMM_LOWER_GLOBAL, PLUGIN_BACKEND_NAME
+from ..errors import CodegenError
+from .vocab import (
+    CODEGEN_GLOBAL,
+    CODEGEN_RUNTIME_GLOBAL,
+    FUNCTION_INFO_FROM_JSON,
+    GEMM_INFER_LAYOUT_GLOBAL,
+    GEMM_LOWER_GLOBAL,
+    METAL_MODULE_FACTORY,
+    PLUGIN_BACKEND_NAME,
+    RuntimeFunctionInfo,
+)
 
 def get_global_func(name: str) -> Callable[..., Any] | None:
     return tvm_ffi.get_global_func(name, allow_missing=True)
@@ -35,6 +45,23 @@ def register_error_types(*classes: type) -> None:
 def make_source_module(source: str, fmt: str = "metal") -> Any:
     """A stock TVM source module: `kernel_source`/`inspect_source()` and the torch adapter read it."""
     return tvm_ffi.get_global_func("runtime.SourceModuleCreate")(source, fmt)
+
+
+def metal_runtime_available() -> bool:
+    return get_global_func(METAL_MODULE_FACTORY) is not None
+
+
+def make_metal_runtime_module(sources: dict[str, str], infos: list[RuntimeFunctionInfo], inspect_source: str) -> Any:
+    """A module of TVM's Metal runtime: `sources` maps each kernel to an MSL file holding it (the
+    runtime compiles it when the kernel is first launched), `infos` says how to launch each."""
+    factory = get_global_func(METAL_MODULE_FACTORY)
+    if factory is None:
+        raise CodegenError(
+            f"execution_backend='tvm_ffi' needs TVM's Metal runtime ({METAL_MODULE_FACTORY}), which only tilelang's macOS "
+            "wheel has; on this host use execution_backend='emulator'"
+        )
+    fmap = tvm_ffi.get_global_func(FUNCTION_INFO_FROM_JSON)(json.dumps({"func_info": {i.name: i.to_json() for i in infos}}))
+    return factory({name: text.encode() for name, text in sources.items()}, "metal", fmap, {"metal": inspect_source})
 
 
 def in_tree_host_context_hook() -> Any:
@@ -307,6 +334,7 @@ class HostHooks:
     gemm_lower: Callable[[Callable[..., Any]], Callable[..., Any]]
     gemm_infer_layout: Callable[[Callable[..., Any]], Callable[..., Any]]
     codegen_build: Callable[..., Any]
+    codegen_build_runtime: Callable[..., Any]  # the device codegen of execution_backend="tvm_ffi"
     cache_identity: dict[str, str]
     codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
     error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
@@ -324,6 +352,7 @@ def install(hooks: HostHooks) -> bool:
         try:
             register_error_types(*hooks.error_types)
             register_global_func(CODEGEN_GLOBAL, hooks.codegen_build)
+            register_global_func(CODEGEN_RUNTIME_GLOBAL, hooks.codegen_build_runtime)
             _swap_backend(hooks.manifest, record)
             _swap_target_hooks(hooks.normalize_target, hooks.detect_target, record)
             original_lower = get_global_func(GEMM_LOWER_GLOBAL)
@@ -334,7 +363,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
-            _install_inactive_backend_hint(tuple(hooks.adapters), hooks.unavailable_hint)
+            _install_inactive_backend_hint(tuple(spec.name for spec in hooks.manifest.execution_backends), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):
                 restore()

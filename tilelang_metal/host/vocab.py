@@ -20,6 +20,12 @@ def get_op(name: str) -> Any:
 GEMM_LOWER_GLOBAL = "tl.gemm.lower"
 GEMM_INFER_LAYOUT_GLOBAL = "tl.gemm.infer_layout"
 CODEGEN_GLOBAL = "tilelang_metal.codegen.build"
+CODEGEN_RUNTIME_GLOBAL = "tilelang_metal.codegen.build_runtime"  # device codegen of the tvm_ffi route
+# TVM's Metal runtime module factory (src/runtime/metal/metal_module.mm), registered by the runtime
+# library of tilelang's macOS wheel: (Map<kernel, MSL bytes>, "metal", Map<kernel, FunctionInfo>,
+# Map<format, source text for inspect_source>) -> a runnable module.
+METAL_MODULE_FACTORY = "ffi.Module.create.metal"
+FUNCTION_INFO_FROM_JSON = "runtime.LoadMetaDataFromJSON"  # {"func_info": {name: FunctionInfo JSON}}
 PLUGIN_BACKEND_NAME = "tilelang_metal"
 
 def make_fragment_layout(shape: list, thread_fn: Callable[..., Any], index_fn: Callable[..., Any], replicate: int = 1) -> Any:
@@ -212,6 +218,24 @@ def host_workspaces(host_mod: Any) -> list[HostWorkspace]:
         if isinstance(func, tir.PrimFunc):
             tir.stmt_functor.post_order_visit(func.body, visit)
     return found
+
+
+@dataclass(frozen=True)
+class RuntimeFunctionInfo:
+    """TVM's `runtime.FunctionInfo` of one kernel (what its Metal runtime launches by)."""
+
+    name: str
+    arg_types: tuple[str, ...]  # dtype strings: "handle" for buffers, then the packed scalar types
+    launch_param_tags: tuple[str, ...]  # blockIdx.x, threadIdx.x, ..., tirx.use_dyn_shared_memory
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arg_types": list(self.arg_types), "launch_param_tags": list(self.launch_param_tags),
+                "arg_extra_tags": [0] * len(self.arg_types)}
+
+
+def kernel_launch_param_tags(func: Any) -> list[Any]:
+    """The launch tags of a device kernel: the host passes one extent per tag after its arguments."""
+    return _launch_param_tags(func)
 
 
 def _launch_param_tags(func: Any) -> list[Any]:
