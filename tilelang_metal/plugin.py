@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from . import _host, config
+from . import _host, config, kernel_options
 from . import gemm as gemm_metal
 from .codegen.build import build_metal
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
@@ -54,6 +54,12 @@ def _detect_metal_or_explain() -> Any:
 def _codegen_via_global(mod: Any, target: Any) -> Any:
     # Go through the registered TVM global so the plugin codegen is reachable by name as well.
     return _host.get_global_func(_host.CODEGEN_GLOBAL)(mod, target)
+
+
+def _pass_config_scope(pass_configs: Any) -> tuple[dict, Any]:
+    """tilelang's pass configs without the plugin's, and a scope holding the plugin's (kernel_options.py)."""
+    ours, rest = kernel_options.split_pass_configs(pass_configs)
+    return rest, kernel_options.kernel_options(ours)
 
 
 def _make_emulator_adapter(**kwargs: Any) -> Any:
@@ -107,4 +113,5 @@ def build_hooks() -> _host.HostHooks:
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
         unavailable_hint=unavailable_hint,
+        pass_config_scope=_pass_config_scope,
     )
