@@ -245,7 +245,10 @@ def prelude_header(instrument: str | None = None) -> Path | None:
     """The shim prelude with its precompiled header (`.gch`, built once per shim sources, compiler and
     flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
     cxx = compiler()
-    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]
+    # clang records each input's mtime and refuses the PCH when one changes; the key covers the
+    # shim's content, so a checkout that restores content built before must find its PCH valid.
+    no_timestamps = ["-Xclang", "-fno-pch-timestamp"] if "clang" in compiler_identity(cxx) else []
+    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *no_timestamps]
     key = _key("prelude", sources_hash(), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]
     header = final / PRELUDE_NAME
