@@ -26,7 +26,7 @@ from test_calling_convention import bool_mask, split_sum_then_combine, symbolic_
 from test_global_workspaces import decode_inputs, flash_decoding, mix_reference, scale_then_mix, sdpa_reference  # noqa: E402
 from tilelang_metal import examples as E  # noqa: E402
 from tilelang_metal.errors import Metal4UnavailableError  # noqa: E402
-from tilelang_metal.execution import metal4_launch, mlx_adapter, mlx_emulated  # noqa: E402
+from tilelang_metal.execution import metal4_launch, mlx_emulated  # noqa: E402
 from tilelang_metal.execution.mlx_source import AFTER, DONE, PREFIX  # noqa: E402
 
 
