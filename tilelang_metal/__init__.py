@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from . import autoload, config
-from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError, UnsupportedHostError
+from .errors import CodegenError, ConfigError, GemmLoweringError, Metal4UnavailableError, MetalLoweringError, UnsupportedHostError
 from .version import SUPPORTED_RANGE_TEXT, __version__
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "GemmLoweringError",
     "CodegenError",
     "ConfigError",
+    "Metal4UnavailableError",
     "UnsupportedHostError",
     "SUPPORTED_RANGE_TEXT",
     "check_host_version",

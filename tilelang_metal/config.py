@@ -76,6 +76,20 @@ SETTINGS: dict[str, Setting] = {
             True,
         ),
         Setting(
+            PREFIX + "RELAXED_PRECISION",
+            "auto",
+            "auto, 0 or 1 (also true/false, yes/no, on/off)",
+            "the `relaxed_precision` flag of every MPP `matmul2d` descriptor (metal4 cooperative-tensor GEMMs): auto = relaxed for 16-bit float inputs, exact for float32 inputs; 1 = relaxed for all inputs; 0 = exact for all; a kernel's pass config `tilelang_metal.relaxed_precision` overrides it",
+            True,
+        ),
+        Setting(
+            PREFIX + "PRECISE_MATH",
+            "0",
+            _BOOL_VALUES,
+            "1: float32 math functions, division and square roots print as `metal::precise::` calls (exact whatever fast-math mode the runtime compiles with) and NaN / infinity tests as bit tests; a kernel's pass config `tilelang_metal.precise_math` overrides it",
+            True,
+        ),
+        Setting(
             PREFIX + "DEBUG",
             "0",
             _BOOL_VALUES,
@@ -192,6 +206,23 @@ def register_staging() -> bool:
     return _flag(PREFIX + "REGISTER_STAGING", True)
 
 
+RELAXED_MODES = ("auto", "on", "off")
+
+
+def relaxed_precision() -> str:
+    """`auto` (relaxed for 16-bit float matmul2d inputs only), `on` or `off` (codegen/matrix_printer.py)."""
+    name = PREFIX + "RELAXED_PRECISION"
+    value = _raw(name)
+    if value is None or value.lower() == "auto":
+        return "auto"
+    return "on" if _flag(name, False) else "off"
+
+
+def precise_math() -> bool:
+    """Print float32 math as `metal::precise::` calls (codegen/math_functions.py)."""
+    return _flag(PREFIX + "PRECISE_MATH", False)
+
+
 def debug() -> bool:
     return _flag(PREFIX + "DEBUG", False)
 
@@ -239,7 +270,8 @@ def emulator_stack_kb() -> int:
 
 
 # One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch, PREFIX + "REGISTER_STAGING": register_staging}
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch, PREFIX + "REGISTER_STAGING": register_staging,
+                       PREFIX + "RELAXED_PRECISION": relaxed_precision, PREFIX + "PRECISE_MATH": precise_math}
 
 
 def codegen_settings() -> dict[str, str]:

@@ -23,5 +23,10 @@ class ConfigError(ValueError):
     """A `TILELANG_METAL_*` environment variable has a value the plugin does not accept."""
 
 
+class Metal4UnavailableError(RuntimeError):
+    """A kernel with Metal 4 tensor operations (metal4) launched where the runtime cannot compile
+    MSL 4.0 (macOS before 26, or a torch / MLX that does not request MSL 4.0)."""
+
+
 class UnsupportedHostError(ImportError):
     """The installed tilelang is outside the supported range (raised when the plugin activates)."""

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from . import config
+from . import config, kernel_options
 from . import host as _host
 from . import gemm as gemm_metal
 from .codegen.build import build_metal, build_metal_runtime
@@ -63,6 +63,12 @@ def _runtime_codegen_via_global(mod: Any, target: Any) -> Any:
     return _host.get_global_func(_host.CODEGEN_RUNTIME_GLOBAL)(mod, target)
 
 
+def _pass_config_scope(pass_configs: Any) -> tuple[dict, Any]:
+    """tilelang's pass configs without the plugin's, and a scope holding the plugin's (kernel_options.py)."""
+    ours, rest = kernel_options.split_pass_configs(pass_configs)
+    return rest, kernel_options.kernel_options(ours)
+
+
 def _make_emulator_adapter(**kwargs: Any) -> Any:
     from .execution.emulator_adapter import EmulatorKernelAdapter
 
@@ -115,4 +121,5 @@ def build_hooks() -> _host.HostHooks:
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
         unavailable_hint=unavailable_hint,
+        pass_config_scope=_pass_config_scope,
     )

@@ -1,7 +1,9 @@
 """Metal target normalization: `target="metal"` gains the `metal4` key only where Metal 4 runs.
 
-Metal 4 (MPP cooperative tensors) needs macOS >= 26 on arm64, an SDK >= 26 and an Apple M5 or newer
-GPU. On any other host (Linux included) `"metal"` stays a plain Metal target. Targets passed with
+`"metal"` gets the `metal4` key (MPP cooperative tensors) with macOS >= 26 on arm64, an SDK >= 26 and
+an Apple M5 or newer GPU, where matmul2d has its own hardware; MPP also runs on M1-M4 under macOS 26,
+but there only an explicit metal4 target asks for it. On any other host (Linux included) `"metal"`
+stays a plain Metal target. Targets passed with
 explicit keys (dicts or `Target` objects) are honoured untouched, which is how source-only builds
 on Linux ask for cooperative-tensor MSL.
 """

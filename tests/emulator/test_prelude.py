@@ -55,3 +55,26 @@ def test_prelude_of_another_checkouts_shim_is_its_own(tmp_path, monkeypatch):
     cmd = toolchain._kernel_cmd(toolchain.compiler(), src, ["-fsyntax-only", "-Winvalid-pch"], prelude=theirs)
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_prelude_survives_a_shim_header_with_a_new_mtime_and_the_same_content(tmp_path, monkeypatch):
+    """The cache keys the prelude by the shim's content; a checkout or a revert that brings back
+    content built before (new mtime) must reuse that PCH, not fail with 'has been modified since the
+    precompiled header was built' (clang records input mtimes unless told not to)."""
+    import os
+
+    monkeypatch.setenv("TILELANG_METAL_EMULATOR_CACHE", str(tmp_path))
+    header = toolchain.prelude_header()
+    assert header is not None
+    shim = toolchain.SHIM_DIR / "tlm" / "math.h"
+    st = shim.stat()
+    try:
+        os.utime(shim, ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
+        assert toolchain.prelude_header() == header  # same content: the cached PCH
+        src = tmp_path / "k.metal"
+        src.write_text(K.add_half4())
+        cmd = toolchain._kernel_cmd(toolchain.compiler(), src, ["-fsyntax-only"], prelude=header)
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+    finally:
+        os.utime(shim, ns=(st.st_atime_ns, st.st_mtime_ns))

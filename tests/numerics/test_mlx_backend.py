@@ -25,7 +25,8 @@ from property_kernels import accumulate_into_initialised_c  # noqa: E402
 from test_calling_convention import bool_mask, split_sum_then_combine, symbolic_rows  # noqa: E402
 from test_global_workspaces import decode_inputs, flash_decoding, mix_reference, scale_then_mix, sdpa_reference  # noqa: E402
 from tilelang_metal import examples as E  # noqa: E402
-from tilelang_metal.execution import mlx_adapter, mlx_emulated  # noqa: E402
+from tilelang_metal.errors import Metal4UnavailableError  # noqa: E402
+from tilelang_metal.execution import metal4_launch, mlx_emulated  # noqa: E402
 from tilelang_metal.execution.mlx_source import AFTER, DONE, PREFIX  # noqa: E402
 
 
@@ -111,7 +112,7 @@ def on_a_mac(monkeypatch):
     RecordingMetalKernel.calls = []
     monkeypatch.setattr(mx.metal, "is_available", lambda: True)
     monkeypatch.setattr(mx.fast, "metal_kernel", RecordingMetalKernel)
-    monkeypatch.setattr(mlx_adapter.platform, "mac_ver", lambda: ("26.1", ("", "", ""), "arm64"))
+    monkeypatch.setattr(metal4_launch.platform, "mac_ver", lambda: ("26.1", ("", "", ""), "arm64"))
     return RecordingMetalKernel.calls
 
 
@@ -228,9 +229,17 @@ def test_mac_in_place_parameter_costs_a_copy_in_and_a_copy_out(on_a_mac, axpy):
 
 
 def test_metal4_kernels_need_macos_26(on_a_mac, monkeypatch):
-    monkeypatch.setattr(mlx_adapter.platform, "mac_ver", lambda: ("15.5", ("", "", ""), "arm64"))
-    with pytest.raises(ValueError, match="MSL 4: MLX compiles it only on macOS 26"):
+    monkeypatch.setattr(metal4_launch.platform, "mac_ver", lambda: ("15.5", ("", "", ""), "arm64"))
+    with pytest.raises(Metal4UnavailableError, match=r"need MSL 4\.0: macOS 15\.5 has no MSL 4\.0 \(update to macOS 26 or later\); or compile it for target="):
         compile_mlx(E.gemm_direct_global(64, 64, 32), out_idx=[-1], target=E.metal4_target())
+
+
+def test_metal4_kernels_need_an_mlx_that_requests_msl_4(on_a_mac, monkeypatch):
+    monkeypatch.setattr(mx, "__version__", "0.29.3")
+    with pytest.raises(Metal4UnavailableError, match=r"mlx 0\.29\.3's mx\.fast\.metal_kernel does not request MSL 4\.0 \(pip install 'mlx>=0\.30'\)") as info:
+        compile_mlx(E.gemm_direct_global(64, 64, 32), out_idx=[-1], target=E.metal4_target())
+    assert "macOS" not in str(info.value) and "\n" not in str(info.value)
+    compile_mlx(E.gemm_direct_global(64, 64, 32), out_idx=[-1], target=E.plain_metal_target())  # simdgroup build: fine
 
 
 @pytest.mark.filterwarnings("ignore:tilelang_metal. do_bench:RuntimeWarning")  # emulated here: CPU wall time

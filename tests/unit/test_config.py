@@ -22,6 +22,8 @@ ACCESSORS = {
     "STAGING_BYPASS": config.staging_bypass,
     "K_PREFETCH": config.k_prefetch,
     "REGISTER_STAGING": config.register_staging,
+    "RELAXED_PRECISION": config.relaxed_precision,
+    "PRECISE_MATH": config.precise_math,
     "DEBUG": config.debug,
     "EMULATOR_CACHE": config.emulator_cache,
     "EMULATOR_CACHE_MB": config.emulator_cache_mb,
@@ -81,6 +83,8 @@ def test_flags_accept_the_usual_spellings(clean_env, text, value):
         ("EMULATOR_STACK_KB", "-8", "integer >= 0"),
         ("EMULATOR_STACK_KB", "1.5", "integer >= 0"),
         ("EMULATOR_CACHE_MB", "0", "integer >= 1"),
+        ("RELAXED_PRECISION", "fp16", "auto, 0 or 1"),
+        ("PRECISE_MATH", "fast", "0 or 1"),
     ],
 )
 def test_bad_values_give_one_line_naming_variable_and_allowed_values(clean_env, short, value, allowed):
@@ -105,7 +109,10 @@ def test_settings_are_read_per_call(clean_env):
 
 def test_codegen_settings_cover_exactly_the_settings_that_change_codegen(clean_env):
     changing = {s.name for s in config.SETTINGS.values() if s.changes_codegen}
-    assert set(config.codegen_settings()) == changing == {"TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH", "TILELANG_METAL_REGISTER_STAGING"}
+    assert set(config.codegen_settings()) == changing == {
+        "TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH", "TILELANG_METAL_REGISTER_STAGING",
+        "TILELANG_METAL_RELAXED_PRECISION", "TILELANG_METAL_PRECISE_MATH",
+    }
     on = config.codegen_settings()
     clean_env.setenv("TILELANG_METAL_FRAGMENT_CT", "0")
     assert config.codegen_settings() != on

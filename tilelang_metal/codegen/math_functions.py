@@ -42,6 +42,28 @@ _IEEE_PRECISE = {"ieee_fdiv": "divide", "ieee_frcp": "divide", "ieee_fsqrt": "sq
 
 _FLOAT_VECTORS = ("float", "float2", "float3", "float4")
 
+# Precise math (kernel_options.precise_math): float32 functions with a `metal::precise::` variant
+# the printer uses, so their accuracy does not depend on the runtime's fast-math option.
+PRECISE_FUNCTIONS = frozenset("acos asin atan atan2 cos cosh exp exp2 exp10 log log2 log10 pow rsqrt sin sinh sqrt tan tanh".split())
+# NaN / infinity tests as bit tests: fast math lets the compiler assume no NaN or infinity exists.
+_CLASSIFY_BITS = {"isnan": "(as_type<{u}>({x}) & 0x7fffffffu) > 0x7f800000u",
+                  "isinf": "(as_type<{u}>({x}) & 0x7fffffffu) == 0x7f800000u",
+                  "isfinite": "(as_type<{u}>({x}) & 0x7fffffffu) < 0x7f800000u"}
+
+
+def _is_float32(dtype: str) -> bool:
+    return split_dtype(dtype)[0] == "float32"
+
+
+def uint_like(dtype: str) -> str:
+    """The MSL unsigned type of a float32 scalar or vector's bits (`uint`, `uint4`)."""
+    lanes = split_dtype(dtype)[1]
+    return "uint" if lanes == 1 else f"uint{lanes}"
+
+
+def precise_divide(a: str, b: str) -> str:
+    return f"metal::precise::divide({a}, {b})"
+
 
 def _half_overloads(name: str, arity: int) -> str:
     """float16 overloads computing in float32 through the float implementation."""
@@ -124,11 +146,21 @@ def canonical_name(name: str) -> str:
     return _C_FLOAT_NAMES.get(name, name)
 
 
-def math_call(name: str, args: list[str], arg_dtypes: list[str], dtype: str) -> MathCall | None:
+def math_call(name: str, args: list[str], arg_dtypes: list[str], dtype: str, precise: bool = False) -> MathCall | None:
     """MSL for the math function `name` (see canonical_name) applied to printed `args`, or None
-    when `name` is not a math function."""
+    when `name` is not a math function. `precise`: float32 functions as `metal::precise::` calls
+    and classification as bit tests (docs/math.md, "Precise math"); the explicit fast intrinsics
+    (`T.__exp`, `T.fast_rcp`) stay fast."""
     fn = canonical_name(name)
     joined = ", ".join(args)
+    if precise and arg_dtypes and _is_float32(arg_dtypes[0]):
+        if fn in PRECISE_FUNCTIONS:
+            return MathCall(f"metal::precise::{fn}({joined})")
+        if fn in _CLASSIFY_BITS:
+            return MathCall("(" + _CLASSIFY_BITS[fn].format(u=uint_like(arg_dtypes[0]), x=args[0]) + ")")
+        if fn == "sigmoid":
+            one = float_literal(1.0, dtype)
+            return MathCall(precise_divide(one, f"({one} + metal::precise::exp(-({args[0]})))"))
     if fn in HELPERS:
         return MathCall(f"__tlm_{fn}({joined})", {fn})
     if fn == "ldexp":  # MSL takes an integer exponent; TileLang passes a float

@@ -15,6 +15,7 @@ from typing import Any
 from .. import intrinsics
 from ..host import tir
 from ..errors import CodegenError
+from ..kernel_options import matmul_relaxed
 from ..isa import SIMDGROUP_8x8x8, MatrixInstruction, cooperative_instruction
 from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage
 from .msl_types import msl_type, scalar_type
@@ -24,10 +25,10 @@ SG_ELEMS = SIMDGROUP_8x8x8.dest_elems
 
 class MatrixPrinting:
     """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
-    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` (shapes declared so far)."""
+    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` ((m, n, k, relaxed) declared so far)."""
 
     storage: dict[Any, MatrixStorage]
-    mpp_ops: list[tuple[int, int, int]]
+    mpp_ops: list[tuple[int, int, int, bool]]
 
     # ---------------------------------------------------------------- storage
     def matrix_storage(self, var: Any) -> MatrixStorage | None:
@@ -49,7 +50,7 @@ class MatrixPrinting:
         if s.kind == SIMDGROUP:
             self.emit(f"simdgroup_{scalar_type(dtype)}8x8 {name}[{s.matrices}];")
             return True
-        op = self.mpp_op(s.shape)
+        op = self.mpp_op(s.shape, s.a_dtype, s.b_dtype)
         if not s.elided:
             return False  # an ordinary float array; each run copies its chunk in and out
         a, b = scalar_type(s.a_dtype), scalar_type(s.b_dtype)
@@ -61,17 +62,20 @@ class MatrixPrinting:
             self.emit(f"auto {name}_ct{chunk} = {dest};")
         return True
 
-    def mpp_op(self, shape: tuple[int, int, int]) -> str:
-        """The kernel-scope matmul2d object of this shape (declared once)."""
-        if shape in self.mpp_ops:
-            index = self.mpp_ops.index(shape)
+    def mpp_op(self, shape: tuple[int, int, int], a_dtype: str, b_dtype: str) -> str:
+        """The kernel-scope matmul2d object of this shape and precision (declared once). Its
+        descriptor is exact unless `kernel_options.matmul_relaxed` allows relaxed precision for
+        these input types (float32 inputs stay exact by default)."""
+        key = (*shape, matmul_relaxed(a_dtype, b_dtype))
+        if key in self.mpp_ops:
+            index = self.mpp_ops.index(key)
             return "__ct_op" if index == 0 else f"__ct_op{index}"
-        self.mpp_ops.append(shape)
+        self.mpp_ops.append(key)
         name = "__ct_op" if len(self.mpp_ops) == 1 else f"__ct_op{len(self.mpp_ops) - 1}"
-        m, n, k = shape
+        m, n, k, relaxed = key
         self.prelude.append(
-            f"constexpr auto {name}_desc = mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, true, "
-            "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"
+            f"constexpr auto {name}_desc = mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, "
+            f"{'true' if relaxed else 'false'}, mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"
         )
         self.prelude.append(f"mpp::tensor_ops::matmul2d<{name}_desc, metal::execution_simdgroup> {name};")
         return name
@@ -164,7 +168,7 @@ class MatrixPrinting:
     def emit_ct_mma(self, mma: intrinsics.CooperativeMma) -> None:
         inst: MatrixInstruction = cooperative_instruction(mma.m, mma.n, mma.k)
         storage = self.storage[mma.c]
-        op = self.mpp_op(inst.shape)
+        op = self.mpp_op(inst.shape, storage.a_dtype, storage.b_dtype)
         ta, tb = scalar_type(storage.a_dtype), scalar_type(storage.b_dtype)
         an, bn, cn = self.name_of(mma.a), self.name_of(mma.b), self.name_of(mma.c)
         ao, bo = self.expr(mma.a_offset), self.expr(mma.b_offset)

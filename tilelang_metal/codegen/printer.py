@@ -6,10 +6,12 @@ saved pointer: the Linux emulator relies on that to check every device access.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
+from ..kernel_options import precise_math
 from ..gemm.edge_split import UNIFORM_BRANCH
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
 from ..transform.block_swizzle import POSITION_NAMES_ATTR
@@ -21,7 +23,7 @@ from ..transform.matrix_storage import storage_of
 from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
 from .extern_helpers import EXTERN_HELPERS
-from .math_functions import math_call
+from .math_functions import math_call, precise_divide, uint_like
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
@@ -86,7 +88,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
-        self.mpp_ops: list[tuple[int, int, int]] = []
+        self.precise_math = precise_math()  # float32 math as metal::precise:: calls (docs/math.md)
+        self.mpp_ops: list[tuple[int, int, int, bool]] = []  # (m, n, k, relaxed) of each matmul2d object
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
@@ -500,10 +503,26 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return method(e)
         if isinstance(e, tir.Add):  # a chain of additions prints flat: (a + b + c)
             return f"({' + '.join(self.expr(t) for t in _add_terms(e))})"
+        if self.precise_math and isinstance(e, (tir.Div, tir.EQ, tir.NE)):
+            printed = self._precise_operator(e)
+            if printed is not None:
+                return printed
         op = BINARY_OPS.get(type(e))
         if op is not None:
             return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
         raise CodegenError(f"the Metal printer does not support {type(e).__name__} expressions: {e}")
+
+    def _precise_operator(self, e: Any) -> str | None:
+        """Precise math: float32 division as `precise::divide`; a comparison with an infinity (how
+        LowerIntrin writes isinf) as a bit test, which fast math cannot assume away."""
+        if isinstance(e, tir.Div):
+            return precise_divide(self.expr(e.a), self.expr(e.b)) if str(e.dtype).startswith("float32") else None
+        for value, infinity in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(infinity, tir.FloatImm) and math.isinf(infinity.value) and str(value.dtype).startswith("float32"):
+                bits = "0x7f800000u" if infinity.value > 0 else "0xff800000u"
+                op = "==" if isinstance(e, tir.EQ) else "!="
+                return f"(as_type<{uint_like(str(value.dtype))}>({self.expr(value)}) {op} {bits})"
+        return None
 
     def expr_IntImm(self, e: Any) -> str:
         return int_literal(int(e.value), str(e.dtype))
@@ -542,6 +561,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def expr_FloorDiv(self, e: Any) -> str:
         if "float" in str(e.dtype):
+            if self.precise_math and str(e.dtype).startswith("float32"):
+                return f"floor({precise_divide(self.expr(e.a), self.expr(e.b))})"
             return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
         raise CodegenError(f"integer floordiv reached the printer unlowered: {e}")
 
@@ -626,7 +647,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def math(self, name: str, args: Any, call: Any) -> str | None:
         """A math function call in MSL (codegen/math_functions.py), or None if `name` is none."""
-        printed = math_call(name, [self.expr(a) for a in args], [str(a.dtype) for a in args], str(call.dtype))
+        printed = math_call(name, [self.expr(a) for a in args], [str(a.dtype) for a in args], str(call.dtype), self.precise_math)
         if printed is None:
             return None
         self.helpers |= printed.helpers

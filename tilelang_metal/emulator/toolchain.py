@@ -245,8 +245,11 @@ def prelude_header(instrument: str | None = None) -> Path | None:
     """The shim prelude with its precompiled header (`.gch`, built once per shim directory and sources, compiler and
     flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
     cxx = compiler()
-    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument]]
-    # The shim's path is in the key: a PCH names the headers it holds by path, and a kernel that
+    # clang records each input's mtime and refuses the PCH when one changes; the key covers the
+    # shim's content, so a checkout that restores content built before must find its PCH valid.
+    no_timestamps = ["-Xclang", "-fno-pch-timestamp"] if "clang" in compiler_identity(cxx) else []
+    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *no_timestamps]
+    # The shim's path is in the key too: a PCH names the headers it holds by path, and a kernel that
     # includes the same headers from another checkout would get both copies (redefinitions).
     key = _key("prelude", sources_hash(), str(SHIM_DIR), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
     final = cache_dir() / "prelude" / key[:32]

@@ -22,18 +22,18 @@ How a written parameter reaches a kernel:
 On a Mac with MLX's Metal back-end the kernels run through `mx.fast.metal_kernel`; elsewhere the
 same calls go to `mlx_emulated.emulated_metal_kernel`, which runs them in the CPU emulator. Kernels
 with cooperative tensors (the `metal4` key) need MSL 4, which MLX (>= 0.30) requests from Metal on
-macOS 26 and later; earlier macOS versions are refused when the kernel is compiled.
+macOS 26 and later; elsewhere they are refused when the kernel is compiled (metal4_launch.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import platform
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import metal4_launch
 from .binding import Device, TensorParam, shape_text
 from .calling import PluginKernelAdapter
 from .launch import KernelLaunch
@@ -113,11 +113,6 @@ def _poison(shape: tuple[int, ...], dtype: str) -> Any:
     return mx.full(shape, -1, dtype=mx_dtype(dtype))
 
 
-def _metal_version_ok() -> bool:
-    release = platform.mac_ver()[0]
-    return bool(release) and int(release.split(".")[0]) >= 26
-
-
 class MLXKernelAdapter(PluginKernelAdapter):
     device = MLX
 
@@ -132,11 +127,8 @@ class MLXKernelAdapter(PluginKernelAdapter):
                 raise ValueError(f"kernel {kernel_name} is not in the module's MSL")
             source = mlx_kernel_source(msl)
             mx = mlx_module()
-            if source.needs_metal4 and mx.metal.is_available() and not _metal_version_ok():
-                raise ValueError(
-                    f"kernel {kernel_name} uses cooperative tensors (metal4), which need MSL 4: MLX compiles it only on "
-                    "macOS 26 or later; compile for target='metal' (no metal4 key) on this Mac"
-                )
+            if source.needs_metal4 and mx.metal.is_available():
+                metal4_launch.check(kernel_name, metal4_launch.current("mlx"))
             sources[kernel_name] = source
         return sources[kernel_name]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import metal4_launch
 from .binding import Device, torch_dtype
 from .calling import PluginKernelAdapter
 
@@ -27,10 +28,22 @@ class MPSKernelAdapter(PluginKernelAdapter):
     _library = None
 
     def library(self) -> Any:
+        """The module's compiled MSL (at the first launch). A metal4 module is checked first: this
+        Mac and torch must compile MSL 4.0 (metal4_launch.py)."""
         if self._library is None:
             import torch
 
-            self._library = torch.mps.compile_shader(self.kernel_global_source)
+            source = self.kernel_global_source
+            names = ", ".join(dict.fromkeys(launch.kernel_name for launch in self.call.launches))
+            if metal4_launch.needs_metal4(source):
+                metal4_launch.check(names, metal4_launch.current("torch"))
+            try:
+                self._library = torch.mps.compile_shader(source)
+            except Exception as err:
+                explained = metal4_launch.explain_compile_error(names, err) if metal4_launch.needs_metal4(source) else None
+                if explained is None:
+                    raise
+                raise explained from err
         return self._library
 
     def compiled(self, kernel_name: str) -> Any:

@@ -5,6 +5,7 @@ puts those objects back, in reverse order. Also the FFI registry calls the plugi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -234,6 +235,24 @@ def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Ins
     record.restores.append(restore)
 
 
+def _swap_pass_configs(scope: Callable[[Any], tuple[Any, Any]], record: _Installed) -> None:
+    """The plugin's own `pass_configs` keys (`tilelang_metal.*`) never reach TVM's PassContext, which
+    refuses keys not registered in C++: `scope` splits them off and returns a context manager that
+    holds them while tilelang lowers and prints the kernel. Kernel-cache keys are computed before,
+    from the whole dict."""
+    kernel_module = importlib.import_module("tilelang.jit.kernel")
+    jit_kernel = kernel_module.JITKernel
+    original = jit_kernel.__dict__["_compile_artifact"]
+
+    @functools.wraps(original)
+    def compile_artifact(self, tilelang_func, pass_configs, compile_metadata):
+        rest, options = scope(pass_configs)
+        with options:
+            return original(self, tilelang_func, rest, compile_metadata)
+
+    _swap_attr(jit_kernel, "_compile_artifact", compile_artifact, record)
+
+
 def make_memory_only_kernel_cache() -> Any:
     """A kernel cache for backends whose artifacts are not serialized by tilelang (memory only)."""
     from tilelang.cache.kernel_cache import KernelCache
@@ -340,6 +359,8 @@ class HostHooks:
     error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
     adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
     unavailable_hint: Callable[[str], str | None] = lambda name: None  # why a backend is unavailable here
+    # pass_configs -> (the entries for tilelang's PassContext, a context manager holding the plugin's)
+    pass_config_scope: Callable[[Any], tuple[Any, Any]] = lambda configs: (configs, contextlib.nullcontext())
 
 
 def install(hooks: HostHooks) -> bool:
@@ -363,6 +384,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_jit_memo(hooks.codegen_settings, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
+            _swap_pass_configs(hooks.pass_config_scope, record)
             _install_inactive_backend_hint(tuple(spec.name for spec in hooks.manifest.execution_backends), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):

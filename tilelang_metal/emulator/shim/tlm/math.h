@@ -245,7 +245,8 @@ using metal::cos; using metal::exp; using metal::exp2; using metal::log; using m
 using metal::pow; using metal::rsqrt; using metal::sin; using metal::sqrt; using metal::tan;
 using metal::tanh; using metal::fmax; using metal::fmin; using metal::max; using metal::min;
 using metal::fabs; using metal::abs; using metal::exp10; using metal::log10; using metal::sinh;
-using metal::cosh; using metal::powr; using metal::divide;
+using metal::cosh; using metal::powr; using metal::divide; using metal::asin; using metal::acos;
+using metal::atan; using metal::atan2;
 }  // namespace precise
 namespace fast {
 using namespace metal::precise;

@@ -1,6 +1,7 @@
 // MetalPerformancePrimitives subset: matmul2d over one simdgroup with cooperative tensors.
 // Only the descriptor the printer emits is supported: (16, 32, 16), no transposes, destination
-// float; relaxed_precision is accepted and ignored (accumulation is fp32).
+// float; accumulation is fp32. relaxed_precision=true is simulated as a bound, not as Apple's
+// behaviour (which is unspecified): every input is rounded to 10 explicit mantissa bits first.
 #pragma once
 
 #include "layouts.h"
@@ -62,6 +63,32 @@ struct cooperative_tensor {
   }
 };
 
+// An input of a relaxed matmul2d: rounded to nearest-even at 10 explicit mantissa bits, the
+// precision of half (and of TF32), exponent range kept. half and bfloat already fit; inf / NaN pass.
+// Error: at most 2^-11 relative per input.
+template <class T>
+TLM_INLINE float relaxed_input(T value) {
+  float x = static_cast<float>(value);
+  if constexpr (sizeof(T) < sizeof(float)) {
+    return x;
+  } else {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u) return x;
+    uint32_t rounded = (bits + 0x0fffu + ((bits >> 13) & 1u)) & ~0x1fffu;
+    // the largest floats would round up to inf: truncate them instead (the bound stays finite)
+    bits = (rounded & 0x7f800000u) == 0x7f800000u ? (bits & ~0x1fffu) : rounded;
+    __builtin_memcpy(&x, &bits, sizeof bits);
+    return x;
+  }
+}
+
+template <bool Relaxed, class T>
+TLM_INLINE float matmul_input(T value) {
+  if constexpr (Relaxed) return relaxed_input(value);
+  else return static_cast<float>(value);
+}
+
 template <class T> struct is_tensor_of_role_left : std::false_type {};
 template <class T> struct is_tensor_of_role_left<cooperative_tensor<T, role::left>> : std::true_type {};
 template <class T> struct is_tensor_of_role_right : std::false_type {};
@@ -105,8 +132,9 @@ struct matmul2d {
     const int l = static_cast<int>(me.lane);
     // Scratch: A as 16x16 floats at [0, 256), B as 16x32 floats at [256, 768).
     float* s = static_cast<float*>(tlm::rt::simd_deposit("matmul2d::run"));
-    for (int e = 0; e < 8; ++e) s[ct_row(l, e) * 16 + ct_col(l, e)] = static_cast<float>(left.elems[e]);
-    for (int e = 0; e < 16; ++e) s[256 + ct_row(l, e) * 32 + ct_col(l, e)] = static_cast<float>(right.elems[e]);
+    constexpr bool relaxed = D.relaxed_precision;
+    for (int e = 0; e < 8; ++e) s[ct_row(l, e) * 16 + ct_col(l, e)] = tlm_detail::matmul_input<relaxed>(left.elems[e]);
+    for (int e = 0; e < 16; ++e) s[256 + ct_row(l, e) * 32 + ct_col(l, e)] = tlm_detail::matmul_input<relaxed>(right.elems[e]);
     const float* g = static_cast<const float*>(tlm::rt::simd_arrive());
     const float* A = g;
     const float* B = g + 256;
