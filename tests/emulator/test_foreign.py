@@ -209,6 +209,13 @@ using namespace metal;
 // A header adding a bfloat overload to fast:: (as MLX's bf16_math.h does) must not capture float calls.
 namespace metal { namespace fast { METAL_FUNC bfloat exp(bfloat x) { return bfloat(metal::exp(float(x))); } } }
 
+// Free function templates overloaded on address space (MLX's complex.h), and a `<` comparison in a
+// template parameter list (MLX's reduction ops).
+struct Cx { float v; };
+template <typename T> constexpr thread T& bump(thread T& a) { a.v += 1; return a; }
+template <typename T> constexpr threadgroup T& bump(threadgroup T& a) { a.v += 100; return a; }
+template <typename T, metal::enable_if_t<sizeof(T) < 8, bool> = true> T twice(T x) { return x + x; }
+
 [[kernel]] void library(
     const device float* in [[buffer(0)]],
     device float* out [[buffer(1)]],
@@ -223,6 +230,10 @@ namespace metal { namespace fast { METAL_FUNC bfloat exp(bfloat x) { return bflo
   out[6 * 32 + lane] = fast::exp(v);
   out[7 * 32 + lane] = float(numeric_limits<half>::max()) + float(numeric_limits<bfloat>::infinity() > 0.0f)
       + float(metal::is_floating_point_v<half>) + float(2.0h) + float(numeric_limits<float>::lowest() < 0);
+  Cx c{v};
+  bump(c);
+  metal::array<float, 2> pair{{twice(c.v), float(_disjunction<is_same<int, int>>::value)}};
+  out[8 * 32 + lane] = pair[0] + pair[1];
 }
 """
 
@@ -230,9 +241,9 @@ namespace metal { namespace fast { METAL_FUNC bfloat exp(bfloat x) { return bflo
 def test_library_additions_match_their_metal_definitions():
     k = compile_msl(LIBRARY, "library")
     x = torch.randn(32) * 3
-    out = torch.zeros(8 * 32)
+    out = torch.zeros(9 * 32)
     k.launch([x, out], grid=(1,), block=(32,))
-    rows = out.reshape(8, 32)
+    rows = out.reshape(9, 32)
     lane = torch.arange(32)
     fill_up = torch.where(lane >= 3, x[(lane - 3).clamp(min=0)], (x + 100)[(lane + 32 - 3) % 32])
     torch.testing.assert_close(rows[0], fill_up)
@@ -245,3 +256,4 @@ def test_library_additions_match_their_metal_definitions():
     torch.testing.assert_close(rows[5], torch.cumsum(x, 0) - x, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rows[6], torch.exp(x), rtol=1e-6, atol=0)  # float precision, not bfloat's
     assert torch.all(rows[7] == 65504.0 + 1 + 1 + 2.0 + 1)
+    torch.testing.assert_close(rows[8], 2 * (x + 1) + 1)  # the thread overload of bump

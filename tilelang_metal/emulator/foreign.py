@@ -255,6 +255,30 @@ _TEMPLATE_RE = re.compile(r"\btemplate\s*<")
 _SPECIFIERS = {"constexpr", "inline", "static", "METAL_FUNC", "const"}
 
 
+def _template_header_end(masked: str, open_pos: int) -> int | None:
+    """The `>` closing the template parameter list opened at `open_pos`. Inside it, `<` opens a
+    nested list only right after a name (`enable_if_t<`), so `sizeof(T) < 8` is a comparison; anything
+    in parentheses is skipped."""
+    depth, parens = 0, 0
+    for i in range(open_pos, len(masked)):
+        ch = masked[i]
+        if ch == "(":
+            parens += 1
+        elif ch == ")":
+            parens -= 1
+        elif parens:
+            continue
+        elif ch == "<" and (i == open_pos or re.match(r"[\w>]", masked[i - 1])):
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                return i
+        elif ch in ";{}":
+            return None
+    return None
+
+
 def _address_space_overload_edits(masked: str) -> list[tuple[int, int, str]]:
     """A function template returning a non-thread address space (`template <class T> constexpr
     threadgroup X<T>& operator+=(threadgroup X<T>& a, ...)`) is one of a set of overloads that differ
@@ -262,7 +286,9 @@ def _address_space_overload_edits(masked: str) -> list[tuple[int, int, str]]:
     the member functions (the `thread` overload, unqualified, is the one C++ sees)."""
     edits = []
     for m in _TEMPLATE_RE.finditer(masked):
-        close = _matching(masked, m.end() - 1, "<", ">")
+        close = _template_header_end(masked, m.end() - 1)
+        if close is None:
+            continue
         rest = masked[close + 1 :]
         stop = re.search(r"[(;{]", rest)
         if not stop or rest[stop.start()] != "(":

@@ -4,6 +4,7 @@
 // builtins (`__metal_fabs(x, mode)`, `__metal_simd_sum(x)`, ...) that MLX's bf16_math.h calls.
 #pragma once
 
+#include "atomic.h"
 #include "math.h"
 #include "sync.h"
 #include "vector.h"
@@ -47,6 +48,22 @@ template <class T> struct is_scalar : std::bool_constant<tlm::is_scalar_v<T>> {}
 template <class T> inline constexpr bool is_scalar_v = is_scalar<T>::value;
 template <class T> struct is_vector : std::bool_constant<tlm::is_vec_v<T>> {};
 template <class T> inline constexpr bool is_vector_v = is_vector<T>::value;
+
+// Metal's internal spelling of std::disjunction (MLX's atomic.h uses it under `#pragma METAL internals`).
+template <class... B> using _disjunction = std::disjunction<B...>;
+template <class... B> using _conjunction = std::conjunction<B...>;
+
+// atomic<T> (<metal_atomic>): the shim's atomic objects.
+template <class T> using atomic = tlm_atomic<T>;
+
+// metal::array<T, N> (<metal_array>): a fixed-size aggregate.
+template <class T, size_t N>
+struct array {
+  T _elems[N];
+  constexpr size_t size() const { return N; }
+  constexpr T& operator[](size_t i) { return _elems[i]; }
+  constexpr const T& operator[](size_t i) const { return _elems[i]; }
+};
 
 // numeric_limits for MSL's scalar types (IEEE values; half and bfloat from their bit patterns).
 template <class T> struct numeric_limits;
