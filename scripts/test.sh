@@ -4,6 +4,8 @@
 #   bash scripts/test.sh --quick    all but the slow tier (tests/slow, @pytest.mark.slow)
 #   bash scripts/test.sh --racecheck  the numerics tier with every emulator launch under the race
 #                                     checker (pytest --racecheck; .ci/run runs it after the suite)
+#   bash scripts/test.sh --mlx-reference  MLX's production Metal kernels in the emulator against
+#                                     torch (tests/mlx_reference; downloads the mlx-metal wheel)
 # Further arguments go to pytest. Tests run in one process per CPU (pytest-xdist);
 # TILELANG_METAL_TEST_WORKERS=0 runs them in this process (e.g. for pdb).
 set -euo pipefail
@@ -15,6 +17,12 @@ if [[ "${1:-}" == "--quick" ]]; then
 elif [[ "${1:-}" == "--racecheck" ]]; then
   shift
   tier=(tests/numerics --racecheck)
+elif [[ "${1:-}" == "--mlx-reference" ]]; then
+  shift
+  tier=(tests/mlx_reference)
+fi
+if [[ ${#tier[@]} -eq 0 || "${tier[0]}" == "-m" ]]; then
+  tier+=(--ignore=tests/mlx_reference)  # its own tier: downloads MLX's kernel headers
 fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"

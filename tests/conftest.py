@@ -71,6 +71,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_source_check: the test makes MSL that is meant not to compile")
+    config.addinivalue_line("markers", "mlx_reference: MLX's Metal kernels in the emulator (tests/mlx_reference; scripts/test.sh --mlx-reference)")
     config.addinivalue_line("markers", "slow: long-running sweeps and large shapes (tests/slow; skipped by scripts/test.sh --quick)")
     if config.getoption("--racecheck"):
         from tilelang_metal.emulator import racecheck

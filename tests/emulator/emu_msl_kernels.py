@@ -237,6 +237,7 @@ def mpp_gemm(
         store_code = f"""  for (int e = 0; e < 16; ++e) {{
     C[(((m0 + {CT_ROW}) * {N}) + (n0 + {CT_COL}))] = C_ct0[e];
   }}"""
+    relaxed = "false" if elem == "float" else "true"  # exact fp32, as the plugin prints it (the emulator rounds relaxed fp32 inputs)
     return header(name, mpp=True) + f"""[[kernel, max_total_threads_per_threadgroup(128)]] void {name}(
   const device {elem}* __restrict A [[ buffer(0) ]],
   const device {elem}* __restrict B [[ buffer(1) ]],
@@ -244,7 +245,7 @@ def mpp_gemm(
   uint3 blockIdx [[threadgroup_position_in_grid]],
   uint __simd_group_id [[simdgroup_index_in_threadgroup]],
   ushort __lane [[thread_index_in_simdgroup]]) {{
-  constexpr auto __desc = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, false, true,
+  constexpr auto __desc = mpp::tensor_ops::matmul2d_descriptor(16, 32, 16, false, false, {relaxed},
       mpp::tensor_ops::matmul2d_descriptor::mode::{mode});
   mpp::tensor_ops::matmul2d<__desc, metal::execution_simdgroup> __op;
   auto __ct_a = __op.get_left_input_cooperative_tensor<{elem}, {elem}, float>();

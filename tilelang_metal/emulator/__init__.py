@@ -42,6 +42,8 @@ __all__ = [
     "check_source",
     "clear_memory_cache",
     "compile_kernel",
+    "compile_msl",
+    "ForeignKernel",
     "split_kernels",
     "counters",
     "launch_counters",
@@ -114,3 +116,4 @@ from .instrument import (  # noqa: E402  (uses compile_kernel)
     launch_racecheck,
     racecheck,
 )
+from .foreign import ForeignKernel, compile_msl  # noqa: E402

@@ -180,6 +180,23 @@ class SourceUnit:
     original: str
     rewritten: str
     driver: str
+    # Foreign MSL (foreign.py): translated headers (build-relative path, text) and the flags that find them.
+    extra_files: tuple[tuple[str, str], ...] = ()
+    extra_flags: tuple[str, ...] = ()
+
+    @property
+    def key_text(self) -> str:
+        """Everything compiled, for the cache key."""
+        if not self.extra_files and not self.extra_flags:
+            return self.text
+        extra = "".join(f"\0{path}\0{text}" for path, text in self.extra_files)
+        return self.text + "\0flags " + " ".join(self.extra_flags) + extra
+
+    def write_extra_files(self, build: Path) -> None:
+        for rel, text in self.extra_files:
+            target = build / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
 
     @property
     def file_name(self) -> str:
@@ -319,7 +336,7 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
     """Path of the shared library for `unit`, compiled unless already cached."""
     cxx = compiler()
     flags = " ".join([*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *_linker_flags(cxx)])
-    key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.text)
+    key = _key("kernel", sources_hash(), compiler_identity(cxx), flags, f"checked={checked}", unit.key_text)
     kdir = cache_dir() / "kernels"
     final = kdir / f"{unit.kernel_name[:48]}-{key[:32]}.so"
     if cache.touch(final):
@@ -331,9 +348,12 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
     try:
         src = tmp / unit.file_name
         src.write_text(unit.text)
+        unit.write_extra_files(tmp)
         lib = tmp / "kernel.so"
-        prelude = prelude_header(instrument) if _starts_with_stdlib(unit.text) else None
-        link = ["-shared", *_linker_flags(cxx), "-o", str(lib), "-x", "none", str(rt)]
+        # Foreign units carry predefines the precompiled prelude was not built with: they parse the shim.
+        use_prelude = _starts_with_stdlib(unit.text) and not unit.extra_flags
+        prelude = prelude_header(instrument) if use_prelude else None
+        link = [*unit.extra_flags, "-shared", *_linker_flags(cxx), "-o", str(lib), "-x", "none", str(rt)]
         cmd = _kernel_cmd(cxx, src, link, instrument, prelude)
         r = _run(cmd, tmp)
         if r.returncode != 0:

@@ -598,6 +598,25 @@ void on_fault(int sig, siginfo_t* info, void* uc) {
       }
     }
   }
+  if (w && w->cur && info && w->L) {
+    const char* a = static_cast<const char*>(info->si_addr);
+    for (uint32_t i = 0; i < w->L->p->nguards; ++i) {
+      const guard_region& g = w->L->p->guards[i];
+      if (a < g.lo || a >= g.hi) continue;
+      char pos[200], msg[kMessage];
+      where(*w, w->cur->info, pos, sizeof pos);
+      const long long off = static_cast<long long>(a - g.data);
+      std::snprintf(msg, sizeof msg,
+                    "out-of-bounds access to device buffer '%s' (buffer %d, %llu bytes) at byte offset %lld; %s",
+                    g.name, g.buffer, static_cast<unsigned long long>(g.bytes), off, pos);
+      record_error(w->L, w->group, msg);
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, sig);
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      abandon(*w);
+    }
+  }
   chain(sig, info, uc);
 }
 

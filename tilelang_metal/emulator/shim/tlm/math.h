@@ -42,7 +42,8 @@ constexpr tlm::vec<R, N> map2(const tlm::vec<T, N>& a, const tlm::vec<T, N>& b, 
   TLM_INLINE float name(float x) { return impl(x); }                                        \
   TLM_INLINE float name(double x) { return impl(static_cast<float>(x)); }                   \
   TLM_INLINE half name(half x) { return static_cast<half>(impl(static_cast<float>(x))); }   \
-  TLM_INLINE bfloat name(bfloat x) { return bfloat(impl(static_cast<float>(x))); }          \
+  template <class B, std::enable_if_t<std::is_same_v<B, bfloat>, int> = 0> /* MLX defines */ \
+  TLM_INLINE B name(B x) { return bfloat(impl(static_cast<float>(x))); }                    \
   template <class T, int N>                                                                 \
   TLM_INLINE tlm::vec<T, N> name(const tlm::vec<T, N>& v) {                                 \
     return tlm_detail::map<T>(v, [](T x) { return static_cast<T>(name(x)); });              \
@@ -85,7 +86,10 @@ TLM_MATH_UNARY(trunc, __builtin_truncf)
 TLM_INLINE float abs(float x) { return __builtin_fabsf(x); }
 TLM_INLINE float abs(double x) { return __builtin_fabsf(static_cast<float>(x)); }
 TLM_INLINE half abs(half x) { return static_cast<half>(__builtin_fabsf(static_cast<float>(x))); }
-TLM_INLINE bfloat abs(bfloat x) { return bfloat::from_bits(static_cast<uint16_t>(x.bits & 0x7fffu)); }
+// bfloat overloads are templates, so that a header defining its own (MLX's bf16_math.h, as Metal
+// has none) takes precedence instead of redefining them.
+template <class B, std::enable_if_t<std::is_same_v<B, bfloat>, int> = 0>
+TLM_INLINE B abs(B x) { return bfloat::from_bits(static_cast<uint16_t>(x.bits & 0x7fffu)); }
 template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
 TLM_INLINE T abs(T x) { return x < 0 ? static_cast<T>(-x) : x; }
 template <class T, int N>
@@ -240,17 +244,25 @@ TLM_INLINE To as_type(const From& v) {
 }
 
 // precise:: and fast:: variants compute the same way on the CPU.
+// Using-declarations, not a using-directive: a header that adds its own overload to fast:: (MLX's
+// bf16_math.h adds bfloat ones) must not hide the float ones from qualified lookup.
+#define TLM_MATH_NAMES                                                                           \
+  using metal::cos; using metal::exp; using metal::exp2; using metal::log; using metal::log2;    \
+  using metal::pow; using metal::rsqrt; using metal::sin; using metal::sqrt; using metal::tan;   \
+  using metal::tanh; using metal::fmax; using metal::fmin; using metal::max; using metal::min;   \
+  using metal::fabs; using metal::abs; using metal::exp10; using metal::log10; using metal::sinh; \
+  using metal::cosh; using metal::powr; using metal::divide; using metal::acos; using metal::asin; \
+  using metal::atan; using metal::acosh; using metal::asinh; using metal::atanh; using metal::atan2; \
+  using metal::floor; using metal::ceil; using metal::round; using metal::rint; using metal::trunc; \
+  using metal::fmod; using metal::fma; using metal::ldexp; using metal::copysign; using metal::clamp; \
+  using metal::isnan; using metal::isinf; using metal::isfinite;
 namespace precise {
-using metal::cos; using metal::exp; using metal::exp2; using metal::log; using metal::log2;
-using metal::pow; using metal::rsqrt; using metal::sin; using metal::sqrt; using metal::tan;
-using metal::tanh; using metal::fmax; using metal::fmin; using metal::max; using metal::min;
-using metal::fabs; using metal::abs; using metal::exp10; using metal::log10; using metal::sinh;
-using metal::cosh; using metal::powr; using metal::divide; using metal::asin; using metal::acos;
-using metal::atan; using metal::atan2;
+TLM_MATH_NAMES
 }  // namespace precise
 namespace fast {
-using namespace metal::precise;
+TLM_MATH_NAMES
 }  // namespace fast
+#undef TLM_MATH_NAMES
 
 }  // namespace metal
 

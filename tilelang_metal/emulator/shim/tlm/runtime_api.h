@@ -20,6 +20,17 @@ struct lane_info {
   uint32_t simd_groups;  // simdgroups_per_threadgroup
 };
 
+// A device buffer of a foreign kernel (compile_msl) placed against PROT_NONE pages: a fault in
+// [lo, hi) is an access outside the buffer's `bytes` bytes starting at `data`.
+struct guard_region {
+  const char* lo;
+  const char* hi;
+  const char* data;
+  uint64_t bytes;
+  const char* name;
+  int32_t buffer;
+};
+
 // Runs one GPU thread: generated per kernel by the Python driver generator.
 using entry_fn = void (*)(const lane_info& self, void* const* buffers, const int64_t* counts);
 
@@ -35,6 +46,8 @@ struct launch_params {
   char* error;               // receives the first error message (NUL terminated)
   uint64_t error_len;
   bool prints;               // the kernel calls T.print: keep its output in threadgroup order
+  const guard_region* guards = nullptr;  // foreign kernels: faults here are out-of-bounds accesses
+  uint32_t nguards = 0;
 };
 
 // Returns 0 on success, 1 when an error was recorded into params.error.
