@@ -1,4 +1,4 @@
-"""Flash-attention forward on the Mac's GPU: the plugin's kernel (tilelang_metal.examples.flash_attention_forward)
+"""Flash-attention forward on the Mac's GPU: the plugin's kernel (tilelang_metal.kernels.flash_attention_forward)
 vs torch.nn.functional.scaled_dot_product_attention on MPS and mlx.core.fast.scaled_dot_product_attention
 (if installed), timed interleaved (ABBA) in one run; prints the TFLOP/s ratios and writes attention.csv,
 .md and .png into --out (see docs/benchmarks.md).
@@ -83,7 +83,7 @@ class Problem:
 
 def plugin_builder() -> Any:
     """The plugin's flash-attention forward builder, or None while the plugin has none."""
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     return getattr(examples, "flash_attention_forward", None)
 
@@ -94,7 +94,7 @@ BLOCK_CHOICES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 32))  # (block_m, 
 def blocks_for(shape: Shape, dtype: str, args: argparse.Namespace) -> tuple[int, int]:
     """--block-m / --block-n where given; otherwise the largest pair whose staged tiles fit Metal's
     threadgroup memory at this head_dim (64x64 needs 48 KiB at head_dim 128)."""
-    from tilelang_metal.attention import check_attention_config
+    from tilelang_metal.kernels.attention import check_attention_config
     from tilelang_metal.errors import MetalLoweringError
 
     for block_m, block_n in BLOCK_CHOICES:
@@ -116,10 +116,10 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
     if backend == "plugin":
         build = plugin_builder()
         if build is None:
-            return "tilelang_metal.examples.flash_attention_forward is not available in this version"
+            return "tilelang_metal.kernels.flash_attention_forward is not available in this version"
         block_m, block_n = blocks_for(s, p.dtype, args)
         if args.dry_run:
-            from tilelang_metal import examples
+            from tilelang_metal import kernels as examples
 
             target = examples.metal4_target() if args.target == "metal4" else examples.plain_metal_target()
             kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=block_m,

@@ -118,7 +118,7 @@ def plugin_kernel(n: int, repeat: int) -> int:
     """The same GEMM as the plugin generates it (default direct-global kernel, fp16 in/out)."""
     import tilelang
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     func = examples.gemm_direct_global(n, n, n)
     (kernel, seconds) = timed(lambda: tilelang.compile(func, out_idx=[-1], target=examples.metal4_target(), execution_backend="emulator"))

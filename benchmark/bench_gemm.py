@@ -103,7 +103,7 @@ class Problem:
 def plugin_kernel(p: Problem, args: argparse.Namespace, *, dry_run: bool) -> Any:
     import tilelang
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     func = examples.gemm_direct_global(
         p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,
@@ -119,7 +119,7 @@ def in_tree_kernel(p: Problem, args: argparse.Namespace) -> Any:
     import tilelang
 
     import tilelang_metal
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     func = examples.gemm_direct_global(
         p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,

@@ -19,7 +19,7 @@ import tilelang  # noqa: E402
 from tilelang import tvm  # noqa: E402
 
 import tilelang_metal  # noqa: E402
-from tilelang_metal import examples  # noqa: E402
+from tilelang_metal import kernels as examples  # noqa: E402
 
 
 def lower_once(func, target) -> tuple[float, str]:

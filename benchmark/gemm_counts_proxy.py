@@ -29,7 +29,7 @@ def main(targets: list[str]) -> dict:
     import torch
 
     import tilelang_metal  # noqa: F401
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
     from tilelang_metal.emulator import counters
 
     out = {}

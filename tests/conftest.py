@@ -108,13 +108,13 @@ def _every_msl_source_compiles(request):
 
 @pytest.fixture
 def metal4():
-    from tilelang_metal.examples import metal4_target
+    from tilelang_metal.kernels import metal4_target
 
     return metal4_target()
 
 
 @pytest.fixture
 def plain_metal():
-    from tilelang_metal.examples import plain_metal_target
+    from tilelang_metal.kernels import plain_metal_target
 
     return plain_metal_target()

@@ -152,7 +152,7 @@ def config_space(
 def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: str | None = None,
           trans_B: bool = False) -> Any:
     """The configuration's kernel as a `T.prim_func` with parameters (A, B, C) on both paths."""
-    from . import examples
+    from . import kernels as examples
 
     out_dtype = out_dtype or dtype
     if cfg.path == DIRECT_GLOBAL:
@@ -182,7 +182,7 @@ class RankedConfig:
 
 def target_for(chip: Chip) -> Any:
     """The Metal target a chip runs: Metal 4 cooperative tensors on M5 and newer, simdgroup MMA before."""
-    from . import examples
+    from . import kernels as examples
 
     generation = int(chip.name.split()[0].removeprefix("M"))
     return examples.metal4_target() if generation >= 5 else examples.plain_metal_target()

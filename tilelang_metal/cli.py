@@ -185,7 +185,7 @@ def _tilelang_log_level(level: str | None) -> Iterator[None]:
 
 
 def _target(choice: str) -> Any:
-    from .examples import metal4_target, plain_metal_target
+    from .kernels import metal4_target, plain_metal_target
 
     if choice == "metal4":
         return metal4_target()
@@ -195,7 +195,7 @@ def _target(choice: str) -> Any:
 
 
 def _build(args: argparse.Namespace) -> Any:
-    from . import examples
+    from . import kernels as examples
 
     if args.path == "direct_global":
         return examples.gemm_direct_global(

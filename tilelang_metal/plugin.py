@@ -38,7 +38,7 @@ def _gemm_infer_layout_hook(original: Any) -> Any:
 NO_METAL_HERE = (
     "no Metal GPU on this host (Metal runs on macOS on Apple silicon); on any host, pass "
     'target="metal" (or a Target with the "metal4" key for cooperative tensors, e.g. '
-    "tilelang_metal.examples.metal4_target()) to tilelang.compile / @tilelang.jit, and "
+    "tilelang_metal.kernels.metal4_target()) to tilelang.compile / @tilelang.jit, and "
     'execution_backend="emulator" to run the MSL on the CPU'
 )
 

@@ -48,7 +48,7 @@ def backends_for(m: int, n: int, k: int, a: Any, b: Any, dry_run: bool) -> dict[
     import tilelang
     import torch
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     func = examples.gemm_direct_global(m, n, k, 64, 128, dtype="float16", out_dtype="float16", threads=128)
     out: dict[str, Any] = {}

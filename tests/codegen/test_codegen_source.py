@@ -6,7 +6,7 @@ import pytest
 from gemm_support import lower_source
 
 import tilelang_metal
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 def k_loop(source: str) -> str:

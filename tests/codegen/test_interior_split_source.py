@@ -7,7 +7,7 @@ import re
 import tilelang.language as T
 from gemm_support import lower_source
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 def _uniform_condition(source: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 
 
 def _elementwise(n: int, block: int):

@@ -4,7 +4,7 @@ kernel's includes, even when only a later kernel uses MetalPerformancePrimitives
 import tilelang
 import tilelang.language as T
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import split_kernels
 
 M = N = K = 64

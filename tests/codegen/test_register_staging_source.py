@@ -9,7 +9,7 @@ import re
 import pytest
 from gemm_support import lower_source
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.transform.shared_staging import keep_shared_staging
 
 MMA = {"metal": "simdgroup_multiply_accumulate(", "metal4": "__ct_op.run("}

@@ -6,7 +6,7 @@ import pytest
 import tilelang.language as T
 from gemm_support import lower_source
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.gemm import recorded_plans
 

@@ -17,7 +17,7 @@ import pytest
 import tilelang.language as T
 
 from tests.gemm_support import lower_source
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 def fragment_gemm(M, N, K, bm, bn, bk, dtype="float16", accum="float32", threads=128):

@@ -17,7 +17,7 @@ def jit(func, target):
 
 @pytest.fixture(scope="module")
 def direct_gemm():
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     return jit(examples.gemm_direct_global(128, 128, 64), examples.metal4_target())
 
@@ -49,7 +49,7 @@ def test_default_direct_global_gemm_structure(direct_gemm):
 
 @pytest.mark.parametrize("target_name", ["metal4", "plain"])
 def test_shared_gemm_barriers_and_threadgroup_traffic(target_name, monkeypatch):
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     monkeypatch.setenv("TILELANG_METAL_STAGING_BYPASS", "0")  # keep the staging this test counts
 
@@ -77,7 +77,7 @@ def test_shared_gemm_barriers_and_threadgroup_traffic(target_name, monkeypatch):
 
 
 def test_partial_tiles_have_predicated_accesses():
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     m, n, k = 100, 72, 40
     kern = jit(examples.gemm_shared(m, n, k), examples.metal4_target())
@@ -127,7 +127,7 @@ def test_every_corpus_kernel_writes_each_output_byte_once():
 
     import tilelang
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from corpus_kernels import CORPUS

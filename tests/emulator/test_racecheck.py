@@ -188,7 +188,7 @@ def jit(func, target):
     ],
 )
 def test_gemm_kernels_have_no_races(which, shape):
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     m, n, k = shape
     a = torch.randn(m, k, dtype=torch.float16)
@@ -207,7 +207,7 @@ def test_gemm_kernels_have_no_races(which, shape):
 def test_racy_tilelang_kernels_are_caught():
     import tilelang.language as T
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     @T.prim_func
     def last_writer_wins(A: T.Tensor((128,), "float32"), B: T.Tensor((4,), "float32")):
@@ -362,7 +362,7 @@ def test_racy_tilelang_atomics_are_caught_and_correct_ones_pass():
     import tilelang
     import tilelang.language as T
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     def make(reset_first: bool):
         @T.prim_func

@@ -16,7 +16,7 @@ def local_kernel(n: int, threads: int = 32):
     import tilelang
     import tilelang.language as T
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     @T.prim_func
     def main(A: T.Tensor((n,), "float32"), B: T.Tensor((2 * threads,), "float32")):

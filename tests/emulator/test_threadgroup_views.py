@@ -88,7 +88,7 @@ def test_unchecked_build_keeps_views_as_raw_pointers():
 def shared_gemm_msl() -> str:
     import tilelang
 
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     with pytest.MonkeyPatch.context() as mp:  # keep the staging (its views are what is tested)
         mp.setenv("TILELANG_METAL_STAGING_BYPASS", "0")

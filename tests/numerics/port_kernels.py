@@ -11,7 +11,7 @@ import math
 import tilelang
 import tilelang.language as T
 
-from tilelang_metal.examples import metal4_target
+from tilelang_metal.kernels import metal4_target
 
 TARGETS = {"metal": lambda: "metal", "metal4": metal4_target}
 

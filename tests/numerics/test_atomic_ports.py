@@ -12,7 +12,7 @@ import tilelang
 import tilelang.language as T
 import torch
 
-from tilelang_metal.examples import metal4_target
+from tilelang_metal.kernels import metal4_target
 
 TARGETS = {"metal": lambda: "metal", "metal4": metal4_target}
 

@@ -20,10 +20,10 @@ import tilelang.language as T
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
+from tilelang_metal.kernels.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.examples import metal4_target
+from tilelang_metal.kernels import metal4_target
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

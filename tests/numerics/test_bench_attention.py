@@ -11,7 +11,7 @@ import csv
 import pytest
 from bench_support import load_benchmark
 
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_causal_flops_are_half(bench_attention):
 
 @pytest.mark.parametrize("head_dim, want", [(64, (64, 64)), (128, (64, 32))])  # d128: 64+2x32 rows x 256 B = 32 KiB
 def test_default_blocks_fit_every_listed_head_dim(bench_attention, head_dim, want):
-    from tilelang_metal.attention import check_attention_config
+    from tilelang_metal.kernels.attention import check_attention_config
 
     args = bench_attention._parser().parse_args(["--dry-run"])
     shape = bench_attention.Shape(1, 1, 64, head_dim, False)

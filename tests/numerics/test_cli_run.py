@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tilelang
 
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 from tilelang_metal.cli import main
 
 

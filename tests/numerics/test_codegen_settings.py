@@ -7,7 +7,7 @@ import torch
 from gemm_support import assert_close, lower_source, operands
 
 import tilelang_metal
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 SHAPE = (100, 72, 64)  # partial tiles in M and N
 

@@ -15,7 +15,7 @@ import torch
 
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.examples import metal4_target
+from tilelang_metal.kernels import metal4_target
 
 SQUARE, FULL_ROW, FULL_COL = T.GemmWarpPolicy.Square, T.GemmWarpPolicy.FullRow, T.GemmWarpPolicy.FullCol
 

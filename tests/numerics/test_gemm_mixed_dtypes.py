@@ -76,7 +76,7 @@ def test_float16_with_bfloat16_goes_to_float32(plain_metal):
 
 @functools.lru_cache(maxsize=None)
 def _advised_fix(M, N, K):
-    from tilelang_metal.examples import plain_metal_target
+    from tilelang_metal.kernels import plain_metal_target
 
     return compile_emulated(_gemm(M, N, K, "float16", "float32", "shared", staged_b_dtype="float16"), plain_metal_target())
 

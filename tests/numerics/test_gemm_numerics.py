@@ -7,7 +7,7 @@ import tilelang
 import torch
 from gemm_support import TORCH_DTYPES, assert_close, compile_emulated, operands
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 def run_direct(M, N, K, target, **kw) -> str:

@@ -14,7 +14,7 @@ import torch
 from gemm_support import assert_close, compile_emulated, lower_source
 from tilelang.layout import Layout, make_swizzled_layout
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 DEVICE_BARRIER = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"
 

@@ -12,7 +12,7 @@ import functools
 import pytest
 import torch
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 
 RAGGED, ALIGNED, K = 200, 256, 128

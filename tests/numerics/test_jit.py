@@ -35,7 +35,7 @@ def test_jit_kernel_on_plain_metal_target_runs_in_emulator():
 
 
 def test_auto_execution_backend_is_the_emulator_on_linux():
-    from tilelang_metal import examples
+    from tilelang_metal import kernels as examples
 
     kernel = tilelang.compile(examples.gemm_shared(128, 128, 64), out_idx=[-1], target="metal")
     assert kernel.execution_backend == "emulator"

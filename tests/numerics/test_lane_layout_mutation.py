@@ -4,7 +4,7 @@ wrong lane mapping in the GEMM lowering must make the numbers wrong."""
 import pytest
 from gemm_support import assert_close, compile_emulated, operands
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorRuntimeError
 from tilelang_metal import isa as lane_layout  # the lane maps live in the isa module
 

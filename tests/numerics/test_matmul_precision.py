@@ -11,7 +11,7 @@ import tilelang
 import torch
 from gemm_support import lower_source
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import ConfigError
 from tilelang_metal.kernel_options import PRECISE_MATH, RELAXED_PRECISION

@@ -24,7 +24,7 @@ import mlx.core as mx  # noqa: E402  (in CI a missing MLX fails here, on purpose
 from property_kernels import accumulate_into_initialised_c  # noqa: E402
 from test_calling_convention import bool_mask, split_sum_then_combine, symbolic_rows  # noqa: E402
 from test_global_workspaces import decode_inputs, flash_decoding, mix_reference, scale_then_mix, sdpa_reference  # noqa: E402
-from tilelang_metal import examples as E  # noqa: E402
+from tilelang_metal import kernels as E  # noqa: E402
 from tilelang_metal.errors import Metal4UnavailableError  # noqa: E402
 from tilelang_metal.execution import metal4_launch, mlx_emulated  # noqa: E402
 from tilelang_metal.execution.mlx_source import AFTER, DONE, PREFIX  # noqa: E402

@@ -19,8 +19,8 @@ import tilelang.language as T
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal import examples as E
-from tilelang_metal.attention import flash_decoding_program
+from tilelang_metal import kernels as E
+from tilelang_metal.kernels.attention import flash_decoding_program
 from tilelang_metal.emulator import racecheck
 
 # first kernel: row sums of a 4x64 tile on 128 threads; second: 2-D (16, 4) elementwise;

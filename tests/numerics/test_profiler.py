@@ -10,7 +10,7 @@ import pytest
 import tilelang
 import torch
 
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 from tilelang_metal.execution import profiling
 
 M, N, K = 40, 48, 24  # tiles that do not divide M

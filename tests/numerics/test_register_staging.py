@@ -9,7 +9,7 @@ import pytest
 import tilelang
 import torch
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.transform.shared_staging import keep_shared_staging
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 
 

@@ -12,7 +12,7 @@ import torch
 import tilelang
 
 from tests.gemm_support import assert_close, operands
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 
 

@@ -13,7 +13,7 @@ import tilelang.language as T
 import torch
 
 from test_calling_convention import mps_stand_in, named  # noqa: F401  (mps_stand_in is a fixture)
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import racecheck
 
 N = 37  # columns: prime, not a multiple of the 4-row x 37 tile split over 128 threads

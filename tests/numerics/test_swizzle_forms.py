@@ -10,7 +10,7 @@ import torch
 
 from tests.codegen.test_spec_suites import user_mapped_mlx
 from tests.gemm_support import assert_close, compile_emulated, operands
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 
 

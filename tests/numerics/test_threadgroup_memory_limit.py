@@ -128,7 +128,7 @@ def test_gemv_names_its_buffer_and_gets_no_gemm_advice(plain_metal, K):
 
 @functools.lru_cache(maxsize=None)
 def _gemv_at_limit():
-    from tilelang_metal.examples import plain_metal_target
+    from tilelang_metal.kernels import plain_metal_target
 
     return compile_emulated(_gemv(3, THREADGROUP_MEMORY_BYTES // 4), plain_metal_target())
 
@@ -179,7 +179,7 @@ def test_gemm_with_shared_operands_gets_gemm_advice(plain_metal, stages):
 
 def test_gemm_kept_staging_says_why(plain_metal, monkeypatch):
     """Staging-only operands with the bypass switched off: the refusal says that is why."""
-    from tilelang_metal import examples as E
+    from tilelang_metal import kernels as E
 
     monkeypatch.setenv("TILELANG_METAL_STAGING_BYPASS", "0")
     text = _refusal(E.gemm_shared(256, 256, 64, block_M=128, block_N=128, block_K=32, num_stages=3), plain_metal)

@@ -19,7 +19,7 @@ import re
 import pytest
 import tilelang.language as T
 from tests.gemm_support import assert_close, compile_emulated, operands
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 from tilelang_metal.gemm import GemmPlan, recorded_plans
 from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES

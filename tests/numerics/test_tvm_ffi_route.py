@@ -18,7 +18,7 @@ import tvm_ffi
 
 from tilelang_metal import emulator
 from tilelang_metal import host as _host
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.codegen.tvm_runtime_args import pack_arguments
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import CodegenError

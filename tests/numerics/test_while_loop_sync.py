@@ -10,7 +10,7 @@ import tilelang
 import tilelang.language as T
 import torch
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import racecheck
 
 

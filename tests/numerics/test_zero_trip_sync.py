@@ -16,7 +16,7 @@ import tilelang.language as T
 import torch
 
 from tilelang_metal.emulator import racecheck
-from tilelang_metal.examples import metal4_target
+from tilelang_metal.kernels import metal4_target
 
 TARGETS = {"metal": lambda: "metal", "metal4": metal4_target}
 

@@ -3,7 +3,7 @@
 import pytest
 from gemm_support import assert_close, compile_emulated, operands
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 @pytest.mark.slow

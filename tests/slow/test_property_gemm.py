@@ -19,7 +19,7 @@ import tilelang
 import torch
 from gemm_support import TORCH_DTYPES, log_uniform, operands, refusal_verdict, tolerance
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))

@@ -23,7 +23,7 @@ from property_kernels import (
     two_outputs,
 )
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))

@@ -11,7 +11,7 @@ import tilelang
 from tilelang import tvm
 
 import tilelang_metal
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +29,7 @@ def _in_tree_source_in_fresh_process() -> str:
         assert not tilelang_metal.active()
         import tilelang
         from tilelang import tvm
-        from tilelang_metal import examples
+        from tilelang_metal import kernels as examples
         t = examples.metal4_target()
         with tvm.transform.PassContext(), t:
             sys.stdout.write(tilelang.lower(examples.gemm_direct_global(128, 256, 128), target=t).kernel_source)

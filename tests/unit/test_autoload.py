@@ -14,7 +14,7 @@ REPO = str(Path(__file__).resolve().parents[2])
 
 TINY_KERNEL = """
 import tilelang
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 
 source = tilelang.lower(examples.gemm_direct_global(64, 128, 32), target="metal").kernel_source
 print("BANNER", source.startswith("// tilelang_metal"))

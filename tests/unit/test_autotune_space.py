@@ -7,7 +7,8 @@ import pytest
 import tilelang
 from tilelang import tvm
 
-from tilelang_metal import autotune, examples
+from tilelang_metal import autotune
+from tilelang_metal import kernels as examples
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES

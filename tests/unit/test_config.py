@@ -10,7 +10,7 @@ from gemm_support import lower_source
 
 import tilelang_metal
 from tilelang_metal import config
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.errors import ConfigError
 
 PACKAGE = Path(tilelang_metal.__file__).resolve().parent

@@ -7,7 +7,7 @@ import pytest
 import tilelang
 
 import tilelang_metal
-from tilelang_metal import examples
+from tilelang_metal import kernels as examples
 from tilelang_metal.target import _local_facts, metal_available
 
 

@@ -8,7 +8,7 @@ import torch
 from tilelang import env
 
 import tilelang_metal
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.execution import backends
 
 

@@ -6,7 +6,7 @@ import pytest
 import tilelang.language as T
 from gemm_support import lower_source
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 
 
 def _gemm_kernel(M, N, K, bM, bN, *, threads=128, dtype="float16", a_scope="global", b_scope="global", out_dtype="float32"):

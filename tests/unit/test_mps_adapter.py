@@ -6,7 +6,7 @@ import types
 import tilelang
 import torch
 
-from tilelang_metal import examples as E
+from tilelang_metal import kernels as E
 from tilelang_metal.execution import backends, mps_adapter
 from tilelang_metal.execution.binding import Device
 

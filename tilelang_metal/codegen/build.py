@@ -68,7 +68,7 @@ def runtime_function_info(name: str, func: Any) -> RuntimeFunctionInfo:
 
 
 def build_metal_runtime(mod: Any, target: Any) -> Any:
-    from ..emulator.signature import split_kernels
+    from .kernel_text import split_kernels
     from ..pipeline import finalize_for_codegen
 
     mod = finalize_for_codegen(mod)

@@ -53,7 +53,7 @@ class KernelCounters:
 
 def _adapter(kernel: Any) -> Any:
     adapter = getattr(kernel, "adapter", kernel)
-    if not (hasattr(adapter, "kernel_global_source") and hasattr(adapter, "call")):
+    if not (hasattr(adapter, "kernel_global_source") and hasattr(adapter, "call") and hasattr(adapter, "device")):
         raise TypeError(
             f"expected a kernel compiled with execution_backend='emulator' (a tilelang JITKernel), got {type(kernel).__name__}"
         )
@@ -63,11 +63,10 @@ def _adapter(kernel: Any) -> Any:
 def _launches(adapter: Any, args: tuple, run_one: Any) -> Any:
     """Bind `args` as a call of the adapter's kernel does (checks, outputs) and pass every launch
     of the module, in host order, to `run_one(kernel source, launch values, grid, block)`."""
-    from ..execution.emulator_adapter import CPU
     from .signature import split_kernels
 
     sources = split_kernels(adapter.kernel_global_source)
-    bound = adapter.call.bind(args, CPU, poison=True)
+    bound = adapter.call.bind(args, adapter.device, poison=True)  # the adapter's CPU device
     for launch in adapter.call.launches:
         shape = launch.shape(bound)
         if not shape.empty:
@@ -197,10 +196,8 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
     arguments. Every kernel of a module runs, in host order."""
     import torch
 
-    from ..execution.emulator_adapter import CPU
-
     adapter = _adapter(kernel)
-    adapter.call.bind(args, CPU, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
+    adapter.call.bind(args, adapter.device, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
 
     def run(seed: int) -> tuple[list[Any], list[str], list[Any]]:
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)

@@ -159,7 +159,8 @@ class KernelSignature:
         return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam)))
 
 
-_KERNEL_RE = re.compile(r"(\[\[\s*kernel\b(?:[^\]]|\](?!\]))*\]\]|\bkernel)\s+void\s+([A-Za-z_]\w*)\s*\(")
+from ..codegen.kernel_text import KERNEL_RE as _KERNEL_RE  # noqa: E402
+from ..codegen.kernel_text import split_kernels  # noqa: E402,F401  (re-exported)
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _BUFFER_RE = re.compile(
     r"^(?P<const>const\s+)?device\s+(?P<const2>const\s+)?(?P<type>[A-Za-z_]\w*)\s*\*\s*"
@@ -254,21 +255,6 @@ def _matching_paren(source: str, open_pos: int) -> int:
             if depth == 0:
                 return i
     raise EmulatorCompileError("kernel signature: unbalanced parentheses")
-
-
-def split_kernels(msl: str) -> dict[str, str]:
-    """kernel name -> a source holding that kernel alone: the file's header (everything before the
-    first kernel) followed by the kernel's text up to the next kernel. A module with several
-    `T.Kernel` blocks prints as one file; the emulator compiles its kernels one at a time."""
-    kernels = list(_KERNEL_RE.finditer(msl))
-    if not kernels:
-        return {}
-    header = msl[: kernels[0].start()]
-    out = {}
-    for i, m in enumerate(kernels):
-        end = kernels[i + 1].start() if i + 1 < len(kernels) else len(msl)
-        out[m.group(2)] = header + msl[m.start() : end]
-    return out
 
 
 @dataclass(frozen=True)

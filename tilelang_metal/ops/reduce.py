@@ -447,7 +447,7 @@ def lower_fragment_reduce(
     buffers = [part]
     tx_rel = tx - src.thread_min if src.thread_min else tx
     # A float max/min starts from the thread's first element, not from an infinite identity: under
-    # Metal's fast math the compiler may assume no infinities (attention.py, MASKED_SCORE). Threads
+    # Metal's fast math the compiler may assume no infinities (kernels/attention.py, MASKED_SCORE). Threads
     # outside the source layout fold nothing and keep the identity for the exchange.
     seeded = op.kind in ("max", "min") and _is_float(acc_dtype) and src.threads_used >= block_threads
     init = identity(op.kind, acc_dtype)

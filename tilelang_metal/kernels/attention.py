@@ -23,8 +23,8 @@ from typing import Any
 
 import tilelang.language as T
 
-from .errors import MetalLoweringError
-from .limits import THREADGROUP_MEMORY_BYTES
+from ..errors import MetalLoweringError
+from ..limits import THREADGROUP_MEMORY_BYTES
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634

@@ -1,4 +1,4 @@
-"""Reference TileLang GEMM kernels for Metal: the CLI's default kernel and the idioms in docs/guide.md.
+"""GEMM kernels for Metal: the CLI's default kernel and the idioms in docs/guide.md.
 
 Each builder returns a `T.prim_func`; tests, benchmarks and the CLI share them.
 """
@@ -8,7 +8,7 @@ from typing import Any
 
 import tilelang.language as T
 
-from .target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
+from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
 ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA * C
@@ -178,14 +178,7 @@ def gemm_staged(
             T.copy(acc, C[by * block_M, bx * block_N])
 
     if keep_staging:
-        from .transform.shared_staging import keep_shared_staging
+        from ..transform.shared_staging import keep_shared_staging
 
         return keep_shared_staging(main)
     return main
-
-
-def flash_attention_forward(*args: Any, **kwargs: Any) -> Any:
-    """The compiled flash-attention forward kernel (see tilelang_metal.attention)."""
-    from .attention import flash_attention_forward as build
-
-    return build(*args, **kwargs)
