@@ -38,7 +38,7 @@ def test_dry_run_writes_csv_markdown_and_png(dry_run, bench_gemm):
     for shape, layout, dtype in bench_gemm.DRY_CASES:  # one Markdown line per problem
         assert f"| {shape.group} | {shape.m} | {shape.n} | {shape.k} | {layout} | {dtype} |" in md
     assert {r["group"] for r in rows} == {"square", "skinny", "ragged"}
-    assert {r["layout"] for r in rows} == {"NN", "NT"} and {r["dtype"] for r in rows} == set(bench_gemm.DTYPES)
+    assert {r["layout"] for r in rows} == set(bench_gemm.LAYOUTS) and {r["dtype"] for r in rows} == set(bench_gemm.DTYPES)
 
 
 @pytest.mark.slow  # the dry run (shared fixture) runs every dry shape in the emulator

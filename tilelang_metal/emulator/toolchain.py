@@ -42,7 +42,12 @@ COMMON_FLAGS = (
 )
 # -fstack-clash-protection: a frame bigger than a page probes every page, so it faults on the guard
 # page below the fiber stack instead of jumping over it into a neighbour's stack.
-KERNEL_FLAGS = ("-O2", "-fstack-clash-protection", "-fno-exceptions", "-fno-rtti", "-Wno-attributes", "-Wno-unused", "-Wno-unused-parameter")
+# -ftrivial-auto-var-init=zero: MSL that reads a never-written thread variable on some lanes and
+# discards the value (TVM's LowerThreadAllreduce leaves inactive lanes' red_buf uninitialized before a
+# shuffle) is undefined behaviour in C++, and clang -O1 and up then assumed the guarded store before
+# it always ran: an unguarded threadgroup load, out of bounds. Zero-initialized, the read is defined.
+KERNEL_FLAGS = ("-O2", "-fstack-clash-protection", "-ftrivial-auto-var-init=zero", "-fno-exceptions", "-fno-rtti",
+                "-Wno-attributes", "-Wno-unused", "-Wno-unused-parameter")
 RUNTIME_FLAGS = ("-O2",)
 
 # Counters for tests and benchmarks: how many compiler invocations this process made.
