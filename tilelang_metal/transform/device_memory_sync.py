@@ -34,7 +34,7 @@ from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
-from .uniformity import ThreadDependence
+from .uniformity import ThreadDependence, exchanged_buffers
 from ..host import vocab
 
 
@@ -174,7 +174,7 @@ class _Planner:
         cannot hold a barrier: threads leave it after different numbers of iterations. It needs none
         when each device buffer it writes is accessed at one thread-dependent index expression (each
         thread keeps to its own elements); any other exchange is refused."""
-        exchanged = _exchanged_device_buffers(loop.body, self.device, self.thread)
+        exchanged = exchanged_buffers(loop.body, self.thread, lambda buffer: buffer.data in self.device)
         if exchanged:
             raise MetalLoweringError(
                 f"a loop whose range (from {loop.min}, {loop.extent} iterations) differs between threads exchanges device buffer "
@@ -182,41 +182,6 @@ class _Planner:
                 f"every thread shares and guard the body per thread."
             )
         return loop
-
-
-def _exchanged_device_buffers(body: Any, device: set, thread: ThreadDependence) -> list[str]:
-    """Names of the device buffers the body writes and that a thread may reach at another thread's
-    element: through a tile op (distributed over the threads in its own way), at more than one index
-    expression, or at one that is the same for every thread."""
-    indices: dict[Any, list[Any]] = {}
-    names: dict[Any, str] = {}
-    written: set = set()
-    tiled: set = set()
-    for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL]):
-        if isinstance(node, tir.Call):
-            region = tile_op_region(node)
-            if region is not None and region[0].data in device:
-                tiled.add(region[0].data)
-                names[region[0].data] = region[0].name
-                if region[1] & REGION_WRITE:
-                    written.add(region[0].data)
-        elif node.buffer.data in device:
-            indices.setdefault(node.buffer.data, []).append(node.indices)
-            names[node.buffer.data] = node.buffer.name
-            if isinstance(node, tir.BufferStore):
-                written.add(node.buffer.data)
-    shared = []
-    for data in written:
-        if data in tiled:
-            shared.append(names[data])
-            continue
-        first, *rest = indices[data]
-        private = all(thread.depends(i) for i in first) and all(
-            len(other) == len(first) and all(tvm.ir.structural_equal(a, b) for a, b in zip(first, other)) for other in rest
-        )
-        if not private:
-            shared.append(names[data])
-    return sorted(shared)
 
 
 def _has_barrier(stmt: Any) -> bool:

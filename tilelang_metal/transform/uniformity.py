@@ -9,11 +9,11 @@ memory at thread-independent indices count as uniform (every thread reads the sa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ..host import tir, tvm
+from ..host import REGION_WRITE, tile_op_region, tir, tvm, vocab
 from .ir_query import find_nodes
-from ..host import vocab
 
 _THREAD_TAG_PREFIX = "threadIdx"
 
@@ -64,3 +64,39 @@ def _index_vars(store: Any) -> set[Any]:
     for index in store.indices:
         out |= _vars_in(index)
     return out
+
+
+def exchanged_buffers(body: Any, thread: ThreadDependence, selects: Callable[[Any], bool]) -> list[str]:
+    """Names of the buffers `selects` accepts that the body writes and that a thread may reach at
+    another thread's element: through a tile op (distributed over the threads in its own way), at
+    more than one index expression, or at one index that is the same for every thread. Control flow
+    that differs between threads may touch only the others (no barrier can order them there)."""
+    indices: dict[Any, list[Any]] = {}
+    names: dict[Any, str] = {}
+    written: set = set()
+    tiled: set = set()
+    for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE, vocab.TIRX_CALL]):
+        if isinstance(node, tir.Call):
+            region = tile_op_region(node)
+            if region is not None and selects(region[0]):
+                tiled.add(region[0].data)
+                names[region[0].data] = region[0].name
+                if region[1] & REGION_WRITE:
+                    written.add(region[0].data)
+        elif selects(node.buffer):
+            indices.setdefault(node.buffer.data, []).append(node.indices)
+            names[node.buffer.data] = node.buffer.name
+            if isinstance(node, tir.BufferStore):
+                written.add(node.buffer.data)
+    shared = []
+    for data in written:
+        if data in tiled:
+            shared.append(names[data])
+            continue
+        first, *rest = indices[data]
+        private = all(thread.depends(i) for i in first) and all(
+            len(other) == len(first) and all(tvm.ir.structural_equal(a, b) for a, b in zip(first, other)) for other in rest
+        )
+        if not private:
+            shared.append(names[data])
+    return sorted(shared)

@@ -24,8 +24,7 @@ from ..scopes import SHARED_SCOPES
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
-from .uniformity import ThreadDependence
+from .uniformity import ThreadDependence, exchanged_buffers
 from ..host import vocab
 
 
@@ -56,29 +55,6 @@ def _ends_with_barrier(body: Any) -> bool:
     return sync_scope(last) in SHARED_SCOPES + ("global",)  # both order threadgroup memory
 
 
-def _exchanged_buffers(body: Any, thread: ThreadDependence) -> list[str]:
-    """Names of the threadgroup buffers the body writes and that some thread may reach at another
-    thread's element: accessed at more than one index expression, or at one that is the same for all."""
-    indices: dict[Any, list[Any]] = {}
-    names: dict[Any, str] = {}
-    written: set = set()
-    for node in find_nodes(body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]):
-        if _threadgroup(node.buffer):
-            indices.setdefault(node.buffer.data, []).append(node.indices)
-            names[node.buffer.data] = node.buffer.name
-            if isinstance(node, tir.BufferStore):
-                written.add(node.buffer.data)
-    shared = []
-    for data in written:
-        first, *rest = indices[data]
-        private = all(thread.depends(i) for i in first) and all(
-            len(other) == len(first) and all(tvm.ir.structural_equal(a, b) for a, b in zip(first, other)) for other in rest
-        )
-        if not private:
-            shared.append(names[data])
-    return sorted(shared)
-
-
 def sync_function(func: Any) -> Any:
     thread = ThreadDependence(func)
 
@@ -87,7 +63,7 @@ def sync_function(func: Any) -> Any:
         if not _exchanges_through_threadgroup_memory(body) or _ends_with_barrier(body):
             return None
         if thread.depends(node.condition):
-            exchanged = _exchanged_buffers(body, thread)
+            exchanged = exchanged_buffers(body, thread, _threadgroup)
             if exchanged:
                 raise MetalLoweringError(
                     f"a while loop whose condition ({node.condition}) differs between threads writes threadgroup "
