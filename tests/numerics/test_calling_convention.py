@@ -418,6 +418,7 @@ def test_each_launch_takes_its_buffers_from_its_call_site(split_sum):
         assert [p.name for p in msl_params] == [a.name for a in launch.arguments]
 
 
+@pytest.mark.slow  # a metal4 GEMM beside an elementwise kernel (~3.6 s warm); test_multi_kernel_modules covers modules quickly
 def test_elementwise_kernel_then_cooperative_tensor_gemm():
     """The second kernel (a metal4 GEMM) reads what the first wrote; M symbolic, grid per call."""
     Msym = T.dynamic("M")

@@ -13,12 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "first_hour.md")]
 
 
+QUICK_BLOCKS = 8  # pages with more blocks run in the slow tier (the guide: 14 kernels, ~6 s warm)
+
+
 def python_blocks(page: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
 
 
 @pytest.mark.filterwarnings("ignore:tilelang_metal. do_bench:RuntimeWarning")
-@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.slow) if len(python_blocks(p)) > QUICK_BLOCKS else p for p in PAGES if python_blocks(p)],
+    ids=lambda p: p.name,
+)
 def test_every_python_block_runs(page, monkeypatch, tmp_path):
     if not os.environ.get("CI") and "mlx" in page.read_text():
         pytest.importorskip("mlx.core", reason="the page's MLX blocks need MLX (pip install -e '.[mlx]')")

@@ -89,7 +89,7 @@ def run_dynamic_gemm(target: str, trans_a: bool, trans_b: bool) -> None:
         torch.testing.assert_close(c.float(), want, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, True)], ids=["nn", "tt"])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), pytest.param(True, True, marks=pytest.mark.slow)], ids=["nn", "tt"])
 def test_dynamic_gemm_serves_every_shape_with_one_kernel(trans_a, trans_b):
     run_dynamic_gemm("metal", trans_a, trans_b)
 

@@ -80,6 +80,7 @@ def test_relaxed_inputs_keep_inf_nan_and_the_largest_floats():
     assert torch.isfinite(c[20, 11]) and abs(c[20, 11].item() / want[20, 11].item() - 1) <= 2.0**-10
 
 
+@pytest.mark.slow  # three lowerings of the same GEMM (~4 s); the default is also checked by the fp32 tests
 def test_16_bit_inputs_are_relaxed_by_default_and_settings_choose(monkeypatch):
     monkeypatch.delenv("TILELANG_METAL_RELAXED_PRECISION", raising=False)
     half = E.gemm_direct_global(64, 64, 32)
