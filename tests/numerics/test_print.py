@@ -13,6 +13,8 @@ import tilelang.language as T
 import torch
 
 from tilelang_metal.emulator import racecheck
+
+pytestmark = pytest.mark.plain_schedule  # racecheck under its own test below; the tier's two schedules would print twice
 from tilelang_metal.errors import CodegenError
 
 GROUPS, THREADS = 5, 4

@@ -179,6 +179,15 @@ def test_strided_kernel_is_race_free_on_a_strided_output():
     assert_scaled(base[:, 8 : 8 + N], a)
 
 
+def test_racecheck_takes_a_broadcast_input_and_writes_back_only_what_kernels_write():
+    """racecheck runs on copies and copies the results back: a read-only broadcast view (stride 0)
+    cannot take a copy, and nothing must be written to it."""
+    a = special_values((1, N)).expand(10, N)
+    b = torch.zeros(10, N)
+    racecheck(kernel("strided"), a, b)
+    assert_scaled(b, a)
+
+
 def test_constant_declared_strides_take_exactly_that_layout():
     a = special_values((N, 8)).t()  # strides (1, 8), as declared
     b = torch.zeros(8, N)

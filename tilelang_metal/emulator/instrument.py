@@ -212,13 +212,15 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
         return values, _policies(values, usages), _magnitudes_of(values, magnitudes)
 
     runs = _compare_schedules(run, "host parameter", seeds)  # host order, outputs included
+    written = {arg.position for launch in adapter.call.launches for arg in launch.arguments if arg.written}
     originals = iter(args)
     first = runs[0]
     for i, t in enumerate(first):
         if i in adapter.call.signature.outputs:
             continue
         a = next(originals)
-        if isinstance(a, torch.Tensor) and a is not t:
+        # only what a kernel writes goes back: an input may be a view no copy can land in (a broadcast)
+        if isinstance(a, torch.Tensor) and a is not t and i in written:
             a.copy_(t)
     outs = [first[i] for i in adapter.call.signature.outputs]
     return None if not outs else outs[0] if len(outs) == 1 else outs
