@@ -61,24 +61,28 @@ class Selection:
     partition: Partition | None = None
 
 
+def _factor_pairs(n: int) -> list[tuple[int, int]]:
+    """Every (a, b) with a * b == n, a ascending."""
+    return [(a, n // a) for a in range(1, n + 1) if n % a == 0]
+
+
 def legal_partitions(M: int, N: int, num_warps: int, frag_m: int, frag_n: int) -> list[Partition]:
-    """Every m_warp x n_warp split of `num_warps` whose simdgroup tiles are whole fragments."""
-    parts = []
-    for m_warp in range(1, num_warps + 1):
-        if num_warps % m_warp:
-            continue
-        n_warp = num_warps // m_warp
-        if M % (m_warp * frag_m) == 0 and N % (n_warp * frag_n) == 0:
-            parts.append(Partition(m_warp, n_warp))
-    return parts
+    """Every m_warp x n_warp split of `num_warps` whose simdgroup tiles are whole fragments, fewest
+    simdgroups along M first. C counts `M / frag_m` fragment rows and `N / frag_n` fragment columns;
+    a split is legal when both divide evenly."""
+    if M % frag_m or N % frag_n:
+        return []
+    fragment_rows, fragment_cols = M // frag_m, N // frag_n
+    return [Partition(m, n) for m, n in _factor_pairs(num_warps) if fragment_rows % m == 0 and fragment_cols % n == 0]
 
 
 def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, frag_n: int) -> Partition | None:
     """The policy's preferred legal partition, or None when the policy cannot split the tile.
 
-    FullRow puts as many simdgroups as possible along M, FullCol along N. Square prefers each
-    simdgroup owning a balanced grid of fragments (as many fragment rows as fragment columns),
-    breaking ties towards more simdgroups along N (wider contiguous C stores).
+    FullRow puts as many simdgroups as possible along M, FullCol along N. Square wants each
+    simdgroup's block of fragments as close to square as it gets (its A and B operand loads then
+    balance); of equally square blocks it takes the one with more simdgroups along N (wider
+    contiguous C stores).
     """
     if num_warps <= 0:
         return None
@@ -87,10 +91,16 @@ def choose_partition(policy: int, M: int, N: int, num_warps: int, frag_m: int, f
         return None
     policy = WarpPolicy(int(policy))
     if policy is WarpPolicy.FULL_ROW:
-        return max(parts, key=lambda p: p.m_warp)
+        return parts[-1]  # the most simdgroups along M
     if policy is WarpPolicy.FULL_COL:
-        return max(parts, key=lambda p: p.n_warp)
-    return min(parts, key=lambda p: (abs(M // (p.m_warp * frag_m) - N // (p.n_warp * frag_n)), -p.n_warp))
+        return parts[0]  # the most along N
+
+    def lopsidedness(p: Partition) -> int:
+        rows, cols = (M // frag_m) // p.m_warp, (N // frag_n) // p.n_warp  # fragments per simdgroup
+        return abs(rows - cols)
+
+    squarest = min(lopsidedness(p) for p in parts)
+    return [p for p in parts if lopsidedness(p) == squarest][0]  # ascending m_warp: the widest along N
 
 
 def _largest_divisor(limit: int, fits: Any) -> int | None:

@@ -64,14 +64,24 @@ def metal_available(facts: HostFacts) -> bool:
     return bool(facts.macos_release) and facts.machine == "arm64"
 
 
+def apple_gpu_generation(cpu_brand: str | None) -> int:
+    """5 for "Apple M5 Pro"; 0 when the brand string names no Apple M-series chip."""
+    words = (cpu_brand or "").split()
+    for vendor, model in zip(words, words[1:]):
+        if vendor == "Apple" and model[:1] == "M" and model[1:].isdigit():
+            return int(model[1:])
+    return 0
+
+
 def metal4_supported(facts: HostFacts) -> bool:
     """True only when OS, SDK and GPU generation all support Metal 4."""
-    if not metal_available(facts) or _major(facts.macos_release) < MIN_MACOS_MAJOR:
-        return False
-    if _major(facts.sdk_version) < MIN_SDK_MAJOR:
-        return False
-    match = re.search(r"\bApple M(\d+)\b", facts.cpu_brand or "")
-    return match is not None and int(match.group(1)) >= MIN_APPLE_M_GENERATION
+    requirements = (
+        metal_available(facts),
+        _major(facts.macos_release) >= MIN_MACOS_MAJOR,
+        _major(facts.sdk_version) >= MIN_SDK_MAJOR,
+        apple_gpu_generation(facts.cpu_brand) >= MIN_APPLE_M_GENERATION,
+    )
+    return all(requirements)
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,15 +97,23 @@ def metal_target_keys(facts: HostFacts | None = None) -> list[str]:
     return keys
 
 
-def normalize_metal_target(target: object, facts: HostFacts | None = None) -> Target | None:
-    """tilelang target-normalizer hook: handles `"metal"` and Metal targets, ignores the rest."""
+def _kind(target: object) -> str | None:
+    """The target kind a normalizer is asked about: a Target's kind, a dict's "kind", a bare name."""
     if isinstance(target, Target):
-        return target if target.kind.name == "metal" else None
+        return str(target.kind.name)
     if isinstance(target, dict):
-        return Target(target) if target.get("kind") == "metal" else None
-    if isinstance(target, str) and target.strip() == "metal":
+        return target.get("kind")
+    return target.strip() if isinstance(target, str) else None
+
+
+def normalize_metal_target(target: object, facts: HostFacts | None = None) -> Target | None:
+    """tilelang target-normalizer hook: handles `"metal"` and Metal targets, ignores the rest. Only the
+    bare name is given this host's keys; a Target or a dict keeps the keys it was written with."""
+    if _kind(target) != "metal":
+        return None
+    if isinstance(target, str):
         return Target({"kind": "metal", "keys": metal_target_keys(facts)})
-    return None
+    return target if isinstance(target, Target) else Target(target)
 
 
 def detect_metal_target() -> Target | None:

@@ -51,3 +51,12 @@ def test_tilelang_resolves_metal_through_the_plugin():
     assert not has_metal4(target)  # this CI host is Linux
     explicit = determine_target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]}, return_object=True)
     assert has_metal4(explicit)
+
+
+def test_apple_gpu_generation_reads_the_brand_string():
+    from tilelang_metal.target import apple_gpu_generation
+
+    assert apple_gpu_generation("Apple M5 Pro") == 5 and apple_gpu_generation("Apple M10 Max") == 10
+    assert apple_gpu_generation("Apple M1") == 1
+    for brand in (None, "", "Intel(R) Core(TM) i9", "Apple M", "Apple Mx", "AppleM5"):
+        assert apple_gpu_generation(brand) == 0, brand
