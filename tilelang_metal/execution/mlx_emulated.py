@@ -7,8 +7,14 @@ name`), then `uint`/`uint3` parameters for every position attribute whose name o
 source; `grid` counts threads, `threadgroup` is the threadgroup size. The kernel is compiled and
 run by the emulator on the arrays' memory (inputs through DLPack views, so a kernel writing through
 an input writes the array, as it would on the GPU); outputs start poisoned (NaN, -1) unless an
-`init_value` is given. What MLX adds that this does not: its `utils` header (the plugin's kernels
-do not use it) and kernels with template arguments.
+`init_value` is given. Template arguments (`template=[("T", mx.float32), ("N", 4)]`) are given to
+the body as file-scope names (`using T = float;`, `constexpr int N = 4;`), which is what the body
+sees in MLX's templated kernel. What MLX adds that this does not: its `utils` header
+(`elem_to_loc` and friends, used by kernels with `ensure_row_contiguous=False`), `atomic_outputs`,
+and partial threadgroups at the grid's edge.
+
+`metal_kernel(...)` is the public entry for MLX kernel authors: `mx.fast.metal_kernel` itself where
+MLX has a Metal GPU, this emulation elsewhere (Linux CI), with the same arguments and call.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ class EmulatedMetalKernel:
         self.ensure_row_contiguous = ensure_row_contiguous
         self.attributes = [(attr, t) for attr, t in MLX_ATTRIBUTES if attr in source]
 
-    def full_source(self, inputs: Sequence[Any], output_dtypes: Sequence[Any]) -> str:
+    def full_source(self, inputs: Sequence[Any], output_dtypes: Sequence[Any], template: Sequence[tuple[str, Any]] = ()) -> str:
         """The kernel MLX would compile (with the emulator's spelling of the element types)."""
         params = []
         index = 0
@@ -95,7 +101,10 @@ class EmulatedMetalKernel:
             params.append(f"  device {MSL_SCALAR[dtype_name(dtype)]}* {name} [[ buffer({index}) ]]")
             index += 1
         params += [f"  {t} {attr} [[{attr}]]" for attr, t in self.attributes]
-        return f"{self.header}\n[[kernel]] void custom_kernel_{self.name}(\n" + ",\n".join(params) + ") {\n" + self.source + "\n}\n"
+        names = "".join(_template_name(name, value) for name, value in template)
+        # MLX's generated source includes the Metal standard library and `using namespace metal` (its utils header does)
+        stdlib = "" if "#include <metal_stdlib>" in self.header else "#include <metal_stdlib>\nusing namespace metal;\n"
+        return f"{stdlib}{self.header}\n{names}[[kernel]] void custom_kernel_{self.name}(\n" + ",\n".join(params) + ") {\n" + self.source + "\n}\n"
 
     def __call__(
         self,
@@ -114,8 +123,6 @@ class EmulatedMetalKernel:
 
         from .. import emulator
 
-        if template:
-            raise NotImplementedError("the emulated metal_kernel does not implement template arguments")
         if len(inputs) != len(self.input_names):
             raise ValueError(f"[metal_kernel] Expected `inputs` to have size {len(self.input_names)} but got size {len(inputs)}.")
         if len(output_shapes) != len(self.output_names) or len(output_dtypes) != len(self.output_names):
@@ -123,7 +130,7 @@ class EmulatedMetalKernel:
         if any(g % t for g, t in zip(grid, threadgroup)):
             # MLX dispatches partial threadgroups at the grid's edge; the emulator runs whole ones.
             raise NotImplementedError(f"the emulated metal_kernel needs a grid {grid} that is a multiple of the threadgroup {threadgroup}")
-        source = self.full_source(inputs, output_dtypes)
+        source = self.full_source(inputs, output_dtypes, template or ())
         if verbose:
             print(source)
         kernel = emulator.compile_kernel(source)
@@ -150,9 +157,32 @@ class EmulatedMetalKernel:
         return [from_torch(t) for t in outputs]
 
 
+def _template_name(name: str, value: Any) -> str:
+    """One template argument as the body sees it: a type (an MLX dtype), an int or a bool."""
+    if isinstance(value, bool):
+        return f"constexpr bool {name} = {'true' if value else 'false'};\n"
+    if isinstance(value, int):
+        return f"constexpr int {name} = {value};\n"
+    kind = dtype_name(value)
+    if kind not in MSL_SCALAR:
+        raise ValueError(f"[metal_kernel] template argument {name}={value!r}: use an MLX dtype, an int or a bool")
+    return f"using {name} = {MSL_SCALAR[kind]};\n"
+
+
 def emulated_metal_kernel(*args: Any, **kwargs: Any) -> EmulatedMetalKernel:
     """Drop-in for `mx.fast.metal_kernel` (same arguments)."""
     return EmulatedMetalKernel(*args, **kwargs)
 
 
-__all__ = ["EmulatedMetalKernel", "MLX_ATTRIBUTES", "dtype_name", "emulated_metal_kernel", "from_torch", "to_torch"]
+def metal_kernel(*args: Any, **kwargs: Any) -> Any:
+    """`mx.fast.metal_kernel` where MLX has a Metal GPU (a Mac), the emulator elsewhere: the same
+    arguments, the same call (`kernel(inputs=..., template=..., grid=..., threadgroup=...,
+    output_shapes=..., output_dtypes=...)`), so a custom MLX kernel is tested in Linux CI."""
+    import mlx.core as mx
+
+    if mx.metal.is_available():
+        return mx.fast.metal_kernel(*args, **kwargs)
+    return emulated_metal_kernel(*args, **kwargs)
+
+
+__all__ = ["EmulatedMetalKernel", "MLX_ATTRIBUTES", "dtype_name", "emulated_metal_kernel", "from_torch", "metal_kernel", "to_torch"]
