@@ -38,6 +38,31 @@ def calls_print(msl: str) -> bool:
     return _PRINT_CALL.search(msl) is not None
 
 
+def launch_entry(prints: bool, extra: str = "") -> str:
+    """The exported `tlm_launch` every emulated library has: the launch parameters handed to the
+    runtime (`extra`: further `p.field = ...;` lines, e.g. foreign kernels' guard pages)."""
+    return f"""extern "C" __attribute__((visibility("default"))) int tlm_launch(
+    void* const* buffers, const int64_t* counts, const uint32_t* grid, const uint32_t* block,
+    int32_t workers, uint64_t stack_bytes, uint64_t threadgroup_limit, char* error, uint64_t error_len) {{
+  tlm::rt::launch_params p;
+  p.entry = tlm_entry;
+  p.buffers = buffers;
+  p.counts = counts;
+  for (int d = 0; d < 3; ++d) {{
+    p.grid[d] = grid[d];
+    p.block[d] = block[d];
+  }}
+  p.workers = workers;
+  p.stack_bytes = stack_bytes;
+  p.threadgroup_limit = threadgroup_limit;
+  p.error = error;
+  p.error_len = error_len;
+  p.prints = {'true' if prints else 'false'};
+{extra}  return tlm::rt::launch(p);
+}}
+"""
+
+
 def generate(sig: KernelSignature, *, checked: bool, prints: bool = False) -> str:
     """C++ appended after the rewritten kernel: a per-thread entry and the exported launch symbol."""
     args = []
@@ -63,25 +88,6 @@ void tlm_entry(const tlm::rt::lane_info& __li, void* const* __buf, const int64_t
 }}
 }}  // namespace
 
-extern "C" __attribute__((visibility("default"))) int tlm_launch(
-    void* const* buffers, const int64_t* counts, const uint32_t* grid, const uint32_t* block,
-    int32_t workers, uint64_t stack_bytes, uint64_t threadgroup_limit, char* error, uint64_t error_len) {{
-  tlm::rt::launch_params p;
-  p.entry = tlm_entry;
-  p.buffers = buffers;
-  p.counts = counts;
-  for (int d = 0; d < 3; ++d) {{
-    p.grid[d] = grid[d];
-    p.block[d] = block[d];
-  }}
-  p.workers = workers;
-  p.stack_bytes = stack_bytes;
-  p.threadgroup_limit = threadgroup_limit;
-  p.error = error;
-  p.error_len = error_len;
-  p.prints = {'true' if prints else 'false'};
-  return tlm::rt::launch(p);
-}}
-
+{launch_entry(prints)}
 extern "C" __attribute__((visibility("default"))) const char* tlm_shim_version() {{ return TLM_SHIM_VERSION; }}
 """

@@ -30,7 +30,11 @@ from typing import Any
 
 from . import toolchain
 from .errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
+from .driver import launch_entry
 from .signature import POSITION_ATTRIBUTES
+
+# foreign kernels' device buffers sit between guard pages; the runtime's fault handler reads them
+_GUARD_FIELDS = "  p.guards = tlm::foreign::guards.regions;\n  p.nguards = tlm::foreign::guards.count;\n"
 
 # What the real Metal compiler predefines for an MSL 3.2 (macOS 15) library, and nothing else: code
 # that tests them (MLX's defines.h, logging.h) takes the path it takes on the GPU.
@@ -513,28 +517,7 @@ extern "C" __attribute__((visibility("default"))) int tlm_param_info(int index, 
   }}
 }}
 
-extern "C" __attribute__((visibility("default"))) int tlm_launch(
-    void* const* buffers, const int64_t* counts, const uint32_t* grid, const uint32_t* block,
-    int32_t workers, uint64_t stack_bytes, uint64_t threadgroup_limit, char* error, uint64_t error_len) {{
-  tlm::rt::launch_params p;
-  p.entry = tlm_entry;
-  p.buffers = buffers;
-  p.counts = counts;
-  for (int d = 0; d < 3; ++d) {{
-    p.grid[d] = grid[d];
-    p.block[d] = block[d];
-  }}
-  p.workers = workers;
-  p.stack_bytes = stack_bytes;
-  p.threadgroup_limit = threadgroup_limit;
-  p.error = error;
-  p.error_len = error_len;
-  p.prints = false;
-  p.guards = tlm::foreign::guards.regions;
-  p.nguards = tlm::foreign::guards.count;
-  return tlm::rt::launch(p);
-}}
-
+{launch_entry(False, _GUARD_FIELDS)}
 extern "C" __attribute__((visibility("default"))) void tlm_set_guards(const tlm::rt::guard_region* r, uint32_t n) {{
   tlm::foreign::guards.regions = r;
   tlm::foreign::guards.count = n;
