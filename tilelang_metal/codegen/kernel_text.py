@@ -21,3 +21,17 @@ def split_kernels(msl: str) -> dict[str, str]:
         end = kernels[i + 1].start() if i + 1 < len(kernels) else len(msl)
         out[m.group(2)] = header + msl[m.start() : end]
     return out
+
+
+def matching_bracket(text: str, open_pos: int, open_ch: str = "(", close_ch: str = ")") -> int | None:
+    """Offset of the bracket closing the one at `open_pos`, or None when it never closes (callers
+    raise their own error: a signature, a foreign kernel, an MLX body)."""
+    depth = 0
+    for i in range(open_pos, len(text)):
+        if text[i] == open_ch:
+            depth += 1
+        elif text[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..codegen.kernel_text import matching_bracket
 from . import toolchain
 from .errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
 from .driver import launch_entry
@@ -76,15 +77,10 @@ def _mask(text: str) -> str:
 
 
 def _matching(masked: str, open_pos: int, open_ch: str = "(", close_ch: str = ")") -> int:
-    depth = 0
-    for i in range(open_pos, len(masked)):
-        if masked[i] == open_ch:
-            depth += 1
-        elif masked[i] == close_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    raise EmulatorCompileError(f"unbalanced '{open_ch}' at offset {open_pos}")
+    close = matching_bracket(masked, open_pos, open_ch, close_ch)
+    if close is None:
+        raise EmulatorCompileError(f"unbalanced '{open_ch}' at offset {open_pos}")
+    return close
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:

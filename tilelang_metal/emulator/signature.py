@@ -160,6 +160,7 @@ class KernelSignature:
 
 
 from ..codegen.kernel_text import KERNEL_RE as _KERNEL_RE  # noqa: E402
+from ..codegen.kernel_text import matching_bracket  # noqa: E402
 from ..codegen.kernel_text import split_kernels  # noqa: E402,F401  (re-exported)
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _BUFFER_RE = re.compile(
@@ -246,15 +247,10 @@ def _split_params(source: str, start: int, end: int) -> list[tuple[int, int]]:
 
 
 def _matching_paren(source: str, open_pos: int) -> int:
-    depth = 0
-    for i in range(open_pos, len(source)):
-        if source[i] == "(":
-            depth += 1
-        elif source[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise EmulatorCompileError("kernel signature: unbalanced parentheses")
+    close = matching_bracket(source, open_pos)
+    if close is None:
+        raise EmulatorCompileError("kernel signature: unbalanced parentheses")
+    return close
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from ..codegen.kernel_text import matching_bracket
 from ..emulator.signature import BufferParam, PositionParam, ScalarParam, rewrite
 
 PREFIX = "tlm_mlx_"
@@ -82,15 +83,10 @@ class MLXKernelSource:
 
 
 def _matching(text: str, open_pos: int, open_ch: str, close_ch: str) -> int:
-    depth = 0
-    for i in range(open_pos, len(text)):
-        if text[i] == open_ch:
-            depth += 1
-        elif text[i] == close_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError(f"unbalanced {open_ch}{close_ch} in the kernel source")
+    close = matching_bracket(text, open_pos, open_ch, close_ch)
+    if close is None:
+        raise ValueError(f"unbalanced {open_ch}{close_ch} in the kernel source")
+    return close
 
 
 def mlx_kernel_source(msl: str) -> MLXKernelSource:
