@@ -132,7 +132,7 @@ def test_partial_tiles_direct(metal4, plain_metal, M, N, K, which):
     run_direct(M, N, K, metal4 if which == "metal4" else plain_metal)
 
 
-@pytest.mark.parametrize("M,N,K", [(100, 200, 72), (65, 129, 48), (1, 256, 16)])
+@pytest.mark.parametrize("M,N,K", [pytest.param(100, 200, 72, marks=pytest.mark.slow), (65, 129, 48), (1, 256, 16)])  # 100x200x72: ~3 s warm
 @pytest.mark.parametrize("which", ["metal4", "plain"])
 def test_partial_tiles_shared(metal4, plain_metal, M, N, K, which):
     run_shared(M, N, K, metal4 if which == "metal4" else plain_metal)
