@@ -29,6 +29,7 @@ from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
+from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
 from .transform.gemm_launch_check import CheckGemmLaunch
@@ -111,7 +112,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
 
     mod = tl.DecoupleTypeCast()(mod)
     mod = tl.LegalizeVectorizedLoop()(mod)
-    mod = tl.LegalizeSafeMemoryAccess()(mod)
+    mod = legalize_unguarded(mod, tl.LegalizeSafeMemoryAccess())  # plugin: GEMM bodies guarded by construction skip it
     mod = tl.LowerAccessPtr()(mod)
     mod = tl.Simplify()(mod)
     mod = tl.HoistNonRestrictParams()(mod)

@@ -40,6 +40,7 @@ from .register_operand import (
 )
 from .simdgroup import lower_simdgroup
 from ..transform.fragment_groups import gemm_key
+from ..transform.guarded_bodies import assumptions, mark_guarded
 
 logger = logging.getLogger("tilelang_metal")
 
@@ -226,5 +227,9 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         check_register_a_layout(gp.problem, expected, layout_map)
     problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
     if gp.selection.kind == COOPERATIVE_TENSOR:
-        return lower_cooperative_tensor(problem, gp.partition, analyzer, thread_index, gp.dataflow)
-    return lower_simdgroup(problem, gp.partition, analyzer, thread_index)
+        body = lower_cooperative_tensor(problem, gp.partition, analyzer, thread_index, gp.dataflow)
+    else:
+        body = lower_simdgroup(problem, gp.partition, analyzer, thread_index)
+    # every device access of the body is guarded or proven in bounds, under conditions the mark holds
+    # (legalize_unguarded proves them in context, then tilelang's safe-memory pass skips the body)
+    return mark_guarded(body, assumptions(analyzer))

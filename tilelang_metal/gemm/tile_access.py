@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir
+from ..transform.guarded_bodies import note_assumption
 from .problem import Operand, const_int
 from .tir_build import cast, guarded, seq
 
@@ -21,12 +22,16 @@ def dim_in_bounds(start: Any, size: int, extent: Any, analyzer: Any) -> bool:
 
     Either the end is provably inside (under the analyzer's constraints: an interior threadgroup's
     branch), or the tile is aligned to its own size in an extent that is a multiple of it (then a
-    tile is wholly in or wholly outside; blocks outside the logical grid are the launch's business,
-    see the swizzle's early return)."""
+    tile is wholly in or wholly outside). Element guards check the upper edges only, so a symbolic
+    start is taken to be >= 0. Both facts are noted on the analyzer, which knows the thread index only:
+    `transform/guarded_bodies.py` proves them with the loop and launch ranges, or puts the GEMM
+    under a uniform `if` when a grid or loop reaches past the matrix."""
+    begin = const_int(start)
+    if begin is None:
+        note_assumption(analyzer, start >= 0, upper_edge=False)
     ext = const_int(extent)
     if ext is None:
         return False  # symbolic extent: guard every access
-    begin = const_int(start)
     if begin is not None:
         return begin + size <= ext
     if analyzer.can_prove(start + size <= ext):
@@ -34,7 +39,10 @@ def dim_in_bounds(start: Any, size: int, extent: Any, analyzer: Any) -> bool:
     if ext % size:
         return False
     residue = analyzer.modular_set(start)  # start is a multiple of the tile size
-    return residue.coeff % size == 0 and residue.base % size == 0
+    aligned = residue.coeff % size == 0 and residue.base % size == 0
+    if aligned:
+        note_assumption(analyzer, start + size <= ext, upper_edge=True)
+    return aligned
 
 
 def tile_in_bounds(op: Operand, analyzer: Any) -> bool:
