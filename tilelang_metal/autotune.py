@@ -28,6 +28,7 @@ from typing import Any
 
 from . import config as settings
 from .isa import SIMD_WIDTH
+from .register_budget import estimate_registers
 from .roofline import Chip, RooflineEstimate, estimate
 from .selection import WarpPolicy, select_inst, warp_partition
 
@@ -72,9 +73,10 @@ def threadgroup_bytes(cfg: GemmConfig, dtype: str = "float16") -> int:
     return (cfg.block_m + cfg.block_n) * cfg.block_k * _BYTES[dtype] * max(1, cfg.num_stages)
 
 
-def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: Any = None) -> str | None:
+def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: Any = None, registers: bool = True) -> str | None:
     """Why the plugin would refuse `cfg` for a GEMM of reduction length K (None when it lowers), from
-    the plugin's own rules."""
+    the plugin's own rules; with `registers`, also a register estimate over the budget (such a kernel
+    lowers, but spills: register_budget.py)."""
     from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
     if cfg.path not in PATHS:
@@ -96,10 +98,18 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
                             route_fragments_to_cooperative_tensor=settings.fragment_ct())
     if warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH) is None:
         return f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups"
+    if not registers:
+        return None
+    estimate_ = estimate_registers(cfg, dtype=dtype, target=_has_metal4(target), staging=False, fragment_ct=settings.fragment_ct())
+    if not estimate_.fits:  # register staging and K-prefetch turn themselves off; this is what remains
+        return (f"{cfg.block_m}x{cfg.block_n} on {cfg.threads} threads needs {estimate_.describe()} without register staging "
+                f"or K-prefetch, over the register budget; use more threads or a smaller tile")
     return None
 
 
 def _has_metal4(target: Any) -> bool:
+    if isinstance(target, bool):
+        return target
     from .host import resolve_target
     from .target import has_metal4
 
@@ -111,7 +121,24 @@ def _useful(extent: int, tile: int, candidates: Iterable[int]) -> bool:
     return not any(t < tile and t >= extent for t in candidates)
 
 
-def config_space(
+@dataclass(frozen=True)
+class SpaceReport:
+    """The configurations `config_space` keeps and the ones it drops, each with its reason."""
+
+    kept: list[GemmConfig]
+    pruned: list[tuple[GemmConfig, str]]
+
+    def describe(self) -> list[str]:
+        return [f"kept {len(self.kept)}, pruned {len(self.pruned)}"] + [f"pruned {cfg.describe()}: {why}" for cfg, why in self.pruned]
+
+
+def config_space(M: int, N: int, K: int, **options: Any) -> list[GemmConfig]:
+    """Every configuration the plugin accepts for an M x N x K GEMM (`config_report(...).kept`; the
+    options are `config_report`'s)."""
+    return config_report(M, N, K, **options).kept
+
+
+def config_report(
     M: int,
     N: int,
     K: int,
@@ -125,28 +152,34 @@ def config_space(
     stages: Sequence[int] = STAGES,
     swizzles: Sequence[int] = SWIZZLES,
     min_simdgroup_elements: int = 16 * 32,
-) -> list[GemmConfig]:
+) -> SpaceReport:
     """Every configuration the plugin accepts for an M x N x K GEMM on `target` (default: this host's
     "metal"), minus the hopeless ones: tiles a smaller one covers as well, swizzle panels taller than
-    the tile grid, and simdgroups owning fewer than `min_simdgroup_elements` of C (one Metal 4
-    matmul2d destination by default: smaller shares leave the matrix units idle)."""
+    the tile grid, simdgroups owning fewer than `min_simdgroup_elements` of C (one Metal 4 matmul2d
+    destination by default: smaller shares leave the matrix units idle), and configurations whose
+    register estimate is over the budget (register_budget.py). `pruned` says why each one went."""
     if dtype not in _BYTES:
         raise ValueError(f"dtype {dtype!r}: use one of {tuple(_BYTES)}")
     ms, ns = sorted({t[0] for t in tiles}), sorted({t[1] for t in tiles})
-    space = []
+    kept: list[GemmConfig] = []
+    pruned: list[tuple[GemmConfig, str]] = []
     for path, (bm, bn), th, sw in itertools.product(paths, tiles, threads, swizzles):
-        if not (_useful(M, bm, ms) and _useful(N, bn, ns)):
-            continue
-        if sw and math.ceil(M / bm) < sw:
-            continue
-        if bm * bn < min_simdgroup_elements * (th // SIMD_WIDTH):
-            continue
         ks = [(bk, st) for bk in block_ks for st in stages if _useful(K, bk, block_ks)] if path == SHARED else [(0, 0)]
-        for bk, st in ks:
-            cfg = GemmConfig(path, bm, bn, th, bk, st, sw)
-            if rejection(cfg, K=K, dtype=dtype, target=target) is None:
-                space.append(cfg)
-    return space
+        configs = [GemmConfig(path, bm, bn, th, bk, st, sw) for bk, st in ks]
+        why = None
+        if not (_useful(M, bm, ms) and _useful(N, bn, ns)):
+            why = f"a smaller tile covers the {M}x{N} problem as well"
+        elif sw and math.ceil(M / bm) < sw:
+            why = f"swizzle panel {sw} is taller than the {math.ceil(M / bm)} rows of tiles"
+        elif bm * bn < min_simdgroup_elements * (th // SIMD_WIDTH):
+            why = f"each of {th // SIMD_WIDTH} simdgroups would own fewer than {min_simdgroup_elements} elements of C"
+        for cfg in configs:
+            reason = why or rejection(cfg, K=K, dtype=dtype, target=target)
+            if reason is None:
+                kept.append(cfg)
+            else:
+                pruned.append((cfg, reason))
+    return SpaceReport(kept, pruned)
 
 
 def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: str | None = None,
@@ -163,14 +196,169 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
                                 keep_staging=True)  # the shared path as configured, not bypassed
 
 
+# ---------------------------------------------------------------- the traffic model (cache reuse, swizzle)
+
+# Per-core figures of Apple GPUs (Philip Turner, metal-benchmarks, "On-Chip Memory", Apple 7 / 8):
+# ~32 bytes per cycle from the GPU's shared caches into one core, and ~60 KB of threadgroup memory.
+CORE_LOAD_BYTES_PER_CYCLE = 32
+THREADGROUP_MEMORY_PER_CORE = 60 * 1024
+
+
+@dataclass(frozen=True)
+class TrafficModel:
+    """What one launch of a configuration moves and computes, from its tiling alone (an estimate).
+
+    - `core_load_bytes`: what the threadgroups' load instructions ask for (each threadgroup its own
+      A and B panels; on the direct-global path each simdgroup its own rows and columns), served by
+      the caches shared by all cores at `CORE_LOAD_BYTES_PER_CYCLE` per core; the emulator counts the
+      same bytes as `device_load_bytes` for aligned shapes;
+    - `dram_bytes`: threadgroups resident at once (a wave: cores x threadgroups per core, from the
+      register estimate and threadgroup memory) share the A and B panels they read, so a wave reads
+      each of its distinct tile rows of A and tile columns of B from memory once; waves follow the
+      launch order, which the block swizzle changes (MLX order: a wave covers `panel` tile rows);
+      plus the C stores;
+    - `busiest_core_flops`: matrix work of the core with the most tiles (tiles spread evenly over
+      cores; partial tiles are computed whole)."""
+
+    core_load_bytes: int
+    dram_bytes: int
+    busiest_core_flops: int
+    matrix_flops: int
+    wave: int  # threadgroups resident at once on the whole GPU
+    threads_per_core: int
+
+
+def _k_padded(cfg: GemmConfig, K: int, metal4: bool) -> int:
+    step = cfg.block_k if cfg.path == SHARED else (16 if metal4 else 8)
+    return -(-K // step) * step
+
+
+def _launch_order(tiles_m: int, tiles_n: int, panel: int) -> Iterable[tuple[int, int]]:
+    """Logical (tile row, tile column) in launch order; MLX swizzle as transform/block_swizzle.py maps it."""
+    if not panel:
+        for ty in range(tiles_m):
+            for tx in range(tiles_n):
+                yield ty, tx
+        return
+    for py in range(-(-tiles_m // panel)):
+        for px in range(tiles_n * panel):
+            ty = py * panel + px % panel
+            if ty < tiles_m:  # padding threadgroups return at once
+                yield ty, px // panel
+
+
+def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
+                  out_dtype: str | None = None, target: Any = None) -> TrafficModel:
+    """The configuration's traffic and work on `chip` (see TrafficModel); no kernel is built."""
+    from .register_budget import threads_per_core
+
+    metal4 = _has_metal4(target if target is not None else target_for(chip))
+    in_bytes, out_bytes = _BYTES[dtype], _BYTES[out_dtype or dtype]
+    tiles_m, tiles_n = -(-M // cfg.block_m), -(-N // cfg.block_n)
+    tiles = tiles_m * tiles_n
+    kp = _k_padded(cfg, K, metal4)
+    if cfg.path == SHARED:
+        per_tile = (cfg.block_m + cfg.block_n) * kp * in_bytes
+    else:
+        sel = select_inst(c_scope="global", M=cfg.block_m, N=cfg.block_n, K=kp, threads=cfg.threads, policy=WarpPolicy.SQUARE,
+                          has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct())
+        part = warp_partition(sel, "global", WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
+        per_tile = (cfg.block_m * part.n_warp + cfg.block_n * part.m_warp) * kp * in_bytes
+    registers = estimate_registers(cfg, dtype=dtype, target=metal4, fragment_ct=settings.fragment_ct())
+    resident = threads_per_core(registers)
+    per_core = max(1, resident // cfg.threads)
+    staged = threadgroup_bytes(cfg, dtype)
+    if staged:
+        per_core = max(1, min(per_core, THREADGROUP_MEMORY_PER_CORE // staged))
+    wave = chip.gpu_cores * per_core
+    dram = M * N * out_bytes
+    rows: set[int] = set()
+    cols: set[int] = set()
+    count = 0
+    for ty, tx in _launch_order(tiles_m, tiles_n, cfg.swizzle):
+        rows.add(ty)
+        cols.add(tx)
+        count += 1
+        if count == wave:
+            dram += (len(rows) * cfg.block_m + len(cols) * cfg.block_n) * kp * in_bytes
+            rows, cols, count = set(), set(), 0
+    if count:
+        dram += (len(rows) * cfg.block_m + len(cols) * cfg.block_n) * kp * in_bytes
+    tile_flops = 2 * cfg.block_m * cfg.block_n * kp
+    return TrafficModel(tiles * per_tile, dram, -(-tiles // chip.gpu_cores) * tile_flops, tiles * tile_flops, wave, resident)
+
+
+@dataclass(frozen=True)
+class ModelEstimate:
+    """Roofline with three terms, each an estimate: matrix work of the busiest core at its share of the
+    peak, core loads at the cores' cache bandwidth, memory traffic at the chip's bandwidth."""
+
+    chip: Chip
+    traffic: TrafficModel
+    compute_seconds: float
+    core_load_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.core_load_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        terms = {"compute": self.compute_seconds, "core loads": self.core_load_seconds, "memory": self.memory_seconds}
+        return max(terms, key=terms.get)
+
+    def describe(self) -> str:
+        t = self.traffic
+        return (f"model estimate on {self.chip.name}: {self.seconds * 1e6:.1f} us, {self.bound}-bound ({t.matrix_flops} matrix FLOP, "
+                f"{t.core_load_bytes} bytes loaded by the cores, {t.dram_bytes} memory bytes, {t.wave} threadgroups resident)")
+
+
+def core_load_bandwidth(chip: Chip) -> float:
+    """Bytes per second the shared caches deliver to all cores (an estimate: Turner's per-core figure)."""
+    return chip.gpu_cores * CORE_LOAD_BYTES_PER_CYCLE * chip.clock_ghz * 1e9
+
+
+def model_estimate(traffic: TrafficModel, chip: Chip, *, matrix_flops: int | None = None,
+                   core_load_bytes: int | None = None, dram_bytes: int | None = None) -> ModelEstimate:
+    """The three-term estimate of a TrafficModel; counted figures (the emulator's) may replace the model's."""
+    per_core_peak = chip.matrix_tflops * 1e12 / chip.gpu_cores
+    busiest = traffic.busiest_core_flops if matrix_flops is None else matrix_flops * traffic.busiest_core_flops / traffic.matrix_flops
+    loads = traffic.core_load_bytes if core_load_bytes is None else core_load_bytes
+    memory = traffic.dram_bytes if dram_bytes is None else dram_bytes
+    return ModelEstimate(chip, traffic, busiest / per_core_peak, loads / core_load_bandwidth(chip), memory / (chip.bandwidth_gbs * 1e9))
+
+
+@dataclass(frozen=True)
+class ModelRanked:
+    config: GemmConfig
+    estimate: ModelEstimate
+
+    @property
+    def key(self) -> tuple:
+        """Time first; then less memory traffic (where the swizzle helps), fewer core loads, more resident threads."""
+        e = self.estimate
+        return (e.seconds, e.traffic.dram_bytes, e.traffic.core_load_bytes, -e.traffic.threads_per_core)
+
+
+def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
+                  out_dtype: str | None = None, target: Any = None) -> list[ModelRanked]:
+    """Rank configurations by the traffic model alone (no kernel built or run): any problem size, in
+    milliseconds. An estimate that orders tilings; it does not predict times."""
+    ranked = [ModelRanked(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target), chip))
+              for cfg in space]
+    return sorted(ranked, key=lambda r: r.key)
+
+
 # ---------------------------------------------------------------- Linux: rank by roofline estimate
 
 
 @dataclass(frozen=True)
 class RankedConfig:
     config: GemmConfig
-    estimate: RooflineEstimate
+    estimate: RooflineEstimate  # the two-term roofline of the counts (no caches)
     counts: dict[str, int]
+    model: ModelEstimate | None = None  # the counts through the traffic model (cache reuse, swizzle): the ranking's order
 
     @property
     def issue_slots(self) -> int:
@@ -191,10 +379,12 @@ def target_for(chip: Chip) -> Any:
 def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
                      out_dtype: str | None = None, trans_B: bool = False, target: Any = None) -> list[RankedConfig]:
     """Rank configurations without a GPU: compile each for the emulator, count one launch
-    (`emulator.counters`) and sort by the roofline estimate on `chip` (then by issue slots).
+    (`emulator.counters`) and sort by the traffic model's estimate on `chip` with the counted matrix
+    work and core loads (`model_estimate`: memory traffic from the cache-reuse / swizzle model), then
+    by memory traffic, then by issue slots. `estimate` keeps the cache-blind two-term roofline.
 
-    Runs every kernel once on the CPU, so use it at reduced sizes; the estimate ignores caches
-    and occupancy (see roofline.py), it orders tilings, it does not predict times."""
+    Runs every kernel once on the CPU, so use it at reduced sizes (`rank_by_model` ranks any size
+    without running anything); it orders tilings, it does not predict times."""
     import tilelang
     import torch
 
@@ -210,8 +400,11 @@ def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chi
         kernel = tilelang.compile(build(cfg, M, N, K, dtype=dtype, out_dtype=out_dtype, trans_B=trans_B),
                                   out_idx=[-1], target=target, execution_backend="emulator")
         total = counters(kernel, a, b).total
-        ranked.append(RankedConfig(cfg, estimate(total, chip), total))
-    return sorted(ranked, key=lambda r: (r.estimate.seconds, r.issue_slots))
+        roof = estimate(total, chip)
+        traffic = traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target)
+        model = model_estimate(traffic, chip, matrix_flops=roof.matrix_flops, core_load_bytes=int(total.get("device_load_bytes", 0)))
+        ranked.append(RankedConfig(cfg, roof, total, model))
+    return sorted(ranked, key=lambda r: (r.model.seconds, r.model.traffic.dram_bytes, r.issue_slots))
 
 
 # ---------------------------------------------------------------- Mac: tilelang.autotune with real timings

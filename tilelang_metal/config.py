@@ -24,6 +24,7 @@ PREFIX = "TILELANG_METAL_"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _BOOL_VALUES = "0 or 1 (also true/false, yes/no, on/off)"
+_FORCE_VALUES = _BOOL_VALUES + ", or force"
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,15 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             PREFIX + "K_PREFETCH",
             "0",
-            _BOOL_VALUES,
-            "1: a direct-global T.gemm loads the operands of K step k+1 into a second set of registers while step k's matrix operations run (K loop unrolled by 2); costs one more copy of the per-step operand arrays",
+            _FORCE_VALUES,
+            "1: a direct-global T.gemm loads the operands of K step k+1 into a second set of registers while step k's matrix operations run (K loop unrolled by 2), where the register estimate with it fits the budget (register_budget.py); force: everywhere; costs one more copy of the per-step operand arrays",
             True,
         ),
         Setting(
             PREFIX + "REGISTER_STAGING",
             "1",
-            _BOOL_VALUES,
-            "in a `T.Pipelined(num_stages>=2)` loop, each T.copy from global into shared memory of a later K step loads into thread registers before the current step's matrix operations and stores to threadgroup memory after them (the loads overlap the matrix operations); costs a register array of the elements each thread copies per K step; 0 keeps load-and-store together",
+            _FORCE_VALUES,
+            "in a `T.Pipelined(num_stages>=2)` loop, each T.copy from global into shared memory of a later K step loads into thread registers before the current step's matrix operations and stores to threadgroup memory after them (the loads overlap the matrix operations); costs a register array of the elements each thread copies per K step, so 1 applies it only where the register estimate with it fits the budget (register_budget.py); force: everywhere; 0 keeps load-and-store together",
             True,
         ),
         Setting(
@@ -195,15 +196,38 @@ def staging_bypass() -> bool:
     return _flag(PREFIX + "STAGING_BYPASS", True)
 
 
+OFF, FIT, FORCE = "off", "fit", "force"
+
+
+def _register_feature(name: str, default: bool) -> str:
+    """`off`, `fit` (on where the register estimate with it fits the budget) or `force` (on everywhere)."""
+    value = _raw(name)
+    if value is not None and value.lower() == FORCE:
+        return FORCE
+    return FIT if _flag(name, default) else OFF
+
+
+def k_prefetch_mode() -> str:
+    """Register prefetch of the next K step's operands on the direct-global path (gemm/prefetch.py):
+    `off`, `fit` or `force`."""
+    return _register_feature(PREFIX + "K_PREFETCH", False)
+
+
 def k_prefetch() -> bool:
-    """Register prefetch of the next K step's operands on the direct-global path (gemm/prefetch.py)."""
-    return _flag(PREFIX + "K_PREFETCH", False)
+    """K-prefetch is asked for (`fit` or `force`; whether it fits is the lowering's decision)."""
+    return k_prefetch_mode() != OFF
+
+
+def register_staging_mode() -> str:
+    """Split a pipelined loop's global -> shared copies into register loads before the matrix
+    operations and threadgroup stores after them (transform/register_staging.py): `off`, `fit`
+    (the default) or `force`."""
+    return _register_feature(PREFIX + "REGISTER_STAGING", True)
 
 
 def register_staging() -> bool:
-    """Split a pipelined loop's global -> shared copies into register loads before the matrix
-    operations and threadgroup stores after them (transform/register_staging.py)."""
-    return _flag(PREFIX + "REGISTER_STAGING", True)
+    """Register staging is asked for (`fit` or `force`)."""
+    return register_staging_mode() != OFF
 
 
 RELAXED_MODES = ("auto", "on", "off")
@@ -270,7 +294,7 @@ def emulator_stack_kb() -> int:
 
 
 # One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch, PREFIX + "REGISTER_STAGING": register_staging,
+_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch_mode, PREFIX + "REGISTER_STAGING": register_staging_mode,
                        PREFIX + "RELAXED_PRECISION": relaxed_precision, PREFIX + "PRECISE_MATH": precise_math}
 
 

@@ -94,7 +94,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     threadgroup_buffers.record_declared(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
     threadgroup_buffers.record_pipelined(mod)
-    mod = MarkRegisterStaging(mod)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs
+    mod = MarkRegisterStaging(mod, target)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the

@@ -37,6 +37,13 @@ class Chip:
         """5 for "M5 Pro": the family number, which decides Metal 4 tensor hardware (M5 and newer)."""
         return int(self.name.split()[0].removeprefix("M"))
 
+    @property
+    def clock_ghz(self) -> float:
+        """GPU clock implied by the table (an estimate): FP32 TFLOPS / (cores x 128 lanes x 2 FLOP); on
+        M5 and newer the matrix peak is 4x the ALU rate (the M5 estimate below), so a quarter of it."""
+        alu_tflops = self.matrix_tflops / (4 if self.generation >= 5 else 1)
+        return alu_tflops * 1e3 / (self.gpu_cores * 128 * 2)
+
     def scaled_to(self, gpu_cores: int) -> Chip:
         """The same chip with another (binned) GPU core count: compute scales, bandwidth does not."""
         if gpu_cores == self.gpu_cores:

@@ -23,14 +23,28 @@ def ranked(request):
     return chip, autotune.rank_by_roofline(CANDIDATES, M, N, K, chip=chip)
 
 
-def test_ranking_is_ordered_by_the_estimate_from_the_counts(ranked):
+def test_ranking_is_ordered_by_the_model_estimate_from_the_counts(ranked):
     chip, ranking = ranked
     assert {r.config for r in ranking} == set(CANDIDATES) and len(ranking) == len(CANDIDATES)
-    times = [r.estimate.seconds for r in ranking]
+    times = [r.model.seconds for r in ranking]
     assert times == sorted(times)
-    for r in ranking:  # the estimate is the documented function of the counts, nothing else
+    for r in ranking:  # both estimates are the documented functions of the counts and the tiling, nothing else
         again = roofline.estimate(r.counts, chip)
         assert again.seconds == r.estimate.seconds and r.estimate.chip is chip
+        traffic = autotune.traffic_model(r.config, M, N, K, chip=chip)
+        model = autotune.model_estimate(traffic, chip, matrix_flops=r.estimate.matrix_flops, core_load_bytes=r.counts["device_load_bytes"])
+        assert model == r.model
+
+
+def test_the_traffic_model_counts_what_the_emulator_counts(ranked):
+    """Aligned tiles: the model's core loads are the emulator's device load bytes, its matrix work the
+    counted FLOPs, so `rank_by_model` (no kernel run) and `rank_by_roofline` see the same kernels."""
+    chip, ranking = ranked
+    for r in ranking:
+        traffic = autotune.traffic_model(r.config, M, N, K, chip=chip)
+        assert traffic.core_load_bytes == r.counts["device_load_bytes"]
+        assert traffic.matrix_flops == r.estimate.matrix_flops
+        assert traffic.dram_bytes == (M * K + K * N) * 2 + M * N * 2  # the whole grid is one wave: each panel read once
 
 
 def test_every_candidate_does_exactly_the_gemm_s_matrix_work(ranked):
@@ -47,14 +61,23 @@ def test_every_candidate_does_exactly_the_gemm_s_matrix_work(ranked):
         assert matmul2d[CANDIDATES[0]] == 0 and matmul2d[CANDIDATES[1]] == matmul2d[CANDIDATES[2]] == M * N * K // (16 * 32 * 16)
 
 
-def test_small_tiles_reread_more_and_rank_last(ranked):
-    _, ranking = ranked
+def test_small_tiles_reread_more_but_spread_over_more_cores(ranked):
+    chip, ranking = ranked
     by_config = {r.config: r for r in ranking}
     small, large = by_config[CANDIDATES[0]], by_config[CANDIDATES[1]]
     # each 32x32 tile re-reads its A rows and B columns twice as often as a 64x64 tile
     assert small.counts["device_load_bytes"] > large.counts["device_load_bytes"]
-    assert small.estimate.bound == "memory" and ranking[-1].config == CANDIDATES[0]
+    assert small.estimate.bound == "memory" and small.estimate.seconds > large.estimate.seconds  # cache-blind
     assert small.issue_slots > large.issue_slots
+    # with the caches the grid is one wave and reads each panel once; 16 small tiles then spread over
+    # more cores than 4 large ones, so the busiest core does half the work: on M4 that decides (the
+    # small tiles go first); M5's 4x matrix rate makes their doubled core loads the bound (last)
+    assert small.model.traffic.dram_bytes == large.model.traffic.dram_bytes
+    assert 2 * small.model.traffic.busiest_core_flops == large.model.traffic.busiest_core_flops
+    if chip.name == "M4":
+        assert ranking[0].config == CANDIDATES[0] and small.model.bound == "compute"
+    else:
+        assert ranking[-1].config == CANDIDATES[0] and small.model.bound == "core loads"
     staged = by_config[CANDIDATES[2]]
     assert staged.counts["threadgroup_store_bytes"] > 0 and large.counts["threadgroup_store_bytes"] == 0
 

@@ -95,7 +95,24 @@ def _lowers(cfg: GemmConfig, target) -> bool:
 def test_verdicts_agree_with_lowering(cfg, which):
     """The space's rule is the plugin's: a kept configuration lowers, a dropped one is refused."""
     target = examples.metal4_target() if which == "metal4" else examples.plain_metal_target()
-    assert (rejection(cfg, K=256, target=target) is None) == _lowers(cfg, target)
+    assert (rejection(cfg, K=256, target=target, registers=False) is None) == _lowers(cfg, target)
+
+
+def test_configurations_over_the_register_budget_are_pruned_with_the_reason(space_4096):
+    """128x128 on 128 threads lowers, but its accumulator alone is 128 registers per thread: the space
+    drops it and says so; 256 threads halve the share and it stays. Everything kept fits."""
+    from tilelang_metal.register_budget import estimate_registers
+
+    report = autotune.config_report(4096, 4096, 4096, target=examples.metal4_target())
+    assert report.kept == space_4096
+    over = GemmConfig(SHARED, 128, 128, 128, 32, 2)
+    reasons = dict(report.pruned)
+    assert over in reasons and "173 of 128 32-bit registers" in reasons[over] and "accumulator 128" in reasons[over]
+    assert "over the register budget" in rejection(over, target=examples.metal4_target())
+    assert GemmConfig(DIRECT_GLOBAL, 128, 128, 128) in reasons
+    assert GemmConfig(SHARED, 128, 128, 256, 32, 2) in space_4096
+    assert all(estimate_registers(c, target=True, staging=False).fits for c in space_4096)
+    assert any("registers" in line for line in report.describe())
 
 
 def test_warp_partition_is_the_one_gemm_lowering_uses():

@@ -14,10 +14,11 @@ from typing import Any
 from ..host import tir, tvm
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
-from .accumulator import Accumulator, clear_flag, make_accumulator
+from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
 from .. import config
-from ..scopes import GLOBAL_SCOPES
+from ..register_budget import RegisterDecision, gemm_registers
+from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from .edge_split import interior_condition, uniform_branch
 from .prefetch import prefetched_k_loop
 from .register_operand import has_register_a, left_operand_offset, register_a_elements
@@ -111,13 +112,32 @@ class SimdgroupTiling:
             store = tir.IfThenElse(self.sg < self.part.m_warp * self.part.n_warp, store, None)
         return seq([self.init_accumulator(acc), self._k_loop(a_frag, b_frag, acc), store])
 
+    def _prefetch_applies(self) -> bool:
+        """K-prefetch asked for, direct-global operands, two K steps or more, and (unless forced) the
+        register estimate with the second operand set within the budget."""
+        p = self.p
+        mode = config.k_prefetch_mode()
+        if mode == config.OFF or p.A.scope not in GLOBAL_SCOPES or p.B.scope not in GLOBAL_SCOPES or self.whole_k_steps < 2:
+            return False
+        if mode == config.FORCE:
+            return True
+        acc_dtype = p.C.dtype if p.C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES else ACCUM_DTYPE  # as make_accumulator
+        with_it = gemm_registers(M=p.M, N=p.N, instruction=self.inst, partition=self.part, a_dtype=p.A.dtype, b_dtype=p.B.dtype,
+                                 acc_dtype=acc_dtype, shared=False, prefetch=True)
+        if with_it.fits:
+            return True
+        from . import record  # the package's decision log (cli --explain)
+
+        record(RegisterDecision("K-prefetch", f"T.gemm {p.M}x{p.N}x{p.K} on {self.part.simdgroups} simdgroups", config.PREFIX + "K_PREFETCH", with_it))
+        return False
+
     def build(self, name: str) -> Any:
         p = self.p
         a_frag = local_buffer(self.names[0], self.rows * self.inst.left_elems, p.A.dtype)
         b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
         acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
         self.next_frags = None  # the second operand set of the register prefetch (gemm/prefetch.py)
-        if config.k_prefetch() and p.A.scope in GLOBAL_SCOPES and p.B.scope in GLOBAL_SCOPES and self.whole_k_steps >= 2:
+        if self._prefetch_applies():
             self.next_frags = (
                 local_buffer(self.names[0] + "_next", self.rows * self.inst.left_elems, p.A.dtype),
                 local_buffer(self.names[1] + "_next", self.cols * self.inst.right_elems, p.B.dtype),

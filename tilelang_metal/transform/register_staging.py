@@ -29,8 +29,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host import tile_op_name, tile_region, tir, tvm
-from .. import config
+import math
+
+from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
+from .. import config, register_budget
+from ..isa import SIMD_WIDTH, for_kind
+from ..register_budget import RegisterEstimate
+from ..scopes import FRAGMENT_SCOPES
+from ..selection import select_inst, warp_partition
+from ..target import has_metal4
+from .kernel_launches import kernels
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
@@ -163,15 +171,87 @@ def _stageable(loop: Any) -> list[str]:
     return sorted(names)
 
 
-def mark_function(func: Any) -> Any:
-    if not config.register_staging():
+def _copy_elements(loop: Any) -> dict[str, int]:
+    """Elements per dtype the loop's leading global -> shared copies move per K step (all threads)."""
+    out: dict[str, int] = {}
+    for stmt in _statements(loop.body):
+        region = _staging_copy(stmt)
+        if region is None:
+            break
+        elements = 1
+        for extent in region.extents:
+            elements *= int(extent) if isinstance(extent, (int, tir.IntImm)) else 0
+        dtype = str(region.buffer.dtype)
+        out[dtype] = out.get(dtype, 0) + elements
+    return out
+
+
+def loop_registers(loop: Any, threads: int, metal4: bool) -> RegisterEstimate | None:
+    """The register estimate of a pipelined loop with register staging: the T.gemm calls in its body
+    (accumulators and operand fragments as GemmMetal would plan them) plus the staging array; None
+    when a copy's size is not a constant (nothing to compare)."""
+    copies = _copy_elements(loop)
+    if any(n <= 0 for n in copies.values()):
+        return None
+    staging = sum(register_budget.registers(math.ceil(n / threads), dtype) for dtype, n in copies.items())
+    sites = [f for f in (gemm_call_fields(c) for c in find_nodes(loop.body, [vocab.TIRX_CALL])) if f is not None and f.a_buffer is not None]
+    accumulator = operands = 0
+    shared = False
+    for f in sites:
+        c_scope = str(f.c_buffer.scope())
+        selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, has_metal4=metal4,
+                                route_fragments_to_cooperative_tensor=config.fragment_ct())
+        part = warp_partition(selection, c_scope, f.policy, f.m, f.n, threads // SIMD_WIDTH)
+        if part is None:
+            continue  # GemmMetal refuses it with its own message
+        one = register_budget.gemm_registers(
+            M=f.m, N=f.n, instruction=for_kind(selection.kind), partition=part, a_dtype=str(f.a_buffer.dtype),
+            b_dtype=str(f.b_buffer.dtype), acc_dtype=str(f.c_buffer.dtype) if c_scope in FRAGMENT_SCOPES else "float32", shared=True)
+        accumulator += one.accumulator
+        operands += one.operands
+        shared = True
+    return register_budget.RegisterEstimate(accumulator, operands, 0, staging, register_budget.address_registers(shared=True))
+
+
+def _loop_threads(func: Any) -> dict[Any, int]:
+    """Loop variable of each pipelined loop -> threads of the kernel it runs in."""
+    found = {}
+    for kernel, launch in kernels(func.body):
+        for loop in find_nodes(kernel, [vocab.TIRX_FOR]):
+            if PIPELINE_STAGES_ATTR in loop.annotations and launch.threads:
+                found[loop.loop_var] = int(launch.threads)
+    return found
+
+
+def _fits(loop: Any, threads: int | None, metal4: bool, names: list[str]) -> bool:
+    """Whether staging this loop keeps the register estimate within the budget; records the decision
+    for `--explain` when it does not."""
+    if threads is None or threads % SIMD_WIDTH:
+        return True  # no estimate: staging as before (a GEMM refuses such a launch itself)
+    estimate = loop_registers(loop, threads, metal4)
+    if estimate is None or estimate.fits:
+        return True
+    from .. import gemm as gemm_metal  # the decision log (cli --explain)
+
+    subject = f"the pipelined loop over {loop.loop_var.name} (copies into {', '.join(names)})"
+    gemm_metal.record(register_budget.RegisterDecision("register staging", subject, config.PREFIX + "REGISTER_STAGING", estimate))
+    return False
+
+
+def mark_function(func: Any, target: Any = None) -> Any:
+    mode = config.register_staging_mode()
+    if mode == config.OFF:
         return func
+    threads_of = _loop_threads(func) if mode == config.FIT else {}
+    metal4 = target is not None and has_metal4(target)
 
     def postorder(node: Any) -> Any:
         if PIPELINE_STAGES_ATTR not in node.annotations:
             return None
         names = _stageable(node)
         if not names:
+            return None
+        if mode == config.FIT and not _fits(node, threads_of.get(node.loop_var), metal4, names):
             return None
         annotations = dict(node.annotations.items())
         annotations[STAGED_BUFFERS_ATTR] = names
@@ -180,7 +260,9 @@ def mark_function(func: Any) -> Any:
     return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR]))
 
 
-MarkRegisterStaging = per_function_pass("tilelang_metal.MarkRegisterStaging", mark_function)
+def MarkRegisterStaging(mod: Any, target: Any = None) -> Any:
+    """Mark the pipelined loops whose copies may split (see `mark_function`), on every PrimFunc."""
+    return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, target))(mod)
 
 
 # ---------------------------------------------------------------------------------------------
