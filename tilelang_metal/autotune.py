@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import config as settings
-from .isa import SIMD_WIDTH
+from .isa import METAL4_FEATURE, SIMD_WIDTH
 from .register_budget import estimate_registers
 from .roofline import Chip, RooflineEstimate, estimate
-from .selection import WarpPolicy, select_inst, warp_partition
+from .selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
 
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
 PATHS = (DIRECT_GLOBAL, SHARED)
@@ -95,7 +95,7 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     k_extent = cfg.block_k if shared else K  # direct-global: the T.gemm spans the whole K
     selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=k_extent, threads=cfg.threads,
                             policy=WarpPolicy.SQUARE, has_metal4=_has_metal4(target),
-                            route_fragments_to_cooperative_tensor=settings.fragment_ct())
+                            route_fragments_to_cooperative_tensor=settings.fragment_ct(), features=_features(target))
     if warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH) is None:
         return f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups"
     if not registers:
@@ -114,6 +114,13 @@ def _has_metal4(target: Any) -> bool:
     from .target import has_metal4
 
     return has_metal4(resolve_target(target if target is not None else "metal"))
+
+
+def _features(target: Any) -> frozenset[str]:
+    from .host import resolve_target
+    from .target import target_features
+
+    return target_features(resolve_target(target if target is not None else "metal"))
 
 
 def _useful(extent: int, tile: int, candidates: Iterable[int]) -> bool:
@@ -151,7 +158,7 @@ def config_report(
     block_ks: Sequence[int] = BLOCK_KS,
     stages: Sequence[int] = STAGES,
     swizzles: Sequence[int] = SWIZZLES,
-    min_simdgroup_elements: int = 16 * 32,
+    min_simdgroup_elements: int | None = None,
 ) -> SpaceReport:
     """Every configuration the plugin accepts for an M x N x K GEMM on `target` (default: this host's
     "metal"), minus the hopeless ones: tiles a smaller one covers as well, swizzle panels taller than
@@ -160,6 +167,9 @@ def config_report(
     register estimate is over the budget (register_budget.py). `pruned` says why each one went."""
     if dtype not in _BYTES:
         raise ValueError(f"dtype {dtype!r}: use one of {tuple(_BYTES)}")
+    if min_simdgroup_elements is None:
+        found = cooperative_instructions({METAL4_FEATURE})
+        min_simdgroup_elements = found[0].m * found[0].n if found else 0
     ms, ns = sorted({t[0] for t in tiles}), sorted({t[1] for t in tiles})
     kept: list[GemmConfig] = []
     pruned: list[tuple[GemmConfig, str]] = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .host import tir
-from .isa import MatrixInstruction
+from .isa import REGISTRY, MatrixInstruction
 from .host import vocab
 
 
@@ -23,8 +23,8 @@ from .host import vocab
 class CooperativeMma:
     """C chunk `c_chunk` += A[a_offset : +left] x B[b_offset : +right] on one MPP matmul2d.
 
-    A, B and C are per-thread arrays in the instruction's lane layout; the shape names the
-    instruction (isa.cooperative_instruction)."""
+    A, B and C are per-thread arrays in the instruction's lane layout; the call names the
+    instruction (`isa.REGISTRY`)."""
 
     c: Any
     c_chunk: Any
@@ -32,9 +32,7 @@ class CooperativeMma:
     a_offset: Any
     b: Any
     b_offset: Any
-    m: int
-    n: int
-    k: int
+    instruction: MatrixInstruction
 
 
 CT_MMA = "tlm_ct_mma"
@@ -52,28 +50,39 @@ def op_name(call: Any) -> str:
 
 
 def build_ct_mma(inst: MatrixInstruction, c: Any, c_chunk: Any, a: Any, a_offset: Any, b: Any, b_offset: Any) -> Any:
-    return tir.Evaluate(tir.call_extern("handle", CT_MMA, c, c_chunk, a, a_offset, b, b_offset, inst.m, inst.n, inst.k))
+    return tir.Evaluate(tir.call_extern("handle", CT_MMA, c, c_chunk, a, a_offset, b, b_offset, inst.name))
 
 
 def match_ct_mma(call: Any) -> CooperativeMma | None:
     if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != CT_MMA:
         return None
-    c, c_chunk, a, a_offset, b, b_offset, m, n, k = call.args[1:]
-    return CooperativeMma(c, c_chunk, a, a_offset, b, b_offset, int(m), int(n), int(k))
+    c, c_chunk, a, a_offset, b, b_offset, name = call.args[1:]
+    return CooperativeMma(c, c_chunk, a, a_offset, b, b_offset, REGISTRY.named(str(name.value)))
 
 
-# simdgroup_matrix<T, 8, 8> operations: `matrix` is an array of matrices, `index` selects one.
-def build_sg_load(matrix: Any, index: Any, address: Any, stride: Any, transpose: bool) -> Any:
-    return tir.Evaluate(tir.call_intrin("handle", SG_LOAD, matrix, index, address, stride, 8, 8, tir.const(transpose, "bool")))
+# simdgroup_matrix<T, rows, cols> operations: `matrix` is an array of matrices, `index` selects one.
+# TVM's builtins carry the matrix shape on loads, stores and fills (not on the multiply).
+def build_sg_load(matrix: Any, index: Any, address: Any, stride: Any, transpose: bool, rows: int, cols: int) -> Any:
+    return tir.Evaluate(tir.call_intrin("handle", SG_LOAD, matrix, index, address, stride, rows, cols, tir.const(transpose, "bool")))
 
 
-def build_sg_store(matrix: Any, index: Any, address: Any, stride: Any) -> Any:
-    return tir.Evaluate(tir.call_intrin("handle", SG_STORE, matrix, index, address, stride, 8, 8, tir.const(False, "bool")))
+def build_sg_store(matrix: Any, index: Any, address: Any, stride: Any, rows: int, cols: int) -> Any:
+    return tir.Evaluate(tir.call_intrin("handle", SG_STORE, matrix, index, address, stride, rows, cols, tir.const(False, "bool")))
 
 
-def build_sg_fill(matrix: Any, index: Any, value: Any) -> Any:
+def build_sg_fill(matrix: Any, index: Any, value: Any, rows: int, cols: int) -> Any:
     """Matrix `index` of `matrix` := every element `value` (make_filled_simdgroup_matrix)."""
-    return tir.Evaluate(tir.call_intrin("handle", SG_FILL, matrix, index, value, 8, 8))
+    return tir.Evaluate(tir.call_intrin("handle", SG_FILL, matrix, index, value, rows, cols))
+
+
+def sg_shape(call: Any) -> tuple[int, int] | None:
+    """(rows, cols) a simdgroup load, store or fill names (None for other calls)."""
+    name = op_name(call)
+    if name in (SG_LOAD, SG_STORE):
+        return int(call.args[4]), int(call.args[5])
+    if name == SG_FILL:
+        return int(call.args[3]), int(call.args[4])
+    return None
 
 
 def build_sg_mma(c: Any, c_index: Any, a: Any, a_index: Any, b: Any, b_index: Any) -> Any:

@@ -1,18 +1,29 @@
-"""Matrix instructions of Apple GPUs, described once: shapes, per-lane element counts, lane maps.
+"""Matrix instructions of Apple GPUs as data, and the registry the compiler picks them from.
 
-Selection, the GEMM lowering, the matrix-storage pass, the printer and the tests all read the
-instruction shape from here; nothing else writes `16`, `32` or `8` for a fragment. Adding an MPP
-shape means a new `MatrixInstruction` here, its layout in the emulator shim (`shim/tlm/layouts.h`,
-written independently from the provenance in docs/lane_layouts.md) and tests.
+A `MatrixInstruction` owns everything the compiler knows about one matrix multiply-accumulate
+instruction: its name (also its emulator counter name), its selection kind, its shape (m, n, k),
+its three operand roles (left m x k, right k x n, destination m x n), each with a lane map, the MSL
+spelling the printer needs, its FLOPs per execution and the target features it requires.
+Selection, the GEMM lowering, the matrix-storage pass, the printer, the emulator's counter names
+and the roofline read these fields; nothing else writes `16`, `32` or `8` for a fragment.
 
-The lane maps are written with `//` and `%` only, so the same formulas work on Python ints and on
-TIR expressions (tilelang's layout inference accepts floordiv/floormod, not bitwise ops). They are
-module-level functions looked up at call time, which is what the lane-layout mutation tests patch.
+A lane map is a table of bit fields (`Field`): row and column of element `e` of lane `l` are sums
+of `weight * ((source // divisor) % 2**width)` over the fields, and `lane_of` / `elem_of` are the
+same table read backwards. Only `//` and `%` appear, so the same tables evaluate on Python ints and
+on TIR expressions (tilelang's layout inference accepts floordiv/floormod, not bitwise ops). The
+emulator shim writes its own layouts (`shim/tlm/layouts.h`, from the provenance in
+docs/lane_layouts.md), so a wrong table here makes the numeric tests fail.
+
+Adding an instruction is a `REGISTRY.register(MatrixInstruction(...))` (see docs/architecture.md for
+the emulator side).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 SIMD_WIDTH = 32  # lanes per simdgroup on every Apple GPU
@@ -20,119 +31,323 @@ SIMD_WIDTH = 32  # lanes per simdgroup on every Apple GPU
 SIMDGROUP_KIND = "metal.simdgroup"
 COOPERATIVE_TENSOR_KIND = "metal.cooperative_tensor"
 
+METAL4_FEATURE = "metal4"  # the target key of Metal 4 (target.METAL4_KEY): MPP tensor operations
 
-def _bit(x: Any, k: int) -> Any:
-    return (x // (1 << k)) % 2
+LANE, ELEM = "lane", "elem"  # sources of a forward lane map
+ROW, COL = "row", "col"  # sources of an inverse one
 
-
-# ---------------------------------------------------------------- simdgroup_matrix<T, 8, 8>
-# thread_elements(): two horizontally adjacent elements per lane.
-
-
-def sg_row(lane: Any) -> Any:
-    """Row of both thread elements of `lane` in an 8x8 simdgroup matrix."""
-    return 4 * _bit(lane, 4) + 2 * _bit(lane, 2) + _bit(lane, 1)
+_UNBOUNDED = 0  # Field.width: every bit from `divisor` up (no modulus)
 
 
-def sg_col(lane: Any, elem: Any) -> Any:
-    """Column of thread element `elem` (0 or 1) of `lane` in an 8x8 simdgroup matrix."""
-    return 4 * _bit(lane, 3) + 2 * _bit(lane, 0) + elem
+@dataclass(frozen=True)
+class Field:
+    """`weight * ((source // divisor) % 2**width)`: `width` bits of `source` starting at bit
+    log2(divisor), placed at bit log2(weight) of the result (width 0: all remaining bits)."""
+
+    source: str
+    divisor: int
+    weight: int
+    width: int = 1
+
+    def evaluate(self, values: dict[str, Any]) -> Any:
+        x = values[self.source] // self.divisor
+        if self.width != _UNBOUNDED:
+            x = x % (1 << self.width)
+        return x if self.weight == 1 else self.weight * x
 
 
-def sg_lane_of(row: Any, col: Any) -> Any:
-    """Inverse of (sg_row, sg_col): which lane holds element (row, col)."""
-    return 16 * _bit(row, 2) + 8 * _bit(col, 2) + 4 * _bit(row, 1) + 2 * _bit(row, 0) + _bit(col, 1)
+def bits(source: str, low: int, *, at: int, width: int = 1) -> Field:
+    """`width` bits of `source` from bit `low`, placed at bit `at` (width 0: all bits from `low`)."""
+    return Field(source, 1 << low, 1 << at, width)
 
 
-def sg_elem_of(row: Any, col: Any) -> Any:
-    return col % 2
+def _sum(fields: tuple[Field, ...], values: dict[str, Any]) -> Any:
+    terms = [f.evaluate(values) for f in fields]
+    total = terms[0] if terms else 0
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
-# ---------------------------------------------------------------- MPP cooperative tensors
-# matmul2d(16, 32, 16): left 16x16, right and destination 16x32. Lane l owns runs of 4 consecutive
-# columns; element e picks the run: +8 rows for bit 2 of e, +16 columns for bit 3 of e.
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
 
 
-def ct_base_row(lane: Any) -> Any:
-    return 4 * _bit(lane, 4) + 2 * _bit(lane, 2) + _bit(lane, 1)
+@dataclass(frozen=True)
+class LaneMap:
+    """Where element `elem` of lane `lane` sits in a fragment: `row` and `col` as bit-field tables of
+    the sources `lane` and `elem` (fields of elem bits the fragment does not have are ignored)."""
+
+    row: tuple[Field, ...]
+    col: tuple[Field, ...]
 
 
-def ct_base_col(lane: Any) -> Any:
-    return 8 * _bit(lane, 3) + 4 * _bit(lane, 0)
+@dataclass(frozen=True)
+class Operand:
+    """One operand role of an instruction: its fragment shape and its lane map."""
 
+    role: str  # "left" | "right" | "destination"
+    rows: int
+    cols: int
+    lane_map: LaneMap
 
-def ct_row(lane: Any, elem: Any) -> Any:
-    """Row of cooperative-tensor element `elem` of `lane` (16-row fragments)."""
-    return ct_base_row(lane) + 8 * _bit(elem, 2)
+    @property
+    def elems(self) -> int:
+        """Elements of the fragment each lane holds."""
+        return self.rows * self.cols // SIMD_WIDTH
 
+    def _forward(self, table: tuple[Field, ...]) -> tuple[Field, ...]:
+        elem_bits = _log2(self.elems)
+        return tuple(f for f in table if f.source != ELEM or _log2(f.divisor) < elem_bits)
 
-def ct_col(lane: Any, elem: Any) -> Any:
-    """Column of cooperative-tensor element `elem` of `lane` (16- or 32-column fragments)."""
-    return 16 * (elem // 8) + ct_base_col(lane) + elem % 4
+    def row(self, lane: Any, elem: Any) -> Any:
+        return _sum(self._forward(self.lane_map.row), {LANE: lane, ELEM: elem})
 
+    def col(self, lane: Any, elem: Any) -> Any:
+        return _sum(self._forward(self.lane_map.col), {LANE: lane, ELEM: elem})
 
-def ct_lane_of(row: Any, col: Any) -> Any:
-    """Inverse of (ct_row, ct_col) for a 16x32 destination fragment."""
-    return 16 * _bit(row, 2) + 8 * _bit(col, 3) + 4 * _bit(row, 1) + 2 * _bit(row, 0) + _bit(col, 2)
+    def _inverse(self, target: str) -> tuple[Field, ...]:
+        """The fields of `target` (lane or elem) as functions of row and col, highest bits first. A
+        field reading the top bits of its coordinate needs no modulus."""
+        out = []
+        for coordinate, extent, table in ((ROW, self.rows, self.lane_map.row), (COL, self.cols, self.lane_map.col)):
+            for f in self._forward(table):
+                if f.source != target:
+                    continue
+                low = _log2(f.weight)
+                source_bits = _log2(SIMD_WIDTH) if f.source == LANE else _log2(self.elems)
+                width = f.width or source_bits - _log2(f.divisor)
+                top = low + width >= _log2(extent)
+                out.append(Field(coordinate, f.weight, f.divisor, _UNBOUNDED if top else width))
+        return tuple(sorted(out, key=lambda f: -f.weight))
 
+    def lane_of(self, row: Any, col: Any) -> Any:
+        """Inverse of (row, col): which lane holds element (row, col)."""
+        return _sum(self._inverse(LANE), {ROW: row, COL: col})
 
-def ct_elem_of(row: Any, col: Any) -> Any:
-    return 8 * (col // 16) + 4 * (row // 8) + col % 4
+    def elem_of(self, row: Any, col: Any) -> Any:
+        """Inverse of (row, col): which of its elements element (row, col) is."""
+        return _sum(self._inverse(ELEM), {ROW: row, COL: col})
+
+    @cached_property
+    def run(self) -> int:
+        """Consecutive columns of one row that a lane holds as consecutive elements (aligned runs
+        from element 0): the widest per-lane vector access of the fragment."""
+        run = self.elems
+        while run > 1:
+            if all(
+                self.row(lane, e) == self.row(lane, e - e % run) and self.col(lane, e) == self.col(lane, e - e % run) + e % run
+                for lane in range(SIMD_WIDTH)
+                for e in range(self.elems)
+            ):
+                return run
+            run //= 2
+        return 1
+
+    def check(self, name: str) -> None:
+        """ValueError unless the map is a bijection between (lane, elem) and the fragment and the
+        inverse tables invert it."""
+        if self.rows * self.cols != SIMD_WIDTH * self.elems:
+            raise ValueError(f"{name} {self.role}: a {self.rows}x{self.cols} fragment is not a whole number of elements per lane")
+        seen = set()
+        for lane in range(SIMD_WIDTH):
+            for e in range(self.elems):
+                r, c = self.row(lane, e), self.col(lane, e)
+                if not (0 <= r < self.rows and 0 <= c < self.cols) or (r, c) in seen:
+                    raise ValueError(f"{name} {self.role}: lane {lane} element {e} maps to ({r}, {c}), outside or taken")
+                seen.add((r, c))
+                if (self.lane_of(r, c), self.elem_of(r, c)) != (lane, e):
+                    raise ValueError(f"{name} {self.role}: lane_of / elem_of do not invert ({lane}, {e}) -> ({r}, {c})")
 
 
 @dataclass(frozen=True)
 class MatrixInstruction:
-    """One matrix multiply-accumulate instruction: C[m x n] += A[m x k] * B[k x n] per simdgroup."""
+    """C[m x n] += A[m x k] * B[k x n] on one simdgroup, as data."""
 
-    kind: str  # the selection kind this instruction implements
+    name: str  # unique; also the emulator counter of its executions
+    kind: str  # the selection kind it implements (docs/selection.md)
     m: int
     n: int
     k: int
-    left_elems: int  # elements per lane of the A / B / C fragments
-    right_elems: int
-    dest_elems: int
-    run: int  # consecutive columns one lane owns in a layout row (the widest per-lane vector access)
+    left: Operand
+    right: Operand
+    destination: Operand
+    operation: str  # the MSL operation: "matmul2d", "simdgroup_multiply_accumulate", ...
+    msl: str  # the printer's spelling: the matmul2d descriptor, or the simdgroup matrix type, as a format string
+    requires: frozenset[str] = field(default_factory=frozenset)  # target features (keys)
+    selectable: bool = True  # False: only counted (foreign kernels use it), never chosen for a T.gemm
 
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.m, self.n, self.k)
 
     @property
-    def cooperative(self) -> bool:
-        return self.kind == COOPERATIVE_TENSOR_KIND
+    def counter(self) -> str:
+        return self.name
 
-    # Lane maps of the destination (and, for the operands, of their sub-blocks): dispatch by kind
-    # to the module functions above, looked up at call time.
+    @property
+    def flops(self) -> int:
+        """FLOPs of one execution (a multiply and an add per product term)."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def left_elems(self) -> int:
+        return self.left.elems
+
+    @property
+    def right_elems(self) -> int:
+        return self.right.elems
+
+    @property
+    def dest_elems(self) -> int:
+        return self.destination.elems
+
+    @property
+    def run(self) -> int:
+        """The run width every role shares (the GEMM lowering gathers operands in runs of it)."""
+        return min(self.left.run, self.right.run, self.destination.run)
+
+    # The destination's lane maps (an operand's sub-blocks use its own role's map).
     def row(self, lane: Any, elem: Any) -> Any:
-        return ct_row(lane, elem) if self.cooperative else sg_row(lane)
+        return self.destination.row(lane, elem)
 
     def col(self, lane: Any, elem: Any) -> Any:
-        return ct_col(lane, elem) if self.cooperative else sg_col(lane, elem)
+        return self.destination.col(lane, elem)
 
     def lane_of(self, row: Any, col: Any) -> Any:
-        return ct_lane_of(row, col) if self.cooperative else sg_lane_of(row, col)
+        return self.destination.lane_of(row, col)
 
     def elem_of(self, row: Any, col: Any) -> Any:
-        return ct_elem_of(row, col) if self.cooperative else sg_elem_of(row, col)
+        return self.destination.elem_of(row, col)
+
+    def check(self) -> None:
+        shapes = {"left": (self.m, self.k), "right": (self.k, self.n), "destination": (self.m, self.n)}
+        for role, op in (("left", self.left), ("right", self.right), ("destination", self.destination)):
+            if op.role != role or (op.rows, op.cols) != shapes[role]:
+                raise ValueError(f"{self.name}: the {role} operand must be {shapes[role][0]}x{shapes[role][1]}, got {op.role} {op.rows}x{op.cols}")
+            op.check(self.name)
 
 
-SIMDGROUP_8x8x8 = MatrixInstruction(SIMDGROUP_KIND, 8, 8, 8, left_elems=2, right_elems=2, dest_elems=2, run=2)
-MATMUL2D_16x32x16 = MatrixInstruction(COOPERATIVE_TENSOR_KIND, 16, 32, 16, left_elems=8, right_elems=16, dest_elems=16, run=4)
-
-INSTRUCTIONS = (SIMDGROUP_8x8x8, MATMUL2D_16x32x16)
-
-
-def for_kind(kind: str) -> MatrixInstruction:
-    """The instruction a selection kind lowers to."""
-    for inst in INSTRUCTIONS:
-        if inst.kind == kind:
-            return inst
-    raise KeyError(f"no matrix instruction for kind {kind}")
+def roles(m: int, n: int, k: int, left: LaneMap, right: LaneMap | None = None, destination: LaneMap | None = None) -> dict[str, Operand]:
+    """The three operand roles of an m x n x k instruction (right and destination default to the left's map)."""
+    return {
+        "left": Operand("left", m, k, left),
+        "right": Operand("right", k, n, right or left),
+        "destination": Operand("destination", m, n, destination or left),
+    }
 
 
-def cooperative_instruction(m: int, n: int, k: int) -> MatrixInstruction:
-    """The cooperative-tensor instruction of shape (m, n, k), as named by a `tlm_ct_mma` call."""
-    for inst in INSTRUCTIONS:
-        if inst.cooperative and inst.shape == (m, n, k):
-            return inst
-    raise KeyError(f"no cooperative-tensor instruction of shape {m}x{n}x{k}")
+# ---------------------------------------------------------------- simdgroup_matrix<T, 8, 8>
+# thread_elements(): two horizontally adjacent elements per lane; A, B and C share the map.
+SIMDGROUP_8x8_MAP = LaneMap(
+    row=(bits(LANE, 4, at=2), bits(LANE, 2, at=1), bits(LANE, 1, at=0)),
+    col=(bits(LANE, 3, at=2), bits(LANE, 0, at=1), bits(ELEM, 0, at=0, width=0)),
+)
+
+# ---------------------------------------------------------------- MPP cooperative tensors
+# matmul2d(16, 32, 16): left 16x16, right and destination 16x32. Lane l owns runs of 4 consecutive
+# columns; element e picks the run: +8 rows for bit 2 of e, +16 columns for bit 3 of e.
+MATMUL2D_16x32_MAP = LaneMap(
+    row=(bits(LANE, 4, at=2), bits(LANE, 2, at=1), bits(LANE, 1, at=0), bits(ELEM, 2, at=3)),
+    col=(bits(ELEM, 3, at=4, width=0), bits(LANE, 3, at=3), bits(LANE, 0, at=2), bits(ELEM, 0, at=0, width=2)),
+)
+
+_MATMUL2D_DESCRIPTOR = (
+    "mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, {relaxed}, "
+    "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate)"
+)
+_SIMDGROUP_TYPE = "simdgroup_{scalar}{rows}x{cols}"
+
+
+def matmul2d(m: int, n: int, k: int, left: LaneMap, right: LaneMap | None = None, destination: LaneMap | None = None,
+             *, requires: Iterable[str] = (METAL4_FEATURE,), selectable: bool = True) -> MatrixInstruction:
+    """An MPP matmul2d instruction (multiply_accumulate, no transposes)."""
+    return MatrixInstruction(
+        f"matmul2d_{m}x{n}x{k}", COOPERATIVE_TENSOR_KIND, m, n, k, **roles(m, n, k, left, right, destination),
+        operation="matmul2d", msl=_MATMUL2D_DESCRIPTOR, requires=frozenset(requires), selectable=selectable,
+    )
+
+
+def simdgroup_matrix_op(operation: str, *, selectable: bool) -> MatrixInstruction:
+    """A simdgroup_matrix<T, 8, 8> operation (8x8 is the only shape MSL has)."""
+    return MatrixInstruction(
+        f"{operation}_8x8x8", SIMDGROUP_KIND, 8, 8, 8, **roles(8, 8, 8, SIMDGROUP_8x8_MAP),
+        operation=operation, msl=_SIMDGROUP_TYPE, selectable=selectable,
+    )
+
+
+MATMUL2D_16x32x16 = matmul2d(16, 32, 16, MATMUL2D_16x32_MAP)
+SIMDGROUP_8x8x8 = simdgroup_matrix_op("simdgroup_multiply_accumulate", selectable=True)
+SIMDGROUP_MULTIPLY_8x8x8 = simdgroup_matrix_op("simdgroup_multiply", selectable=False)  # foreign kernels only
+
+
+class Registry:
+    """The known instructions, in preference order (selection takes the first that fits)."""
+
+    def __init__(self, instructions: Iterable[MatrixInstruction]):
+        self._instructions: list[MatrixInstruction] = []
+        for inst in instructions:
+            self.register(inst)
+
+    def __iter__(self) -> Iterator[MatrixInstruction]:
+        return iter(list(self._instructions))
+
+    def register(self, inst: MatrixInstruction, *, first: bool = False) -> MatrixInstruction:
+        """Add `inst` (checked: shapes, bijective lane maps); `first` makes it the preferred one."""
+        if any(other.name == inst.name for other in self._instructions):
+            raise ValueError(f"a matrix instruction named {inst.name} is already registered")
+        inst.check()
+        self._instructions.insert(0 if first else len(self._instructions), inst)
+        return inst
+
+    def unregister(self, name: str) -> None:
+        self._instructions.remove(self.named(name))
+
+    @contextlib.contextmanager
+    def registered(self, inst: MatrixInstruction, *, first: bool = False) -> Iterator[MatrixInstruction]:
+        """`inst` is registered while the block runs (tests, experiments)."""
+        self.register(inst, first=first)
+        try:
+            yield inst
+        finally:
+            self.unregister(inst.name)
+
+    @contextlib.contextmanager
+    def substituted(self, inst: MatrixInstruction) -> Iterator[MatrixInstruction]:
+        """`inst` stands in for the registered instruction of the same name while the block runs
+        (the lane-layout mutation tests give an instruction a wrong lane map this way)."""
+        old = self.named(inst.name)
+        inst.check()
+        at = self._instructions.index(old)
+        self._instructions[at] = inst
+        try:
+            yield inst
+        finally:
+            self._instructions[self._instructions.index(inst)] = old
+
+    def named(self, name: str) -> MatrixInstruction:
+        for inst in self._instructions:
+            if inst.name == name:
+                return inst
+        raise KeyError(f"no matrix instruction named {name}")
+
+    def available(self, features: Iterable[str]) -> list[MatrixInstruction]:
+        """The selectable instructions a target with these features (keys) has, in preference order."""
+        have = set(features)
+        return [inst for inst in self._instructions if inst.selectable and inst.requires <= have]
+
+    def of_kind(self, kind: str, features: Iterable[str]) -> list[MatrixInstruction]:
+        return [inst for inst in self.available(features) if inst.kind == kind]
+
+    def simdgroup_matrix(self, rows: int = 8, cols: int = 8) -> MatrixInstruction:
+        """The simdgroup multiply-accumulate on `rows x cols` matrices (what a simdgroup builtin's
+        matrices are, as the IR names only their shape)."""
+        for inst in self._instructions:
+            if inst.kind == SIMDGROUP_KIND and inst.selectable and (inst.m, inst.n) == (rows, cols):
+                return inst
+        raise KeyError(f"no simdgroup matrix instruction of shape {rows}x{cols}")
+
+
+REGISTRY = Registry((MATMUL2D_16x32x16, SIMDGROUP_8x8x8, SIMDGROUP_MULTIPLY_8x8x8))
+# The instructions the emulator runtime counts, in the order of its counter rows (shim/tlm/runtime_api.h).
+COUNTED = tuple(REGISTRY)

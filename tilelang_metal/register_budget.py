@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .isa import SIMD_WIDTH, MatrixInstruction, for_kind
+from .isa import SIMD_WIDTH, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 from .selection import Partition, WarpPolicy, select_inst, warp_partition
 
@@ -169,7 +169,7 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
         raise ValueError(f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups")
     with_staging = (shared and cfg.num_stages >= 2) if staging is None else bool(staging)
     elements = staging_elements(cfg.block_m, cfg.block_n, cfg.block_k, cfg.threads) if with_staging else 0
-    return gemm_registers(M=cfg.block_m, N=cfg.block_n, instruction=for_kind(selection.kind), partition=part, a_dtype=dtype,
+    return gemm_registers(M=cfg.block_m, N=cfg.block_n, instruction=selection.instruction, partition=part, a_dtype=dtype,
                           b_dtype=dtype, acc_dtype=acc_dtype, shared=shared, staging_elements=elements, staging_dtype=dtype,
                           prefetch=prefetch and not shared)
 

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from .isa import REGISTRY
+
 _APPLE_NEWS = "Apple Newsroom"
 
 
@@ -119,12 +121,13 @@ def _gpu_cores() -> int | None:
     return int(match.group(1)) if match else None
 
 
-# FLOPs of one execution of each matrix counter (emulator/instrument.py COUNTER_NAMES).
-MATRIX_FLOPS: dict[str, int] = {
-    "matmul2d_16x32x16": 2 * 16 * 32 * 16,
-    "simdgroup_multiply_accumulate_8x8x8": 2 * 8 * 8 * 8,
-    "simdgroup_multiply_8x8x8": 2 * 8 * 8 * 8,
-}
+def matrix_flops() -> dict[str, int]:
+    """FLOPs of one execution of each matrix counter, from the instruction registry (its counter
+    names are the emulator's: emulator/instrument.py COUNTER_NAMES)."""
+    return {inst.counter: inst.flops for inst in REGISTRY}
+
+
+MATRIX_FLOPS: dict[str, int] = matrix_flops()  # the registry as shipped
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class RooflineEstimate:
 
 def estimate(total: dict[str, int], on: Chip) -> RooflineEstimate:
     """Roofline time of one launch from `counters(...).total`."""
-    flops = sum(int(total.get(name, 0)) * per for name, per in MATRIX_FLOPS.items())
+    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
     moved = int(total.get("device_load_bytes", 0)) + int(total.get("device_store_bytes", 0))
     return RooflineEstimate(on, flops, moved, flops / (on.matrix_tflops * 1e12), moved / (on.bandwidth_gbs * 1e9))
 

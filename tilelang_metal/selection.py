@@ -1,6 +1,7 @@
 """Instruction selection for `T.gemm` on Metal: pure functions of shape, scope, policy and target keys.
 
-Stage 1 of the spec (section 2.1) chooses between two instruction kinds:
+Stage 1 of the spec (section 2.1) chooses between two instruction kinds; the `Selection` carries
+the instruction itself (`isa.REGISTRY`, filtered by the target's features), its kind derived from it:
 
 | condition                                                          | kind                      |
 |--------------------------------------------------------------------|---------------------------|
@@ -17,16 +18,16 @@ cooperative tensors. Nothing here touches TVM, so the table is unit-testable wit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from .isa import COOPERATIVE_TENSOR_KIND, MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, SIMDGROUP_KIND
+from .isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE, REGISTRY, SIMD_WIDTH, SIMDGROUP_KIND, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 
 SIMDGROUP = SIMDGROUP_KIND
 COOPERATIVE_TENSOR = COOPERATIVE_TENSOR_KIND
-_CT = MATMUL2D_16x32x16
 
 
 class WarpPolicy(IntEnum):
@@ -56,9 +57,31 @@ class Partition:
 
 @dataclass(frozen=True)
 class Selection:
-    kind: str
+    instruction: MatrixInstruction
     reason: str
     partition: Partition | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.instruction.kind
+
+
+def features_of(has_metal4: bool, features: Iterable[str] = ()) -> frozenset[str]:
+    """The target features selection filters the registry by: the target's keys (`metal4` among them)."""
+    return frozenset(features) | ({METAL4_FEATURE} if has_metal4 else frozenset())
+
+
+def simdgroup_instruction(features: Iterable[str] = ()) -> MatrixInstruction:
+    """The simdgroup instruction: the fallback every Metal target has."""
+    found = REGISTRY.of_kind(SIMDGROUP, features)
+    if not found:
+        raise LookupError("no simdgroup matrix instruction is registered (isa.REGISTRY)")
+    return found[0]
+
+
+def cooperative_instructions(features: Iterable[str]) -> list[MatrixInstruction]:
+    """The cooperative-tensor instructions of a target with these features, in preference order."""
+    return REGISTRY.of_kind(COOPERATIVE_TENSOR, features)
 
 
 def _factor_pairs(n: int) -> list[tuple[int, int]]:
@@ -123,7 +146,7 @@ def row_partition(M: int, N: int, num_warps: int, frag_m: int, frag_n: int, *, s
     return Partition(m_warp, n_warp, rest // n_warp)
 
 
-def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int = SIMDGROUP_8x8x8.m) -> Partition | None:
+def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int | None = None) -> Partition | None:
     """The square split tilelang's own T.copy lowering assumes for `metal.simdgroup` buffers.
 
     A `metal.simdgroup` accumulator is written back by tilelang's copy op, which partitions the
@@ -131,6 +154,7 @@ def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int =
     whose per-simdgroup fragment grid best matches the tile's aspect ratio). GemmMetal must use
     the same split for such accumulators or the copy would read fragments of another simdgroup.
     """
+    frag = simdgroup_instruction().m if frag is None else frag
     best, best_balance = None, float("inf")
     for m in range(1, min(num_warps, M // frag) + 1):
         if num_warps % m:
@@ -144,40 +168,52 @@ def copy_compatible_square_partition(M: int, N: int, num_warps: int, frag: int =
     return best
 
 
-def cooperative_tensor_blockers(policy: int, M: int, N: int, K: int, num_warps: int) -> list[str]:
-    """Why CanUseCooperativeTensor is false (empty list when it is true)."""
+def _default_cooperative() -> MatrixInstruction:
+    found = cooperative_instructions({METAL4_FEATURE})
+    if not found:
+        raise LookupError("no cooperative-tensor instruction is registered for metal4 (isa.REGISTRY)")
+    return found[0]
+
+
+def cooperative_tensor_blockers(
+    policy: int, M: int, N: int, K: int, num_warps: int, inst: MatrixInstruction | None = None
+) -> list[str]:
+    """Why CanUseCooperativeTensor is false for `inst` (default: metal4's preferred cooperative
+    instruction); empty list when it is true."""
+    inst = inst or _default_cooperative()
     reasons = []
-    if M % _CT.m:
-        reasons.append(f"M={M} is not a multiple of {_CT.m}")
-    if N % _CT.n:
-        reasons.append(f"N={N} is not a multiple of {_CT.n}")
-    if K % _CT.k:
-        reasons.append(f"K={K} is not a multiple of {_CT.k}")
+    if M % inst.m:
+        reasons.append(f"M={M} is not a multiple of {inst.m}")
+    if N % inst.n:
+        reasons.append(f"N={N} is not a multiple of {inst.n}")
+    if K % inst.k:
+        reasons.append(f"K={K} is not a multiple of {inst.k}")
     if num_warps <= 0:
         reasons.append("fewer than 32 threads: no whole simdgroup")
-    elif not reasons and choose_partition(policy, M, N, num_warps, _CT.m, _CT.n) is None:
+    elif not reasons and choose_partition(policy, M, N, num_warps, inst.m, inst.n) is None:
         reasons.append(
             f"{WarpPolicy(int(policy)).name} policy cannot split {num_warps} simdgroups over a {M}x{N} tile "
-            f"in whole {_CT.m}x{_CT.n} fragments"
+            f"in whole {inst.m}x{inst.n} fragments"
         )
     return reasons
 
 
-def can_use_cooperative_tensor(policy: int, M: int, N: int, K: int, num_warps: int) -> bool:
+def can_use_cooperative_tensor(policy: int, M: int, N: int, K: int, num_warps: int, inst: MatrixInstruction | None = None) -> bool:
     """The spec's CanUseCooperativeTensor: a pure shape and warp-policy check."""
-    return not cooperative_tensor_blockers(policy, M, N, K, num_warps)
+    return not cooperative_tensor_blockers(policy, M, N, K, num_warps, inst)
 
 
 def warp_partition(selection: Selection, c_scope: str, policy: int, M: int, N: int, num_warps: int) -> Partition | None:
     """The m_warp x n_warp split GemmMetal lowers a selection with; None when there is no legal one.
 
     Cooperative tensors use the split the selection chose; a `metal.simdgroup` accumulator the split
-    tilelang's copy assumes; any other simdgroup accumulator the policy's split in whole 8x8 fragments."""
+    tilelang's copy assumes; any other simdgroup accumulator the policy's split in whole fragments."""
+    inst = selection.instruction
     if selection.kind == COOPERATIVE_TENSOR:
         return selection.partition
     if c_scope in SIMDGROUP_SCOPES:
-        return copy_compatible_square_partition(M, N, num_warps)
-    return choose_partition(policy, M, N, num_warps, SIMDGROUP_8x8x8.m, SIMDGROUP_8x8x8.n)
+        return copy_compatible_square_partition(M, N, num_warps, inst.m)
+    return choose_partition(policy, M, N, num_warps, inst.m, inst.n)
 
 
 def select_inst(
@@ -190,19 +226,27 @@ def select_inst(
     policy: int,
     has_metal4: bool,
     route_fragments_to_cooperative_tensor: bool = False,
+    features: Iterable[str] = (),
 ) -> Selection:
-    """Stage 1 of path selection (spec 2.1), with the reason for the decision."""
+    """Stage 1 of path selection (spec 2.1), with the reason for the decision. `features` are the
+    target's other keys: the registry's instructions that require them become candidates."""
+    have = features_of(has_metal4, features)
+    fallback = simdgroup_instruction(have)
     if c_scope in SIMDGROUP_SCOPES:
-        return Selection(SIMDGROUP, f"C is in {c_scope}")
+        return Selection(fallback, f"C is in {c_scope}")
     if c_scope in FRAGMENT_SCOPES and not route_fragments_to_cooperative_tensor:
-        return Selection(SIMDGROUP, f"C is in {c_scope}")
-    if not has_metal4:
-        return Selection(SIMDGROUP, "target has no metal4 key (cooperative tensors need Metal 4); simdgroup fallback")
+        return Selection(fallback, f"C is in {c_scope}")
+    candidates = cooperative_instructions(have)
+    if not has_metal4 or not candidates:
+        return Selection(fallback, "target has no metal4 key (cooperative tensors need Metal 4); simdgroup fallback")
     if threads % SIMD_WIDTH:
-        return Selection(SIMDGROUP, f"threads={threads} is not a multiple of {SIMD_WIDTH}; simdgroup fallback")
+        return Selection(fallback, f"threads={threads} is not a multiple of {SIMD_WIDTH}; simdgroup fallback")
     num_warps = threads // SIMD_WIDTH
-    blockers = cooperative_tensor_blockers(policy, M, N, K, num_warps)
-    if blockers:
-        return Selection(SIMDGROUP, "CanUseCooperativeTensor is false: " + "; ".join(blockers) + "; simdgroup fallback")
-    part = choose_partition(policy, M, N, num_warps, _CT.m, _CT.n)
-    return Selection(COOPERATIVE_TENSOR, f"metal4 target and CanUseCooperativeTensor({M}, {N}, {K}, warps={num_warps})", part)
+    failed = []
+    for inst in candidates:  # preference order: the first that fits
+        blockers = cooperative_tensor_blockers(policy, M, N, K, num_warps, inst)
+        if not blockers:
+            part = choose_partition(policy, M, N, num_warps, inst.m, inst.n)
+            return Selection(inst, f"metal4 target and CanUseCooperativeTensor({M}, {N}, {K}, warps={num_warps})", part)
+        failed.append("; ".join(blockers) if len(candidates) == 1 else f"{inst.name}: " + ", ".join(blockers))
+    return Selection(fallback, "CanUseCooperativeTensor is false: " + "; ".join(failed) + "; simdgroup fallback")

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .host import Target
+from .isa import METAL4_FEATURE
 
-METAL4_KEY = "metal4"
+METAL4_KEY = METAL4_FEATURE  # the registry filters instructions by it (isa.py)
 MIN_MACOS_MAJOR = 26
 MIN_SDK_MAJOR = 26
 MIN_APPLE_M_GENERATION = 5
@@ -130,6 +131,11 @@ def is_metal(target: Target) -> bool:
 
 def has_metal4(target: Target) -> bool:
     return is_metal(target) and METAL4_KEY in [str(k) for k in target.keys]
+
+
+def target_features(target: Target) -> frozenset[str]:
+    """The keys of a Metal target (`metal4` among them): what `isa.REGISTRY` filters instructions by."""
+    return frozenset(str(k) for k in target.keys) if is_metal(target) else frozenset()
 
 
 def metal4_target() -> Any:

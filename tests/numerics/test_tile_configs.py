@@ -22,6 +22,7 @@ from tests.gemm_support import assert_close, compile_emulated, operands
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 from tilelang_metal.gemm import GemmPlan, recorded_plans
+from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND
 from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
 
 CONFIGS = [(128, 128, 256), (128, 128, 512), (64, 128, 256), (64, 128, 512)]  # block_M, block_N, threads
@@ -93,7 +94,7 @@ def test_tile_configuration(path, bm, bn, threads):
     part = plan.partition
     assert part.m_warp * part.n_warp == threads // 32
     cooperative = path != "metal_simdgroup"
-    assert plan.instruction.cooperative == cooperative
+    assert (plan.instruction.kind == COOPERATIVE_TENSOR_KIND) == cooperative
     src = kernel.get_kernel_source()
     assert f"max_total_threads_per_threadgroup({threads})" in src
 

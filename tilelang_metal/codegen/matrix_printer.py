@@ -6,6 +6,8 @@ A mixin of the kernel printer. Which arrays are matrix objects was decided befor
   element `f * dest_elems + e` being element `e` of tensor `f`;
 - a simdgroup array is `simdgroup_T8x8 X[n]`, element `2f + e` of a lane-layout array being
   `X[f].thread_elements()[e]`.
+The spellings (the matmul2d descriptor, the simdgroup matrix type) and the element counts come from
+the storage decision's instruction (`isa.MatrixInstruction.msl`, its operand roles).
 """
 
 from __future__ import annotations
@@ -16,19 +18,17 @@ from .. import intrinsics
 from ..host import tir
 from ..errors import CodegenError
 from ..kernel_options import matmul_relaxed
-from ..isa import SIMDGROUP_8x8x8, MatrixInstruction, cooperative_instruction
+from ..isa import MatrixInstruction
 from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage
 from .msl_types import msl_type, scalar_type
-
-SG_ELEMS = SIMDGROUP_8x8x8.dest_elems
 
 
 class MatrixPrinting:
     """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
-    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` ((m, n, k, relaxed) declared so far)."""
+    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` ((instruction name, relaxed) declared so far)."""
 
     storage: dict[Any, MatrixStorage]
-    mpp_ops: list[tuple[int, int, int, bool]]
+    mpp_ops: list[tuple[str, bool]]
 
     # ---------------------------------------------------------------- storage
     def matrix_storage(self, var: Any) -> MatrixStorage | None:
@@ -47,10 +47,12 @@ class MatrixPrinting:
         s = self.storage.get(var)
         if s is None:
             return False
+        inst = s.instruction
         if s.kind == SIMDGROUP:
-            self.emit(f"simdgroup_{scalar_type(dtype)}8x8 {name}[{s.matrices}];")
+            matrix = inst.msl.format(scalar=scalar_type(dtype), rows=inst.m, cols=inst.n)
+            self.emit(f"{matrix} {name}[{s.matrices}];")
             return True
-        op = self.mpp_op(s.shape, s.a_dtype, s.b_dtype)
+        op = self.mpp_op(inst, s.a_dtype, s.b_dtype)
         if not s.elided:
             return False  # an ordinary float array; each run copies its chunk in and out
         a, b = scalar_type(s.a_dtype), scalar_type(s.b_dtype)
@@ -62,22 +64,19 @@ class MatrixPrinting:
             self.emit(f"auto {name}_ct{chunk} = {dest};")
         return True
 
-    def mpp_op(self, shape: tuple[int, int, int], a_dtype: str, b_dtype: str) -> str:
-        """The kernel-scope matmul2d object of this shape and precision (declared once). Its
+    def mpp_op(self, inst: MatrixInstruction, a_dtype: str, b_dtype: str) -> str:
+        """The kernel-scope matmul2d object of this instruction and precision (declared once). Its
         descriptor is exact unless `kernel_options.matmul_relaxed` allows relaxed precision for
         these input types (float32 inputs stay exact by default)."""
-        key = (*shape, matmul_relaxed(a_dtype, b_dtype))
+        key = (inst.name, matmul_relaxed(a_dtype, b_dtype))
         if key in self.mpp_ops:
             index = self.mpp_ops.index(key)
             return "__ct_op" if index == 0 else f"__ct_op{index}"
         self.mpp_ops.append(key)
         name = "__ct_op" if len(self.mpp_ops) == 1 else f"__ct_op{len(self.mpp_ops) - 1}"
-        m, n, k, relaxed = key
-        self.prelude.append(
-            f"constexpr auto {name}_desc = mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, "
-            f"{'true' if relaxed else 'false'}, mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate);"
-        )
-        self.prelude.append(f"mpp::tensor_ops::matmul2d<{name}_desc, metal::execution_simdgroup> {name};")
+        descriptor = inst.msl.format(m=inst.m, n=inst.n, k=inst.k, relaxed="true" if key[1] else "false")
+        self.prelude.append(f"constexpr auto {name}_desc = {descriptor};")
+        self.prelude.append(f"mpp::tensor_ops::{inst.operation}<{name}_desc, metal::execution_simdgroup> {name};")
         return name
 
     # ---------------------------------------------------------------- element access
@@ -89,7 +88,7 @@ class MatrixPrinting:
         return [int(base.value) + stride * t for t in range(lanes)]
 
     def _dest_elems(self, var: Any) -> int:
-        return cooperative_instruction(*self.storage[var].shape).dest_elems
+        return self.storage[var].instruction.dest_elems
 
     def ct_element(self, var: Any, flat: int) -> str:
         per = self._dest_elems(var)
@@ -97,11 +96,12 @@ class MatrixPrinting:
 
     def sg_element(self, var: Any, index: Any) -> str:
         name = self.name_of(var)
+        per = self.storage[var].instruction.dest_elems
         if isinstance(index, tir.IntImm):
             i = int(index.value)
-            return f"{name}[{i // SG_ELEMS}].thread_elements()[{i % SG_ELEMS}]"
+            return f"{name}[{i // per}].thread_elements()[{i % per}]"
         text = self.expr(index)
-        return f"{name}[({text}) / {SG_ELEMS}].thread_elements()[({text}) % {SG_ELEMS}]"
+        return f"{name}[({text}) / {per}].thread_elements()[({text}) % {per}]"
 
     def _lane_index(self, index: Any, t: int) -> Any:
         return self.simplify(index.base + index.stride * t)
@@ -154,21 +154,23 @@ class MatrixPrinting:
         if op == intrinsics.SG_FILL:
             x, index, value = call.args[:3]
             ty = scalar_type(self.elem_dtype(x))
-            self.emit(f"{self.name_of(x)}[{self.expr(index)}] = make_filled_simdgroup_matrix<{ty}, 8, 8>({self.expr(value)});")
+            rows, cols = intrinsics.sg_shape(call)
+            self.emit(f"{self.name_of(x)}[{self.expr(index)}] = make_filled_simdgroup_matrix<{ty}, {rows}, {cols}>({self.expr(value)});")
             return True
         if op == intrinsics.SG_MMA:
             d, di, a, ai, b, bi, c, ci = call.args
+            operation = self.storage[d].instruction.operation  # the matrices' multiply-accumulate
             self.emit(
-                f"simdgroup_multiply_accumulate({self.name_of(d)}[{self.expr(di)}], {self.name_of(a)}[{self.expr(ai)}], "
+                f"{operation}({self.name_of(d)}[{self.expr(di)}], {self.name_of(a)}[{self.expr(ai)}], "
                 f"{self.name_of(b)}[{self.expr(bi)}], {self.name_of(c)}[{self.expr(ci)}]);"
             )
             return True
         return False
 
     def emit_ct_mma(self, mma: intrinsics.CooperativeMma) -> None:
-        inst: MatrixInstruction = cooperative_instruction(mma.m, mma.n, mma.k)
+        inst: MatrixInstruction = mma.instruction
         storage = self.storage[mma.c]
-        op = self.mpp_op(inst.shape, storage.a_dtype, storage.b_dtype)
+        op = self.mpp_op(inst, storage.a_dtype, storage.b_dtype)
         ta, tb = scalar_type(storage.a_dtype), scalar_type(storage.b_dtype)
         an, bn, cn = self.name_of(mma.a), self.name_of(mma.b), self.name_of(mma.c)
         ao, bo = self.expr(mma.a_offset), self.expr(mma.b_offset)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..codegen.kernel_text import matching_bracket
+from ..isa import COUNTED, SIMDGROUP_KIND
 from . import toolchain
 from .errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
 from .driver import launch_entry
@@ -835,5 +836,5 @@ class ForeignKernel:
                 a.copy_(r)
 
 
-_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives",
-                     "simdgroup_multiply_accumulate_8x8x8", "simdgroup_multiply_8x8x8")
+_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives") + tuple(
+    inst.counter for inst in COUNTED if inst.kind == SIMDGROUP_KIND)

@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..isa import COUNTED
 from .atomic_usage import AtomicUsage, atomic_usage
 from .errors import EmulatorRaceError
 
-# Same order as `enum counter` in shim/tlm/runtime_api.h.
-COUNTER_NAMES: tuple[str, ...] = (
+# Same order as `enum counter` in shim/tlm/runtime_api.h: the scalar counters, then one per matrix
+# instruction the runtime counts (named from the registry: `isa.COUNTED`).
+SCALAR_COUNTER_NAMES: tuple[str, ...] = (
     "device_load_instructions",
     "device_load_bytes",
     "device_store_instructions",
@@ -36,10 +38,9 @@ COUNTER_NAMES: tuple[str, ...] = (
     "threadgroup_barriers",
     "simdgroup_barriers",
     "simd_collectives",
-    "matmul2d_16x32x16",
-    "simdgroup_multiply_accumulate_8x8x8",
-    "simdgroup_multiply_8x8x8",
 )
+MATRIX_COUNTER_NAMES: tuple[str, ...] = tuple(inst.counter for inst in COUNTED)
+COUNTER_NAMES: tuple[str, ...] = SCALAR_COUNTER_NAMES + MATRIX_COUNTER_NAMES
 _MODE_COUNTERS, _MODE_RACECHECK = 1, 2
 
 

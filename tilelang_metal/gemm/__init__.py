@@ -1,6 +1,7 @@
 """GemmMetal: layout inference and lowering of `T.gemm` for Metal targets.
 
-Stage 1 (`selection.select_inst`) picks the instruction kind; stage 2 picks the dataflow from the
+Stage 1 (`selection.select_inst`) picks the instruction (from `isa.REGISTRY`, by the target's
+features); the plan carries it, and every later step reads sizes and lane maps from it. Stage 2 picks the dataflow from the
 scopes of A and B (direct-global or shared for cooperative tensors; simdgroup takes either).
 Both the layout-inference hook and the lowering hook go through `plan()`, so they always agree.
 """
@@ -17,17 +18,17 @@ from typing import Any
 from .. import config
 from ..host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
-from ..isa import SIMD_WIDTH, MatrixInstruction, for_kind
+from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
-    SIMDGROUP,
     Partition,
     Selection,
     select_inst,
+    simdgroup_instruction,
     warp_partition,
 )
-from ..target import has_metal4
+from ..target import has_metal4, target_features
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
 from .register_operand import (
@@ -55,14 +56,14 @@ class GemmPlan:
 
     @property
     def instruction(self) -> MatrixInstruction:
-        return for_kind(self.selection.kind)
+        return self.selection.instruction
 
     def describe(self) -> str:
         p = self.problem
         return (
             f"T.gemm {p.M}x{p.N}x{p.K} (A {p.A.scope} {p.A.dtype}{' T' if p.trans_A else ''}, "
             f"B {p.B.scope} {p.B.dtype}{' T' if p.trans_B else ''}, C {p.C.scope} {p.C.dtype}), threads={self.threads}: "
-            f"{self.selection.kind} / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}"
+            f"{self.selection.kind} ({self.instruction.name}) / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}"
             f"{f' x{self.partition.replicas} replicas' if self.partition.replicas > 1 else ''}; "
             f"because {self.selection.reason}"
         )
@@ -142,10 +143,11 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         policy=problem.policy,
         has_metal4=has_metal4(target),
         route_fragments_to_cooperative_tensor=config.fragment_ct() and not shared_with_simdgroup,  # read per lowering
+        features=target_features(target),
     )
     if shared_with_simdgroup:
         selection = Selection(
-            selection.kind,
+            selection.instruction,
             f"C ({problem.C.buffer.name}) is also the accumulator of a T.gemm that cannot use cooperative tensors; "
             "one representation per fragment",
         )
@@ -160,20 +162,22 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     elif has_register_a(problem):
         validate_register_a(problem)
-        blockers = register_a_blockers(problem, for_kind(COOPERATIVE_TENSOR)) if selection.kind == COOPERATIVE_TENSOR else []
+        blockers = register_a_blockers(problem, selection.instruction) if selection.kind == COOPERATIVE_TENSOR else []
         if blockers:
             selection = Selection(
-                SIMDGROUP, "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers)
+                simdgroup_instruction(target_features(target)),
+                "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers),
             )
-        part = register_a_partition(problem, for_kind(selection.kind), num_warps)
+        part = register_a_partition(problem, selection.instruction, num_warps)
         dataflow = "register_a"
     else:
         part = warp_partition(selection, problem.c_scope, problem.policy, problem.M, problem.N, num_warps)
         if part is None:
+            fm, fn = selection.instruction.m, selection.instruction.n
             raise GemmLoweringError(
                 f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
-                f"simdgroup needs a whole number of 8x8 fragments (M divisible by m_warp*8, N by n_warp*8, "
-                f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of 8*simdgroups or fewer threads."
+                f"simdgroup needs a whole number of {fm}x{fn} fragments (M divisible by m_warp*{fm}, N by n_warp*{fn}, "
+                f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of {fm}*simdgroups or fewer threads."
             )
         dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
@@ -227,9 +231,9 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         check_register_a_layout(gp.problem, expected, layout_map)
     problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
     if gp.selection.kind == COOPERATIVE_TENSOR:
-        body = lower_cooperative_tensor(problem, gp.partition, analyzer, thread_index, gp.dataflow)
+        body = lower_cooperative_tensor(problem, gp.instruction, gp.partition, analyzer, thread_index, gp.dataflow)
     else:
-        body = lower_simdgroup(problem, gp.partition, analyzer, thread_index)
+        body = lower_simdgroup(problem, gp.instruction, gp.partition, analyzer, thread_index)
     # every device access of the body is guarded or proven in bounds, under conditions the mark holds
     # (legalize_unguarded proves them in context, then tilelang's safe-memory pass skips the body)
     return mark_guarded(body, assumptions(analyzer))

@@ -6,7 +6,7 @@
   T.copy (shared memory may carry layout, padding, zero-fill or reuse semantics, so it is kept).
 
 Each simdgroup owns a (M/m_warp) x (N/n_warp) block of C, covered by `rows x cols` destination
-fragments of the instruction (isa.MATMUL2D_16x32x16). Per K step, every lane gathers its elements
+fragments of the plan's instruction (an `isa.MatrixInstruction`). Per K step, every lane gathers its elements
 of the left and right operands into thread arrays, in runs of `inst.run` consecutive columns, and
 one `tlm_ct_mma` per fragment runs the MPP op. The accumulator keeps its lane layout from first
 clear to final store, so the printer can keep it in destination cooperative tensors for the whole
@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import intrinsics
 from ..host import tir
-from ..isa import MATMUL2D_16x32x16
+from ..isa import MatrixInstruction
 from ..selection import Partition
 from .accumulator import Accumulator
 from .problem import GemmProblem
@@ -30,21 +30,22 @@ from .tir_build import seq
 
 
 class CooperativeTensorPlan(SimdgroupTiling):
-    inst = MATMUL2D_16x32x16
     names = ("A_frag", "B_frag")
 
-    def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
-        super().__init__(problem, part, analyzer, thread_index)
+    def __init__(self, problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any):
+        super().__init__(problem, inst, part, analyzer, thread_index)
         inst = self.inst
         # Element runs of each lane: run g starts at element g * inst.run of every fragment.
         self.a_runs = inst.left_elems // inst.run
         self.b_runs = inst.right_elems // inst.run
         self.c_runs = inst.dest_elems // inst.run
 
-    def run_origin(self, g: int) -> tuple:
-        """(row, col) inside a fragment of the first element of this lane's run g."""
+    def run_origin(self, g: int, role: Any = None) -> tuple:
+        """(row, col) inside a fragment of `role` (default: the destination) of the first element
+        of this lane's run g."""
+        role = role or self.inst.destination
         e = g * self.inst.run
-        return self.inst.row(self.lane, e), self.inst.col(self.lane, e)
+        return role.row(self.lane, e), role.col(self.lane, e)
 
     def c_runs_of_tile(self) -> list:
         """(fragment, run, row, col) of every destination run of this lane, in C tile coordinates."""
@@ -81,14 +82,14 @@ class CooperativeTensorPlan(SimdgroupTiling):
                 loads.append(self.load_register_a(ko, a_frag, i))
                 continue
             for g in range(self.a_runs):
-                r, c = self.run_origin(g)
+                r, c = self.run_origin(g, inst.left)
                 m = self.warp_m * self.wm + i * inst.m + r
                 k = ko * inst.k + c
                 dst = i * inst.left_elems + inst.run * g
                 loads.append(load_group(p.A, p.trans_A, m, k, inst.run, a_frag, dst, self.a_ok, self.analyzer))
         for j in range(self.cols):
             for g in range(self.b_runs):
-                r, c = self.run_origin(g)
+                r, c = self.run_origin(g, inst.right)
                 k = ko * inst.k + r
                 n = self.warp_n * self.wn + j * inst.n + c
                 dst = j * inst.right_elems + inst.run * g
@@ -112,5 +113,7 @@ class CooperativeTensorPlan(SimdgroupTiling):
         )
 
 
-def lower_cooperative_tensor(problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any, dataflow: str) -> Any:
-    return CooperativeTensorPlan(problem, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}")
+def lower_cooperative_tensor(
+    problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any, dataflow: str
+) -> Any:
+    return CooperativeTensorPlan(problem, inst, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}")

@@ -4,7 +4,7 @@ The fragment is read in place, so its layout must be the one the matrix instruct
 wants. That layout is the instruction's *destination* layout for an (M x K) tile whose rows are
 split over `m_warp` simdgroups, every simdgroup holding whole rows (all K columns):
 
-- simdgroup 8x8: left, right and destination matrices share one lane map (isa.sg_*), so the 8x8
+- simdgroup 8x8: left, right and destination matrices share one lane map (isa.SIMDGROUP_8x8_MAP), so the 8x8
   block (i, k) of A is elements [2f, 2f+2) of the lane, f = i * (K/8) + k.
 - cooperative tensors 16x32x16: the left operand (16x16) uses the destination formula restricted to
   e < 8, and a 16x32 destination tile's elements 8..15 are the next 16x16 block with the same

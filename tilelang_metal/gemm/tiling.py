@@ -27,10 +27,10 @@ from .tir_build import INT32, as_block_func, flat_view, local_buffer, seq
 
 
 class SimdgroupTiling:
-    inst: MatrixInstruction  # the fragment shape and per-lane element counts
     names: tuple[str, str]  # thread-array names of the A and B fragments
 
-    def __init__(self, problem: GemmProblem, part: Partition, analyzer: Any, thread_index: Any):
+    def __init__(self, problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any):
+        self.inst = inst  # the plan's instruction: fragment shapes, per-lane element counts, lane maps
         self.p = problem
         self.part = part
         self.analyzer = analyzer

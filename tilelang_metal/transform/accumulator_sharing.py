@@ -15,7 +15,7 @@ from ..host import gemm_call_fields, tir
 from ..isa import SIMD_WIDTH
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
-from ..target import has_metal4
+from ..target import has_metal4, target_features
 from .ir_query import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
@@ -25,10 +25,11 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
     """Data variables of fragments written by T.gemm calls that would pick different instructions."""
     forced: set = set()
     metal4 = has_metal4(target)
+    features = target_features(target)
     for func in mod.functions.values():
         if not isinstance(func, tir.PrimFunc):
             continue
-        kinds: dict[Any, set[str]] = {}
+        instructions: dict[Any, set[str]] = {}
         for kernel, launch in kernels(func.body):  # each kernel with its own thread count
             threads = launch.threads
             for call in find_nodes(kernel, [vocab.TIRX_CALL]):
@@ -37,7 +38,7 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
                     continue
                 if threads is None or threads % SIMD_WIDTH:
                     continue  # GemmMetal refuses this launch with its own message
-                kind = select_inst(
+                chosen = select_inst(
                     c_scope=str(fields.c_buffer.scope()),
                     M=fields.m,
                     N=fields.n,
@@ -46,7 +47,8 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
                     policy=fields.policy,
                     has_metal4=metal4,
                     route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
-                ).kind
-                kinds.setdefault(fields.c_buffer.data, set()).add(kind)
-        forced |= {var for var, seen in kinds.items() if len(seen) > 1}
+                    features=features,
+                ).instruction.name  # another instruction, even of the same kind, is another lane layout
+                instructions.setdefault(fields.c_buffer.data, set()).add(chosen)
+        forced |= {var for var, seen in instructions.items() if len(seen) > 1}
     return forced

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import gemm_call_fields, tir
-from ..isa import MATMUL2D_16x32x16, SIMD_WIDTH, SIMDGROUP_8x8x8, MatrixInstruction
+from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES
-from ..selection import Partition, Selection, choose_partition, row_partition
-from ..target import has_metal4
+from ..selection import Partition, Selection, choose_partition, cooperative_instructions, row_partition, simdgroup_instruction
+from ..target import has_metal4, target_features
 from .ir_query import find_nodes
 from ..host import vocab
 
@@ -117,15 +117,14 @@ def _sites(body: Any) -> list[GemmSite]:
     return sites
 
 
-def _ct_shape_ok(site: GemmSite) -> bool:
-    inst = MATMUL2D_16x32x16
+def _whole_tiles(site: GemmSite, inst: MatrixInstruction) -> bool:
     return site.m % inst.m == 0 and site.n % inst.n == 0 and site.k % inst.k == 0
 
 
 def _group_partitions(producers: list[GemmSite], consumers: list[GemmSite], inst: MatrixInstruction, num_warps: int) -> dict | None:
     """Partition per T.gemm of one group with instruction `inst`, or None when there is none."""
-    if inst.cooperative and not all(_ct_shape_ok(s) for s in producers + consumers):
-        return None
+    if inst.kind == COOPERATIVE_TENSOR_KIND and not all(_whole_tiles(s, inst) for s in producers + consumers):
+        return None  # cooperative tensors need whole tiles (CanUseCooperativeTensor); simdgroup masks edges
     shapes = {(s.m, s.n) for s in producers} | {(s.m, s.k) for s in consumers}
     if not consumers and len(shapes) == 1:
         first = producers[0]
@@ -154,6 +153,7 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
     by element: the instruction and partition all of them use."""
     plans: dict[tuple, GroupPlan] = {}
     metal4 = has_metal4(target)
+    features = target_features(target)
     for threads, body in _kernels(mod):
         sites = _sites(body)
         if len(sites) < 2 or threads % SIMD_WIDTH:
@@ -167,14 +167,14 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
             consumers = [s for s in sites if s.register_a and groups.find(s.a) is root]
             if not producers or (not consumers and len(producers) < 2):
                 continue  # one T.gemm fixes every layout of the group: its own selection stands
-            choice = _choose(producers, consumers, num_warps, metal4 and route_fragments_to_cooperative_tensor)
+            choice = _choose(producers, consumers, num_warps, metal4 and route_fragments_to_cooperative_tensor, features)
             if choice is None:
                 continue
             inst, parts = choice
             names = sorted({s.c_name for s in producers} | {s.a_name for s in consumers})
             reason = f"fragments {', '.join(names)} meet element by element: one instruction and one row split for their T.gemm calls"
             for key, part in parts.items():
-                plans.setdefault(key, GroupPlan(Selection(inst.kind, reason, part), part))
+                plans.setdefault(key, GroupPlan(Selection(inst, reason, part), part))
     return plans
 
 
@@ -192,10 +192,13 @@ def _kernels(mod: Any) -> list[tuple[int, Any]]:
     return kernels
 
 
-def _choose(producers: list[GemmSite], consumers: list[GemmSite], num_warps: int, may_use_ct: bool) -> tuple | None:
-    """The instruction with the least replication (cooperative tensors on a tie) and its partitions."""
+def _choose(
+    producers: list[GemmSite], consumers: list[GemmSite], num_warps: int, may_use_ct: bool, features: frozenset[str]
+) -> tuple | None:
+    """The instruction with the least replication (cooperative tensors, in registry preference
+    order, on a tie) and its partitions."""
     best = None
-    for inst in ([MATMUL2D_16x32x16] if may_use_ct else []) + [SIMDGROUP_8x8x8]:
+    for inst in (cooperative_instructions(features) if may_use_ct else []) + [simdgroup_instruction(features)]:
         parts = _group_partitions(producers, consumers, inst, num_warps)
         if parts is None:
             continue

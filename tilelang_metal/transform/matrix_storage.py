@@ -8,6 +8,9 @@ GemmMetal hands the printer flat per-thread arrays in the instruction's lane lay
 - an array used by the simdgroup builtins becomes an array of `simdgroup_matrix<T, 8, 8>` (always
   possible: simdgroup matrices may form arrays).
 
+Each decision names its instruction (`isa.REGISTRY`): a `tlm_ct_mma` call carries it, the simdgroup
+builtins carry their matrix shape (8x8, the only one MSL has).
+
 The decision is stored as the function attribute `MATRIX_STORAGE_ATTR` (data var -> encoded
 `MatrixStorage`), so the printer only reads it.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 from .. import intrinsics
 from ..host import tir
-from ..isa import SIMDGROUP_8x8x8, cooperative_instruction
+from ..isa import REGISTRY, MatrixInstruction
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from ..host import vocab
@@ -36,16 +39,23 @@ class MatrixStorage:
     elided: bool = True  # cooperative only: no backing thread array
     a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
     b_dtype: str = ""
-    shape: tuple[int, int, int] = (0, 0, 0)  # cooperative only: the instruction
+    instruction_name: str = ""  # the registered instruction whose fragments these are
+
+    @property
+    def instruction(self) -> MatrixInstruction:
+        return REGISTRY.named(self.instruction_name)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.instruction.shape
 
     def encode(self) -> str:
-        m, n, k = self.shape
-        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {m} {n} {k}"
+        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {self.instruction_name}"
 
     @staticmethod
     def decode(text: str) -> MatrixStorage:
-        kind, matrices, elided, a, b, m, n, k = str(text).split()
-        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, (int(m), int(n), int(k)))
+        kind, matrices, elided, a, b, name = str(text).split()
+        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, name)
 
 
 def _constant_index(index: Any) -> bool:
@@ -65,6 +75,7 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
     allocs: dict[Any, Any] = {}
     cooperative: dict[Any, intrinsics.CooperativeMma] = {}
     simdgroup: set = set()
+    sg_shapes: dict[Any, tuple[int, int]] = {}
     accesses = []
     for node in find_nodes(body, [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_CALL, vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE]):
         if isinstance(node, tir.AllocBuffer):
@@ -76,23 +87,27 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
             if mma is not None:
                 cooperative.setdefault(mma.c, mma)
             simdgroup.update(intrinsics.simdgroup_matrix_operands(node))
+            shape = intrinsics.sg_shape(node)
+            if shape is not None:
+                sg_shapes.setdefault(node.args[0], shape)
     decisions: dict[Any, MatrixStorage] = {}
     for var in simdgroup:
         buf = allocs[var]
-        # a `metal.simdgroup` buffer stores whole 8x8 tiles (tilelang's convention); a thread array
+        inst = REGISTRY.simdgroup_matrix(*sg_shapes.get(var, ()))
+        # a `metal.simdgroup` buffer stores whole tiles (tilelang's convention); a thread array
         # in lane layout holds the instruction's elements per lane for each matrix
-        per_matrix = SIMDGROUP_8x8x8.m * SIMDGROUP_8x8x8.n if str(buf.scope()) == "metal.simdgroup" else SIMDGROUP_8x8x8.dest_elems
-        decisions[var] = MatrixStorage(SIMDGROUP, max(1, _element_count(buf) // per_matrix))
+        per_matrix = inst.m * inst.n if str(buf.scope()) == "metal.simdgroup" else inst.dest_elems
+        decisions[var] = MatrixStorage(SIMDGROUP, max(1, _element_count(buf) // per_matrix), instruction_name=inst.name)
     non_constant = {node.buffer.data for node in accesses if not all(_constant_index(i) for i in node.indices)}
     for var, mma in cooperative.items():
-        inst = cooperative_instruction(mma.m, mma.n, mma.k)
+        inst = mma.instruction
         decisions[var] = MatrixStorage(
             COOPERATIVE,
             _element_count(allocs[var]) // inst.dest_elems,
             elided=var not in non_constant,
             a_dtype=str(allocs[mma.a].dtype),
             b_dtype=str(allocs[mma.b].dtype),
-            shape=inst.shape,
+            instruction_name=inst.name,
         )
     return decisions
 

@@ -33,7 +33,7 @@ import math
 
 from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
 from .. import config, register_budget
-from ..isa import SIMD_WIDTH, for_kind
+from ..isa import SIMD_WIDTH
 from ..register_budget import RegisterEstimate
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst, warp_partition
@@ -205,7 +205,7 @@ def loop_registers(loop: Any, threads: int, metal4: bool) -> RegisterEstimate | 
         if part is None:
             continue  # GemmMetal refuses it with its own message
         one = register_budget.gemm_registers(
-            M=f.m, N=f.n, instruction=for_kind(selection.kind), partition=part, a_dtype=str(f.a_buffer.dtype),
+            M=f.m, N=f.n, instruction=selection.instruction, partition=part, a_dtype=str(f.a_buffer.dtype),
             b_dtype=str(f.b_buffer.dtype), acc_dtype=str(f.c_buffer.dtype) if c_scope in FRAGMENT_SCOPES else "float32", shared=True)
         accumulator += one.accumulator
         operands += one.operands

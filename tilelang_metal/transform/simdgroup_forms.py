@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import intrinsics
 from ..host import tir, tvm
-from ..isa import SIMD_WIDTH, SIMDGROUP_8x8x8
+from ..isa import REGISTRY, SIMD_WIDTH
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import prelude_vars
@@ -34,8 +34,6 @@ from .integer_bits import bits_as_arithmetic, fold_constant_bits, has_division
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from ..host import vocab
 
-INST = SIMDGROUP_8x8x8
-PER_LANE = INST.dest_elems  # elements of one matrix held by each lane
 
 
 def _lane_layout_matrices(body: Any) -> dict[Any, Any]:
@@ -72,6 +70,8 @@ def _has_load(e: Any) -> bool:
 
 class _Rewriter:
     def __init__(self, func: Any, lane: Any, sg: Any, matrices: dict[Any, Any]):
+        self.inst = REGISTRY.simdgroup_matrix()  # the simdgroup builtins' matrices (8x8, MSL's only shape)
+        self.per_lane = self.inst.dest_elems  # elements of one matrix held by each lane
         self.lane = lane
         self.matrices = matrices
         self.analyzer = tvm.arith.Analyzer()
@@ -160,10 +160,13 @@ class _Rewriter:
         if not (isinstance(index, tir.Ramp) and isinstance(index.base, tir.IntImm) and _is_one(index.stride)):
             return None
         first, lanes = int(index.base.value), _lanes(index)
-        if first % PER_LANE or lanes % PER_LANE or self.constant_value(stmt.value.value) is None:
+        if first % self.per_lane or lanes % self.per_lane or self.constant_value(stmt.value.value) is None:
             return None
         return _seq(
-            [intrinsics.build_sg_fill(stmt.buffer.data, (first // PER_LANE) + m, stmt.value.value) for m in range(lanes // PER_LANE)]
+            [
+                intrinsics.build_sg_fill(stmt.buffer.data, (first // self.per_lane) + m, stmt.value.value, self.inst.m, self.inst.n)
+                for m in range(lanes // self.per_lane)
+            ]
         )
 
     def store(self, stmt: Any) -> Any | None:
@@ -174,19 +177,19 @@ class _Rewriter:
         if str(value.buffer.dtype) != str(stmt.buffer.dtype) or len(stmt.indices) != 1:
             return None
         src = value.indices[-1]
-        if not (isinstance(src, tir.Ramp) and isinstance(src.base, tir.IntImm) and _is_one(src.stride) and _lanes(src) == PER_LANE):
+        if not (isinstance(src, tir.Ramp) and isinstance(src.base, tir.IntImm) and _is_one(src.stride) and _lanes(src) == self.per_lane):
             return None
-        if not (isinstance(index, tir.Ramp) and _is_one(index.stride) and _lanes(index) == PER_LANE):
+        if not (isinstance(index, tir.Ramp) and _is_one(index.stride) and _lanes(index) == self.per_lane):
             return None
         first = int(src.base.value)
-        if first % PER_LANE:
+        if first % self.per_lane:
             return None
         placed = self.matrix_placement(index.base)
         if placed is None:
             return None
         base, stride = placed
         address = tir.call_intrin("handle", vocab.TIRX_ADDRESS_OF, tir.BufferLoad(stmt.buffer, [base]))
-        return intrinsics.build_sg_store(value.buffer.data, first // PER_LANE, address, stride)
+        return intrinsics.build_sg_store(value.buffer.data, first // self.per_lane, address, stride, self.inst.m, self.inst.n)
 
     def matrix_placement(self, offset: Any) -> tuple[Any, Any] | None:
         """(base, row stride) when `offset`, the memory position of a lane's first element, is
@@ -194,14 +197,14 @@ class _Rewriter:
         simplify = self.analyzer.simplify
         arithmetic = bits_as_arithmetic(offset)  # the analyzer folds // and %, not >> and &
         at = [simplify(_substitute(arithmetic, self.lane, l)) for l in range(SIMD_WIDTH)]
-        if INST.row(0, 0) != 0 or INST.col(0, 0) != 0:
+        if self.inst.row(0, 0) != 0 or self.inst.col(0, 0) != 0:
             return None
-        row1 = next(l for l in range(SIMD_WIDTH) if INST.row(l, 0) == 1 and INST.col(l, 0) == 0)
+        row1 = next(l for l in range(SIMD_WIDTH) if self.inst.row(l, 0) == 1 and self.inst.col(l, 0) == 0)
         stride = simplify(at[row1] - at[0])
-        if has_division(stride) or not self.analyzer.can_prove(stride >= INST.n):
+        if has_division(stride) or not self.analyzer.can_prove(stride >= self.inst.n):
             return None
         for l in range(SIMD_WIDTH):
-            if not self.analyzer.can_prove_equal(at[l] - at[0], stride * INST.row(l, 0) + INST.col(l, 0)):
+            if not self.analyzer.can_prove_equal(at[l] - at[0], stride * self.inst.row(l, 0) + self.inst.col(l, 0)):
                 return None
         base = simplify(fold_constant_bits(_substitute(offset, self.lane, 0)))
         if any(v.same_as(self.lane) for v in _free_vars(base)):

@@ -11,6 +11,15 @@ namespace tlm::layout {
 constexpr int sg8_row(int lane) { return ((lane / 4) & 4) + (lane / 2) % 4; }
 constexpr int sg8_col(int lane) { return ((lane / 4) & 2) * 2 + (lane % 2) * 2; }
 
+// The lane layout of simdgroup_matrix<T, Rows, Cols> (simdgroup_matrix.h is a template on the shape;
+// 8x8 is the only shape MSL has): `elems` adjacent elements per lane from (row(lane), col(lane)).
+template <int Rows, int Cols> struct simdgroup_layout;
+template <> struct simdgroup_layout<8, 8> {
+  static constexpr int elems = 2;
+  static constexpr int row(int lane) { return sg8_row(lane); }
+  static constexpr int col(int lane) { return sg8_col(lane); }
+};
+
 // MPP cooperative tensors of matmul2d(16, 32, 16): left 16x16 (8 elements per lane), right and
 // destination 16x32 (16 elements per lane); lane l, element e:
 //   row = ((l >> 2) & 4) + ((l >> 1) & 3) + 8 * ((e >> 2) & 1)
