@@ -1,5 +1,5 @@
 """Ready kernels above the compiler: the GEMMs (direct-global, shared staging with fused epilogues,
-staged) and attention (flash attention forward, flash decoding). The compiler never imports this
+staged), row softmax and row reductions, and attention (flash attention forward, flash decoding). The compiler never imports this
 package (`tests/unit/test_layers.py`); the CLI, the autotuner, the benchmarks and users do.
 
     from tilelang_metal import kernels
@@ -16,6 +16,8 @@ from .attention import (
     flash_decoding_program,
 )
 from .gemm import ALPHA, BETA, EPILOGUES, gemm_direct_global, gemm_shared, gemm_staged
+from .reduce_rows import reduce_rows, row_max, row_sum
+from .softmax import softmax
 
 __all__ = [
     "ALPHA",
@@ -31,4 +33,8 @@ __all__ = [
     "gemm_staged",
     "metal4_target",
     "plain_metal_target",
+    "reduce_rows",
+    "row_max",
+    "row_sum",
+    "softmax",
 ]
