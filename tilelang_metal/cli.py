@@ -1,6 +1,7 @@
 """`python -m tilelang_metal {lower,run,demo,profile,cache}`: inspect and execute the plugin's Metal GEMMs.
 
-lower    print the MSL of a GEMM (default: the spec's fast path, 4096^3 fp16 direct-global on metal4)
+lower    print the MSL of a GEMM (default: 4096^3 fp16, the kernel kernels.matmul picks for the shape and
+         chip: GEMV, split-K or a direct-global GEMM tile; --explain says which and why)
 run      lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
 demo     the main job: print the default kernel's MSL, then run it at a size that takes seconds
 profile  run a GEMM once in the emulator and print what it did (memory traffic, barriers, matrix
@@ -61,19 +62,21 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
     p.add_argument("--m", type=_positive_int, default=size, help="rows of A and C (default: %(default)s)")
     p.add_argument("--n", type=_positive_int, default=size, help="columns of B and C (default: %(default)s)")
     p.add_argument("--k", type=_positive_int, default=size, help="reduction length (default: %(default)s)")
-    p.add_argument("--block-m", type=_positive_int, default=64, help="rows of C per threadgroup (default: %(default)s)")
-    p.add_argument("--block-n", type=_positive_int, default=None, help="columns of C per threadgroup (default: 128 on direct_global, 64 on shared)")
+    p.add_argument("--block-m", type=_positive_int, default=None, help="rows of C per threadgroup; --path direct_global or shared (default: 64)")
+    p.add_argument("--block-n", type=_positive_int, default=None, help="columns of C per threadgroup; --path direct_global or shared (default: 128 on direct_global, 64 on shared)")
     p.add_argument("--block-k", type=_positive_int, default=None, help="K step of the shared path's pipelined loop; --path shared only (default: 32)")
-    p.add_argument("--threads", type=_positive_int, default=128, help="threads per threadgroup; a multiple of 32 for T.gemm (default: %(default)s)")
+    p.add_argument("--threads", type=_positive_int, default=None, help="threads per threadgroup, a multiple of 32 for T.gemm; --path direct_global or shared (default: 128)")
     p.add_argument("--dtype", default="float16", choices=DTYPES, help="dtype of A and B (default: %(default)s)")
     p.add_argument("--out-dtype", default=None, choices=DTYPES, help="dtype of C (default: the --dtype value)")
-    p.add_argument("--path", default="direct_global", choices=["direct_global", "shared"],
-                   help="kernel idiom: T.gemm on global tiles, or shared staging with a fragment accumulator (on metal4 its staging-only "
+    p.add_argument("--path", default="auto", choices=["auto", "direct_global", "shared"],
+                   help="auto: kernels.matmul picks GEMV, split-K or a GEMM tile by shape, dtype and chip (--explain gives the reasons); "
+                        "direct_global: T.gemm on global tiles; shared: shared staging with a fragment accumulator (on metal4 its staging-only "
                         "buffers are bypassed unless TILELANG_METAL_STAGING_BYPASS=0; --explain says) (default: %(default)s)")
     p.add_argument("--target", default=None, choices=["metal4", "metal", "auto"],
                    help="metal4: explicit Metal 4 keys; metal: no metal4; auto: target='metal' as this host normalizes it "
                         "(default: metal4; for profile --chip, the target that chip gets: metal4 on M5 and newer, else metal)")
-    p.add_argument("--swizzle", type=_non_negative_int, default=0, metavar="PANEL", help="T.use_swizzle(PANEL, order='mlx'), a power of two; 0 = off (default: %(default)s)")
+    p.add_argument("--swizzle", type=_non_negative_int, default=None, metavar="PANEL",
+                   help="T.use_swizzle(PANEL, order='mlx'), a power of two, 0 = off; --path direct_global or shared (default: 0)")
     p.add_argument("--trans-a", action="store_true", help="A is stored K x M (default: off)")
     p.add_argument("--trans-b", action="store_true", help="B is stored N x K (default: off)")
     p.add_argument("--epilogue", default=None, choices=EPILOGUES, help="T.Parallel epilogue on the accumulator; --path shared only (default: none)")
@@ -93,11 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("run", "demo"):
             p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"],
                            help="execution backend: torch (MPS, Mac only), emulator (CPU), auto: torch where MPS is, else emulator (default: %(default)s)")
-        if name == "profile":
-            from .roofline import CHIPS
+        from .roofline import CHIPS
 
-            p.add_argument("--chip", default=None, choices=list(CHIPS), metavar="CHIP",
-                           help=f"Apple GPU for the roofline estimate, one of: {', '.join(CHIPS)} (default: this Mac's, else M5)")
+        use = "the roofline estimate and --path auto's choice" if name == "profile" else "--path auto's choice of kernel"
+        p.add_argument("--chip", default=None, choices=list(CHIPS), metavar="CHIP",
+                       help=f"Apple GPU for {use}, one of: {', '.join(CHIPS)} (default: this Mac's, else M5)")
     p = sub.add_parser("cache", help="the emulator's build cache: info or clear", description="the emulator's build cache")
     p.add_argument("action", choices=["info", "clear"], help="info: path, entry count, size and limit; clear: remove every entry (required, no default)")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
@@ -131,25 +134,52 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     the path-dependent defaults."""
     if args.command == "cache":
         return args
-    if args.target is None:
-        args.target = _chip_target(args.chip) if args.command == "profile" and args.chip else "metal4"
     if getattr(args, "backend", None) == "torch" and not _mps_available():
         raise UsageError("--backend torch runs the kernel on a Mac's GPU through torch's MPS backend, which this machine does "
                          "not have; use --backend emulator (or auto) to run it on the CPU")
+    if args.out_dtype is None:
+        args.out_dtype = args.dtype
+    if args.path == "auto":
+        return _choose(args)
+    if args.target is None:
+        args.target = _chip_target(args.chip) if args.command == "profile" and args.chip else "metal4"
     shared = args.path == "shared"
     if not shared:
         if args.epilogue is not None:
             raise UsageError(f"--epilogue {args.epilogue} applies to --path shared only (the direct-global kernel has no accumulator fragment); add --path shared")
         if args.block_k is not None:
             raise UsageError("--block-k applies to --path shared only (direct-global owns its K loop); add --path shared or drop --block-k")
-    if args.out_dtype is None:
-        args.out_dtype = args.dtype
     if args.epilogue is None:
         args.epilogue = "none"
+    if args.block_m is None:
+        args.block_m = 64
+    if args.threads is None:
+        args.threads = 128
+    if args.swizzle is None:
+        args.swizzle = 0
     if args.block_n is None:
         args.block_n = 64 if shared else 128
     if args.block_k is None:
         args.block_k = 32
+    return args
+
+
+def _choose(args: argparse.Namespace) -> argparse.Namespace:
+    """--path auto: refuse the flags that pin one kernel (the choice would ignore them), then ask
+    kernels.matmul; its target becomes --target."""
+    pinned = [flag for flag, value in (("--block-m", args.block_m), ("--block-n", args.block_n), ("--block-k", args.block_k),
+                                       ("--threads", args.threads), ("--swizzle", args.swizzle), ("--epilogue", args.epilogue))
+              if value is not None]
+    pinned += [flag for flag, value in (("--trans-a", args.trans_a), ("--trans-b", args.trans_b)) if value]
+    if pinned:
+        path = "shared" if {"--block-k", "--epilogue"} & set(pinned) else "direct_global"
+        raise UsageError(f"{pinned[0]} pins one kernel, but --path auto picks the kernel by shape and chip; add --path {path} to use {pinned[0]}")
+    from .host import resolve_target
+    from .kernels.matmul import matmul_config
+
+    target = resolve_target("metal") if args.target == "auto" else args.target
+    args.choice = matmul_config(args.m, args.n, args.k, args.dtype, args.out_dtype, chip=args.chip, target=target)
+    args.target = args.choice.target
     return args
 
 
@@ -197,6 +227,8 @@ def _target(choice: str) -> Any:
 def _build(args: argparse.Namespace) -> Any:
     from . import kernels as examples
 
+    if args.path == "auto":
+        return examples.matmul_program(args.choice)
     if args.path == "direct_global":
         return examples.gemm_direct_global(
             args.m, args.n, args.k, args.block_m, args.block_n, dtype=args.dtype, out_dtype=args.out_dtype,
@@ -231,7 +263,10 @@ def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
         with pass_context(), target:  # T.copy / T.Parallel lowering needs the target in scope
             return tilelang.lower(func, target=target).kernel_source
 
-    return _with_decisions(lower)
+    source, decisions = _with_decisions(lower)
+    if args.path == "auto":
+        decisions = args.choice.describe() + decisions
+    return source, decisions
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[Any], Any]:
@@ -320,7 +355,10 @@ def profile(args: argparse.Namespace) -> None:
     kernel = tilelang.compile(_build(args), out_idx=[-1], target=_target(args.target), execution_backend="emulator")
     inputs, _ = _inputs(args)
     stats = counters(kernel, *inputs)
-    print(f"// counts of one launch of the {args.m}x{args.n}x{args.k} {args.dtype} {args.path} GEMM on target {args.target} (emulator)")
+    kind = args.choice.route if args.path == "auto" else args.path
+    print(f"// counts of one launch of the {args.m}x{args.n}x{args.k} {args.dtype} {kind} GEMM on target {args.target} (emulator)")
+    if args.path == "auto":
+        print("// " + args.choice.summary())
     width = max(len(name) for name in COUNTER_NAMES)
     for name in COUNTER_NAMES:
         print(f"{name:<{width}}  {stats.total[name]}")
@@ -356,7 +394,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(source)
         for line in decisions:
             print("// selection: " + line)
-        print(f"// running the same kernel at {args.m}x{args.n}x{args.k} ...")
+        print(f"// running the kernel --path {args.path} picks at {args.m}x{args.n}x{args.k} ...")
     if args.explain and args.command == "run":
         _, decisions = lower_source(args)
         for line in decisions:

@@ -18,9 +18,9 @@ def _profile(capsys, *argv):
 
 
 def test_aligned_kernel_counts_and_estimate(capsys):
-    """128x128x64 on the default 64x128 direct-global tile: 2 identical threadgroups, exactly
+    """128x128x64 on the 64x128 direct-global tile (--path direct_global): 2 identical threadgroups, exactly
     M*N*K / (16*32*16) matmul2d runs, no threadgroup memory, no guards."""
-    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M5")
+    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M5", "--path", "direct_global")
     assert "GEMM on target metal4 (emulator)" in out  # M5: the metal4 key
     assert total["matmul2d_16x32x16"] == 128 * 128 * 64 // (16 * 32 * 16)
     assert total["threadgroup_store_bytes"] == 0 and total["predicated_device_loads"] == 0

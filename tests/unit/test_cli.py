@@ -39,7 +39,10 @@ def _error_line(capsys, argv):
         (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
         (["run", "--out-dtype", "float64"], "invalid choice: 'float64'"),
         (["lower", "--epilogue", "gelu_tanh"], "add --path shared"),
-        (["lower", "--block-k", "16"], "--block-k applies to --path shared only"),
+        (["lower", "--block-k", "16"], "--block-k pins one kernel, but --path auto picks the kernel by shape and chip; add --path shared"),
+        (["lower", "--path", "direct_global", "--block-k", "16"], "--block-k applies to --path shared only"),
+        (["run", "--threads", "256"], "--threads pins one kernel, but --path auto picks the kernel by shape and chip; add --path direct_global"),
+        (["lower", "--trans-b"], "--trans-b pins one kernel"),
         (["lower", *SMALL, "--path", "shared", "--swizzle", "3"], "power-of-two panel size, got 3"),
         (["lower", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required"),
@@ -50,9 +53,9 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
 
 
 def test_kernel_error_is_one_line_and_debug_shows_the_traceback(capsys):
-    line = _error_line(capsys, ["lower", *SMALL, "--threads", "100"])
+    line = _error_line(capsys, ["lower", *SMALL, "--path", "direct_global", "--threads", "100"])
     assert "threads=100 is not a multiple of 32" in line and "threads=96" in line
-    assert main(["lower", *SMALL, "--threads", "100", "--debug"]) == 2
+    assert main(["lower", *SMALL, "--path", "direct_global", "--threads", "100", "--debug"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and "GemmLoweringError" in err
 
@@ -94,7 +97,7 @@ def test_output_dtype_defaults_to_input_dtype(dtype):
 
 
 def test_path_dependent_defaults():
-    direct = validate(_parser().parse_args(["lower"]))
+    direct = validate(_parser().parse_args(["lower", "--path", "direct_global"]))
     shared = validate(_parser().parse_args(["lower", "--path", "shared"]))
-    assert (direct.block_n, direct.epilogue) == (128, "none")
+    assert (direct.block_m, direct.block_n, direct.threads, direct.swizzle, direct.epilogue) == (64, 128, 128, 0, "none")
     assert (shared.block_n, shared.block_k, shared.epilogue) == (64, 32, "none")

@@ -1,0 +1,245 @@
+"""Shape-aware GEMM dispatch (kernels.matmul): the route, tile and split each shape and chip gets
+(decisions only for the issue's large shapes, nothing launched), then each route's kernel in the
+emulator against torch at small odd shapes (M = 1, 3; N = 1, 3; prime K; NaN / inf) and under the
+race checker, and the CLI's `--path auto` with `--explain`.
+
+Kernels are compiled once per choice (lru_cache); the routed split-K and GEMM kernels on metal4
+(256 and 512 threads, K >= 512) run in tests/slow/test_matmul_dispatch_slow.py."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from tilelang_metal import kernels
+from tilelang_metal.cli import main
+from tilelang_metal.emulator import racecheck
+from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, THREADGROUPS_PER_CORE, compile_choice, matmul_config
+from tilelang_metal.roofline import chip as chip_named
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+@pytest.mark.parametrize("chip", ["M5", "M5 Max", "M4"])
+def test_decode_shapes_route_to_gemv(chip):
+    row = matmul_config(1, 4096, 4096, chip=chip)
+    col = matmul_config(4096, 1, 4096, chip=chip)
+    assert (row.route, row.gemv_variant) == (GEMV, "small_m")
+    assert (col.route, col.gemv_variant) == (GEMV, "small_n")
+    assert any("M=1 <= 8" in r for r in row.reasons) and any("N=1 <= 8" in r for r in col.reasons)
+    assert matmul_config(8, 4096, 4096, chip=chip).route == GEMV
+    assert matmul_config(9, 4096, 4096, chip=chip).route != GEMV
+
+
+@pytest.mark.parametrize("chip, splits", [("M5", 2), ("M5 Max", 8), ("M4", 2)])
+def test_few_output_tiles_with_long_k_route_to_split_k(chip, splits):
+    """64x4096x4096: 32 tiles of 64x128 (today's launch), fewer than the chip's cores can hold."""
+    choice = matmul_config(64, 4096, 4096, chip=chip)
+    cores = chip_named(chip).gpu_cores
+    tiles = (64 // choice.block_m) * (4096 // choice.block_n)
+    assert choice.route == SPLIT_K and choice.splits == splits
+    assert (choice.block_m, choice.block_n) == (64, 128) and tiles == 32
+    assert tiles * choice.splits >= THREADGROUPS_PER_CORE * cores > tiles * choice.splits // 2  # the smallest split that fills it
+    assert any(f"32 output tiles < {THREADGROUPS_PER_CORE * cores} threadgroups" in r for r in choice.reasons)
+
+
+@pytest.mark.parametrize(
+    "chip, tile",
+    [("M5", (128, 128, 512)), ("M5 Pro", (64, 128, 256)), ("M5 Max", (64, 128, 256)), ("M4 Max", (64, 128, 128)), ("M1", (64, 128, 128))],
+)
+def test_square_shape_gets_the_chip_class_tile_and_swizzle(chip, tile):
+    choice = matmul_config(4096, 4096, 4096, chip=chip)
+    assert choice.route == GEMM and (choice.block_m, choice.block_n, choice.threads) == tile
+    assert choice.simdgroups == tile[2] // 32 and choice.swizzle == 8
+    assert choice.target == ("metal4" if chip.startswith("M5") else "metal")
+
+
+def test_explicit_plain_metal_target_on_m5_keeps_the_default_tile():
+    choice = matmul_config(4096, 4096, 4096, chip="M5", target="metal")
+    assert (choice.target, choice.block_m, choice.block_n, choice.threads) == ("metal", 64, 128, 128)
+
+
+def test_mlx_nax_split_k_rule_and_its_boundary():
+    """MLX routes K > 2 max(M, N) (max(M, N) <= 1024) to split-K on NAX; 1024 tiles-rich squares
+    only by that rule. K = 2 max(M, N) exactly is not split (MLX's strict '>'); plain metal has no such rule."""
+    ruled = matmul_config(1024, 1024, 3072, chip="M5")
+    assert ruled.route == SPLIT_K and ruled.splits >= 2 and any("MLX's NAX split-K rule" in r for r in ruled.reasons)
+    assert matmul_config(1024, 1024, 2048, chip="M5").route == GEMM
+    assert matmul_config(1024, 1024, 3072, chip="M5", target="metal").route == GEMM
+    assert matmul_config(2048, 2048, 6144, chip="M5").route == SPLIT_K  # K >= 3 max(M, N) above 1024
+
+
+def test_short_k_is_not_split_and_says_why():
+    choice = matmul_config(16, 40, 300, chip="M5")
+    assert choice.route == GEMM and any("too short to split" in r for r in choice.reasons)
+
+
+def test_split_count_is_capped_by_slice_length():
+    choice = matmul_config(16, 16, 600, chip="M5 Ultra")  # one tile, 320 threadgroups wanted: K allows 2 slices of >= 256
+    assert choice.route == SPLIT_K and choice.splits == 2
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: matmul_config(4, 4, 0), r"matmul needs K >= 1 \(got K=0\); C = A @ B over an empty K is all zeros: use torch.zeros"),
+        (lambda: matmul_config(0, 4, 4), r"matmul needs M >= 1 \(got M=0\)"),
+        (lambda: matmul_config(4, 4, 4, "int8"), r"matmul dtype='int8' is not supported; use one of float16, bfloat16, float32"),
+        (lambda: matmul_config(4, 4, 4, chip="M9"), r"unknown Apple chip 'M9'"),
+        (lambda: matmul_config(4, 4, 4, target="cuda"), r"matmul target='cuda' is not supported"),
+        (lambda: kernels.gemv_small_m(9, 4, 4), r"GEMV needs 1 <= M <= 8 \(got M=9\)"),
+        (lambda: kernels.gemm_split_k(4, 4, 4, 2, block_k=12), r"block_k=12 must be a positive multiple of 8"),
+    ],
+)
+def test_bad_requests_are_one_line_errors(call, message):
+    with pytest.raises(ValueError, match=message) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- numerics per route
+
+
+@functools.lru_cache(maxsize=None)
+def routed(M, N, K, dtype="float16", chip="M4", out_dtype=None):
+    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip)
+    return choice, compile_choice(choice, "emulator")
+
+
+def _inputs(M, N, K, dtype, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(M, K).to(TORCH[dtype]), torch.randn(K, N).to(TORCH[dtype])
+
+
+def _check(kernel, a, b, out_dtype, race=True):
+    ref = a.float() @ b.float()
+    out = racecheck(kernel, a, b, seeds=(0, 1)) if race else kernel(a, b)
+    assert out.dtype == TORCH[out_dtype] and out.shape == ref.shape
+    tol = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}[out_dtype]
+    torch.testing.assert_close(out.float(), ref.to(TORCH[out_dtype]).float(), rtol=tol, atol=tol * max(1.0, math.sqrt(a.shape[1])), equal_nan=True)
+    return out
+
+
+GEMV_CASES = [  # M, N, K, dtype, chip: ragged N and K (not multiples of the 4-lane vectors), prime K
+    (1, 133, 37, "float16", "M4"),
+    (3, 70, 131, "bfloat16", "M5"),
+    (8, 29, 64, "float32", "M4"),
+    (13, 1, 131, "float16", "M5"),
+    (21, 3, 37, "float32", "M4"),
+    (1, 1, 61, "bfloat16", "M4"),
+]
+
+
+@pytest.mark.parametrize("M, N, K, dtype, chip", GEMV_CASES)
+def test_gemv_route_matches_torch(M, N, K, dtype, chip):
+    choice, kernel = routed(M, N, K, dtype, chip)
+    assert choice.route == GEMV
+    _check(kernel, *_inputs(M, N, K, dtype), dtype)
+
+
+def test_gemv_aligned_shape_uses_vector_loads():
+    """The vector loads the docstring promises: half4 along N of B (small M), along K of A (small N)."""
+    _, row = routed(1, 256, 64)
+    _, col = routed(64, 1, 256)
+    assert "*(const device half4*)(B + " in row.get_kernel_source()
+    assert "*(const device half4*)(A + " in col.get_kernel_source()
+    for kernel, shape in ((row, (1, 256, 64)), (col, (64, 1, 256))):
+        _check(kernel, *_inputs(*shape, "float16"), "float16", race=False)
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 133, 37), (13, 1, 131)])
+def test_gemv_propagates_nan_and_inf(M, N, K):
+    _, kernel = routed(M, N, K)
+    a, b = _inputs(M, N, K, "float16", seed=1)
+    a[0, 5] = math.nan  # row 0 of C all NaN
+    b[7, 0] = math.inf  # column 0: inf (or NaN where the other products cancel it)
+    b[9, N - 1] = -math.inf
+    out = _check(kernel, a, b, "float16", race=False)
+    assert torch.isnan(out[0]).all()
+
+
+@functools.lru_cache(maxsize=None)
+def split_k_kernel(M, N, K, splits, target, dtype="float16"):
+    """The split-K module itself at a K too short for the router to split (fast in the emulator)."""
+    import tilelang
+
+    func = kernels.gemm_split_k(M, N, K, splits, 32, 64, 16, dtype=dtype, threads=128)
+    return tilelang.compile(func, out_idx=[-1], target=kernels.metal4_target() if target == "metal4" else kernels.plain_metal_target(),
+                            execution_backend="emulator")
+
+
+@pytest.mark.parametrize(
+    "M, N, K, splits, target, dtype",
+    [
+        (20, 70, 101, 3, "metal", "float16"),  # prime K, 7 K steps in slices of 3, 3, 1 (the last one ragged)
+        (9, 40, 100, 8, "metal", "float32"),  # 8 slices asked, 7 hold K (slices of 16): no empty slice is launched
+        (33, 16, 37, 2, "metal", "bfloat16"),
+    ],
+)
+def test_split_k_kernel_matches_torch_under_racecheck(M, N, K, splits, target, dtype):
+    kernel = split_k_kernel(M, N, K, splits, target, dtype)
+    a, b = _inputs(M, N, K, dtype)
+    ref = a.float() @ b.float()
+    tol = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    out = racecheck(kernel, a, b, seeds=(0, 1))
+    torch.testing.assert_close(out.float(), ref.to(TORCH[dtype]).float(), rtol=tol, atol=tol * math.sqrt(K))
+
+
+def test_split_k_skips_empty_slices():
+    assert kernels.split_k.effective_splits(100, 8, 16) == 7 and kernels.split_k.slice_k(100, 8, 16) == 16
+    assert kernels.split_k.effective_splits(4096, 2, 32) == 2 and kernels.split_k.slice_k(4096, 2, 32) == 2048
+
+
+def test_split_k_route_matches_torch():
+    """The router's split-K at the smallest K it splits (2 slices of >= 256), plain metal."""
+    choice, kernel = routed(16, 40, 600, "float16", "M4")
+    assert choice.route == SPLIT_K and choice.splits == 2
+    _check(kernel, *_inputs(16, 40, 600, "float16"), "float16", race=False)
+
+
+def test_split_k_propagates_nan_and_inf():
+    _, kernel = routed(16, 40, 600, "float16", "M4")
+    a, b = _inputs(16, 40, 600, "float16", seed=2)
+    a[2, 590] = math.nan  # in the second slice: the sum of the slices keeps it
+    b[10, 3] = math.inf
+    out = _check(kernel, a, b, "float16", race=False)
+    assert torch.isnan(out[2]).all()
+
+
+def test_split_k_is_bitwise_deterministic():
+    _, kernel = routed(16, 40, 600, "float16", "M4")
+    a, b = _inputs(16, 40, 600, "float16", seed=3)
+    assert torch.equal(kernel(a, b), kernel(a, b))
+
+
+def test_gemm_route_matches_torch():
+    choice, kernel = routed(20, 150, 40, "float16", "M4")
+    assert choice.route == GEMM
+    _check(kernel, *_inputs(20, 150, 40, "float16"), "float16", race=False)  # gemm_direct_global is race-checked in its own tests
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_lower_explain_prints_the_route_and_its_reasons(capsys):
+    assert main(["lower", "--m", "16", "--n", "40", "--k", "600", "--chip", "M5 Max", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "// matmul 16x40x600 float16->float16 on M5 Max (metal4): split_k in 2 slices of K, 64x128 tile, 256 threads (8 simdgroups)" in out
+    assert "//   because 1 output tiles < 160 threadgroups (4 per core of 40)" in out
+    assert "main_kernel, main_kernel_1" in out  # the partial-products kernel and the reduction kernel
+    assert main(["lower", "--m", "1", "--n", "64", "--k", "32", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "gemv small_m" in out and "because M=1 <= 8" in out
+
+
+def test_run_auto_path_checks_each_route(capsys):
+    for argv, route in ((["--m", "1", "--n", "40", "--k", "24"], "gemv"), (["--m", "16", "--n", "40", "--k", "600", "--chip", "M4"], "split_k")):
+        assert main(["run", *argv, "--backend", "emulator", "--explain"]) == 0
+        out = capsys.readouterr().out
+        assert f": {route}" in out and "OK" in out

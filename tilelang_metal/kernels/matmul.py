@@ -1,0 +1,245 @@
+"""Shape-aware GEMM dispatch: `matmul_config(M, N, K, ...)` picks a kernel for C = A @ B by shape,
+dtype and chip, `matmul(...)` compiles it. Every kernel it picks takes `(A (M, K), B (K, N))` and
+returns C (M, N), so the caller never sees the route.
+
+Routes (docs/benchmarks.md, "Shape-aware dispatch", has the table and the sources of the numbers):
+
+- `gemv` (kernels/gemv.py) when M or N is at most GEMV_MAX_ROWS: a GEMM tile of 64 or 128 rows
+  would compute mostly padding, and the problem is bound by reading the large operand once;
+- `split_k` (kernels/split_k.py) when the output tiles are too few to occupy the GPU and K is long
+  enough to share out (64x4096x4096: 32 tiles of 64x128), or when K is much larger than M and N
+  (MLX's NAX rule: K >= 3 max(M, N), or K > 2 max(M, N) when max(M, N) <= 1024; metal4 only, as
+  in MLX);
+- `gemm` (kernels.gemm_direct_global) otherwise, with the chip class's tile: on M5 and newer with
+  the metal4 target MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128 on 8 on the
+  larger chips), else the plugin's default 64x128 on 4 simdgroups; block swizzle on grids large
+  enough for neighbouring threadgroups to share panels of A and B.
+
+The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
+heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
+which `python -m tilelang_metal lower --explain` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
+from ..target import has_metal4, metal4_target, plain_metal_target
+from .gemm import gemm_direct_global
+from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
+from .split_k import effective_splits, gemm_split_k
+
+GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
+ROUTES = (GEMM, GEMV, SPLIT_K)
+THREADGROUPS_PER_CORE = 4  # output tiles per GPU core below which split-K shares out K (heuristic)
+MIN_SLICE_K = 256  # K per split-K slice at least: its fp32 partial tile's round trip stays small next to its A and B reads
+MAX_SPLITS = 16
+SPLIT_BLOCK_K = 32
+SWIZZLE_PANEL = 8
+SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
+BASE_CHIP_MAX_CORES = 10  # the base M5 (10 GPU cores): MLX's 128x128 NAX tile; more cores: 64x128
+DEFAULT_CHIP = "M5"
+
+
+@dataclass(frozen=True)
+class MatmulChoice:
+    """What `matmul` builds for one problem and why. block_k and splits apply to split_k only,
+    gemv_variant ("small_m": few rows of A; "small_n": few columns of B) to gemv only."""
+
+    route: str
+    M: int
+    N: int
+    K: int
+    dtype: str
+    out_dtype: str
+    chip: str
+    target: str  # "metal4" or "metal"
+    block_m: int
+    block_n: int
+    threads: int
+    block_k: int = 0
+    swizzle: int = 0
+    splits: int = 1
+    gemv_variant: str = ""
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def simdgroups(self) -> int:
+        return self.threads // 32
+
+    def summary(self) -> str:
+        shape = f"{self.M}x{self.N}x{self.K} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
+        if self.route == GEMV:
+            return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
+        tile = f"{self.block_m}x{self.block_n} tile, {self.threads} threads ({self.simdgroups} simdgroups), swizzle {self.swizzle or 'off'}"
+        if self.route == SPLIT_K:
+            return f"matmul {shape}: split_k in {self.splits} slices of K, {tile}"
+        return f"matmul {shape}: gemm direct-global, {tile}"
+
+    def describe(self) -> list[str]:
+        """The summary line, then one line per reason (what `lower --explain` prints)."""
+        return [self.summary(), *(f"  because {reason}" for reason in self.reasons)]
+
+
+def _resolve_chip(chip: str | Chip | None) -> tuple[Chip, str]:
+    if isinstance(chip, Chip):
+        return chip, f"chip {chip.name} ({chip.gpu_cores} GPU cores), as given"
+    if chip is not None:
+        found = chip_named(chip)
+        return found, f"chip {found.name} ({found.gpu_cores} GPU cores), as given"
+    found = detect_chip()
+    if found is not None:
+        return found, f"chip {found.name} ({found.gpu_cores} GPU cores), this Mac's"
+    default = CHIPS[DEFAULT_CHIP]
+    return default, f"no Apple GPU here: tuned for {default.name} ({default.gpu_cores} GPU cores); pass chip= to tune for another"
+
+
+def _resolve_target(target: Any, on: Chip) -> tuple[str, str]:
+    if target is None:
+        name = "metal4" if on.generation >= 5 else "metal"
+        return name, f"target {name}: {'M5 and newer have matmul2d hardware (metal4)' if name == 'metal4' else 'before M5, simdgroup matrices (no metal4 key)'}"
+    if isinstance(target, str):
+        if target not in ("metal4", "metal"):
+            raise ValueError(f"matmul target={target!r} is not supported; use 'metal4', 'metal' or a tilelang Target")
+        return target, f"target {target}, as given"
+    name = "metal4" if has_metal4(target) else "metal"
+    return name, f"target {name}, from the given Target's keys"
+
+
+def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
+    for name, value in (("M", M), ("N", N), ("K", K)):
+        if not isinstance(value, int) or value < 1:
+            hint = ("C = A @ B over an empty K is all zeros: use torch.zeros((M, N)) instead of a kernel" if name == "K"
+                    else "a matrix with no rows or columns has nothing to compute")
+            raise ValueError(f"matmul needs {name} >= 1 (got {name}={value!r}); {hint}")
+    for name, value in (("dtype", dtype), ("out_dtype", out_dtype)):
+        if value not in DTYPES:
+            raise ValueError(f"matmul {name}={value!r} is not supported; use one of {', '.join(DTYPES)}")
+
+
+def _chip_tile(on: Chip, target: str) -> tuple[int, int, int, str]:
+    """(block_m, block_n, threads, reason) of the gemm route for the chip class."""
+    if target == "metal4" and on.generation >= 5:
+        if on.gpu_cores <= BASE_CHIP_MAX_CORES:
+            return 128, 128, 512, f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups"
+        return 64, 128, 256, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups"
+    why = "the metal target (simdgroup matrices)" if target == "metal" else f"{on.name} predates M5's matmul2d hardware"
+    return 64, 128, 128, f"{why}: the plugin's default tile 64x128 on 4 simdgroups"
+
+
+def _split_count(tiles: int, K: int, wanted: int, at_least: int) -> int:
+    """The smallest power of two that brings `tiles * splits` to `wanted` threadgroups (at least
+    `at_least`), keeping every slice at MIN_SLICE_K or more and at most MAX_SPLITS slices."""
+    most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K))
+    splits = 1
+    while splits < most and (tiles * splits < wanted or splits < at_least):
+        splits *= 2
+    return min(splits, most)
+
+
+def matmul_config(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    *,
+    chip: str | Chip | None = None,
+    target: Any = None,
+) -> MatmulChoice:
+    """The kernel `matmul` builds for C (M, N) = A (M, K) @ B (K, N), with its reasons. `chip`: a
+    name of `roofline.CHIPS` or a `Chip` (default: this Mac's, else M5); `target`: "metal4",
+    "metal" or a Target (default: metal4 on M5 and newer, else metal)."""
+    out_dtype = out_dtype or dtype
+    _check(M, N, K, dtype, out_dtype)
+    on, chip_reason = _resolve_chip(chip)
+    target_name, target_reason = _resolve_target(target, on)
+    reasons = [chip_reason, target_reason]
+    common = {"M": M, "N": N, "K": K, "dtype": dtype, "out_dtype": out_dtype, "chip": on.name, "target": target_name}
+
+    if min(M, N) <= GEMV_MAX_ROWS:
+        small_m = M <= N
+        side, value = ("M", M) if small_m else ("N", N)
+        variant = "small_m" if small_m else "small_n"
+        axis = "columns of B with vector loads along N" if small_m else "rows of A with vector loads along K"
+        reasons.append(f"{side}={value} <= {GEMV_MAX_ROWS}: GEMV streams the {axis}; a 64-row GEMM tile would compute "
+                       f"{64 - value} padding {'rows' if small_m else 'columns'} of every 64")
+        return MatmulChoice(GEMV, **common, block_m=0, block_n=0, threads=128, gemv_variant=variant, reasons=tuple(reasons))
+
+    block_m, block_n, threads, tile_reason = _chip_tile(on, target_name)
+    reasons.append(tile_reason)
+    if M <= block_m // 2 and block_m > 64:
+        block_m, threads = 64, threads // 2
+        reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
+
+    tiles = -(-M // block_m) * -(-N // block_n)
+    wanted = THREADGROUPS_PER_CORE * on.gpu_cores
+    largest = max(M, N)
+    mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
+    few_tiles = tiles < wanted
+    splits = 1
+    if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K:
+        splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), SPLIT_BLOCK_K)
+    if splits > 1:
+        if mlx_rule:
+            reasons.append(f"K={K} vs max(M, N)={largest}: MLX's NAX split-K rule (K >= 3 max(M, N), or K > 2 max(M, N) "
+                           "when max(M, N) <= 1024)")
+        if few_tiles:
+            reasons.append(f"{tiles} output tiles < {wanted} threadgroups ({THREADGROUPS_PER_CORE} per core of {on.gpu_cores})")
+        reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "
+                       f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
+        return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=SPLIT_BLOCK_K,
+                            splits=splits, reasons=tuple(reasons))
+    if few_tiles:
+        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
+
+    tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
+    swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES else 0
+    if swizzle:
+        reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles: swizzle in panels of {swizzle}, so threadgroups running together "
+                       "share rows of A and columns of B in cache")
+    else:
+        reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles: no swizzle (below {SWIZZLE_MIN_TILES} tiles on a side)")
+    return MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads, swizzle=swizzle, reasons=tuple(reasons))
+
+
+def matmul_program(choice: MatmulChoice) -> Any:
+    """The `T.prim_func` of a choice (compile with `out_idx=[-1]`)."""
+    M, N, K, dtype, out_dtype = choice.M, choice.N, choice.K, choice.dtype, choice.out_dtype
+    if choice.route == GEMV:
+        build = gemv_small_m if choice.gemv_variant == "small_m" else gemv_small_n
+        return build(M, N, K, dtype=dtype, out_dtype=out_dtype)
+    if choice.route == SPLIT_K:
+        return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
+                            out_dtype=out_dtype, threads=choice.threads)
+    return gemm_direct_global(M, N, K, choice.block_m, choice.block_n, dtype=dtype, out_dtype=out_dtype,
+                              threads=choice.threads, swizzle_panel=choice.swizzle)
+
+
+def choice_target(choice: MatmulChoice) -> Any:
+    return metal4_target() if choice.target == "metal4" else plain_metal_target()
+
+
+def matmul(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    *,
+    chip: str | Chip | None = None,
+    target: Any = None,
+    execution_backend: str | None = None,
+) -> Any:
+    """The compiled kernel `matmul_config` chooses, called as `kernel(A, B) -> C`."""
+    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip, target=target)
+    return compile_choice(choice, execution_backend)
+
+
+def compile_choice(choice: MatmulChoice, execution_backend: str | None = None) -> Any:
+    import tilelang
+
+    kwargs = {"execution_backend": execution_backend} if execution_backend else {}
+    return tilelang.compile(matmul_program(choice), out_idx=[-1], target=choice_target(choice), **kwargs)

@@ -1,0 +1,112 @@
+"""Row reductions over the last axis for Metal, written in TileLang: `out[r] = sum_c X[r, c]` or
+`max_c X[r, c]` for any column count (4096, ragged, 1).
+
+A threadgroup reduces `block_rows` rows in column blocks of `block_cols` (`row_blocking` picks
+both): each block is loaded into a float32 fragment and folded with `T.reduce_sum` /
+`T.reduce_max` (simd shuffles, and threadgroup memory across simdgroups: docs/kernel_vocabulary.md)
+into a running per-row result. The columns past the end of a row are padded with 0 for a sum and
+with a copy of the row's last element for a max, so no infinity is ever written (Metal's fast math
+may assume there are none). Inputs float16, bfloat16 or float32, accumulated in float32.
+
+NaN: a sum propagates it; a max does too, like torch.amax (Metal's `max` alone would ignore it,
+docs/math.md), through an explicit `T.isnan` count per row. On a GPU with fast math (Metal's
+default) NaN handling is undefined anyway; the emulator follows IEEE.
+
+No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
+"""
+
+from typing import Any
+
+import tilelang.language as T
+
+ACCUM = "float32"
+DTYPES = ("float16", "bfloat16", "float32")
+KINDS = ("sum", "max")
+MAX_BLOCK_COLS = 4096  # a 4096-column row in one block: 16 floats per thread at 256 threads
+MAX_BLOCK_ELEMENTS = 4096
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def row_blocking(rows: int, cols: int, threads: int) -> tuple[int, int]:
+    """(block_rows, block_cols): whole rows up to MAX_BLOCK_COLS columns in one block (a power of
+    two >= 32), and as many rows per threadgroup as keep the block at MAX_BLOCK_ELEMENTS and at
+    least one element per thread."""
+    block_cols = min(max(_pow2_at_least(cols), 32), MAX_BLOCK_COLS)
+    block_rows = max(1, min(MAX_BLOCK_ELEMENTS // block_cols, _pow2_at_least(rows)))
+    while block_rows > 1 and block_rows * block_cols < threads:
+        block_rows //= 2
+    return block_rows, block_cols
+
+
+def check_rows(rows: int, cols: int, dtype: str, threads: int, what: str) -> None:
+    if rows <= 0 or cols <= 0:
+        raise ValueError(f"{what} needs rows >= 1 and cols >= 1 (got {rows}x{cols}); an empty row has no {what} result")
+    if dtype not in DTYPES:
+        raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if threads <= 0 or threads % 32 or threads > 1024:
+        raise ValueError(f"{what} threads={threads} must be a multiple of 32 up to 1024 (one simdgroup is 32 threads); use 128 or 256")
+
+
+def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float32", out_dtype: str | None = None, threads: int = 128) -> Any:
+    """`Out (rows,) = reduce_kind(X (rows, cols), axis=-1)` as a `T.prim_func` (compile with `out_idx=[-1]`)."""
+    if kind not in KINDS:
+        raise ValueError(f"reduce_rows kind={kind!r} is not supported; use one of {', '.join(KINDS)}")
+    out_dtype = out_dtype or dtype
+    check_rows(rows, cols, dtype, threads, f"row {kind}")
+    if out_dtype not in DTYPES:
+        raise ValueError(f"row {kind} out_dtype={out_dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    block_rows, block_cols = row_blocking(rows, cols, threads)
+    col_blocks = -(-cols // block_cols)
+    is_sum = kind == "sum"
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, cols), dtype), Out: T.Tensor((rows,), out_dtype)):
+        with T.Kernel(T.ceildiv(rows, block_rows), threads=threads) as bx:
+            x = T.alloc_fragment((block_rows, block_cols), ACCUM)
+            part = T.alloc_fragment((block_rows,), ACCUM)
+            total = T.alloc_fragment((block_rows,), ACCUM)
+            T.fill(total, 0)
+            if not is_sum:
+                nans = T.alloc_fragment((block_rows, block_cols), ACCUM)
+                nan_rows = T.alloc_fragment((block_rows,), ACCUM)
+                T.fill(nan_rows, 0)
+            for cb in T.serial(col_blocks):
+                for i, j in T.Parallel(block_rows, block_cols):
+                    r = T.min(bx * block_rows + i, rows - 1)  # rows past the end repeat the last row, never stored
+                    c = cb * block_cols + j
+                    value = T.cast(X[r, T.min(c, cols - 1)], ACCUM)
+                    if is_sum:
+                        x[i, j] = T.if_then_else(c < cols, value, 0)
+                    else:
+                        x[i, j] = value  # a copy of the last element does not change a max
+                        nans[i, j] = T.if_then_else(T.isnan(value), 1, 0)
+                if is_sum:
+                    T.reduce_sum(x, part, dim=1)
+                    for i in T.Parallel(block_rows):
+                        total[i] += part[i]
+                else:
+                    T.reduce_max(x, part, dim=1)
+                    for i in T.Parallel(block_rows):
+                        total[i] = T.if_then_else(cb == 0, part[i], T.max(total[i], part[i]))
+                    T.reduce_max(nans, part, dim=1)
+                    for i in T.Parallel(block_rows):
+                        nan_rows[i] = T.max(nan_rows[i], part[i])
+            for i in T.Parallel(block_rows):
+                if bx * block_rows + i < rows:
+                    if is_sum:
+                        Out[bx * block_rows + i] = T.cast(total[i], out_dtype)
+                    else:
+                        Out[bx * block_rows + i] = T.cast(T.if_then_else(nan_rows[i] > 0, T.float32(float("nan")), total[i]), out_dtype)
+
+    return main
+
+
+def row_sum(rows: int, cols: int, **options: Any) -> Any:
+    return reduce_rows(rows, cols, "sum", **options)
+
+
+def row_max(rows: int, cols: int, **options: Any) -> Any:
+    return reduce_rows(rows, cols, "max", **options)
