@@ -145,3 +145,20 @@ def test_every_corpus_kernel_writes_each_output_byte_once():
             assert t["predicated_device_stores"] == t["device_store_instructions"] > 0
         if t["threadgroup_load_bytes"] and name == "shared_transpose":
             assert t["threadgroup_barriers"] > 0
+
+
+def test_narrow_device_loads_count_loads_of_two_bytes_or_less():
+    """A scalar half load is narrow, a half2 / float load is not; stores never count."""
+    msl = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void narrow(device const half* a [[buffer(0)]], device const float* f [[buffer(1)]],
+                   device half* out [[buffer(2)]], uint t [[thread_position_in_threadgroup]]) {
+  half2 pair = *(device const half2*)(a + 2 * t);
+  out[t] = a[t] + pair.x + pair.y + half(f[t]);
+}
+"""
+    a, f, out = torch.randn(64).half(), torch.randn(32), torch.zeros(32).half()
+    stats = launch_counters(msl, [a, f, out], grid=(1, 1, 1), block=(32, 1, 1))
+    assert stats.total["narrow_device_loads"] == 32  # a[t] only
+    assert stats.total["device_load_instructions"] == 3 * 32

@@ -129,7 +129,7 @@ def test_a_registered_instruction_is_selected_only_where_the_target_has_its_feat
 # ------------------------------------------------------------------ counters and FLOPs
 def _runtime_counter_enum() -> list[str]:
     text = (SHIM / "runtime_api.h").read_text()
-    body = re.search(r"enum counter : uint32_t \{(.*?)\};", text, re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", re.search(r"enum counter : uint32_t \{(.*?)\};", text, re.S).group(1))
     names = [n.strip().removeprefix("c_") for n in body.split(",") if n.strip()]
     assert names[-1] == "counter_count"
     return names[:-1]

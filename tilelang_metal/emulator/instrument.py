@@ -38,6 +38,7 @@ SCALAR_COUNTER_NAMES: tuple[str, ...] = (
     "threadgroup_barriers",
     "simdgroup_barriers",
     "simd_collectives",
+    "narrow_device_loads",
 )
 MATRIX_COUNTER_NAMES: tuple[str, ...] = tuple(inst.counter for inst in COUNTED)
 COUNTER_NAMES: tuple[str, ...] = SCALAR_COUNTER_NAMES + MATRIX_COUNTER_NAMES

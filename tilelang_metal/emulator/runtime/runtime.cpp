@@ -972,6 +972,7 @@ void on_access(const access& a) noexcept {
       ++w.counts[c_device_load_instructions];
       w.counts[c_device_load_bytes] += bytes;
       w.counts[c_predicated_device_loads] += predicated;
+      w.counts[c_narrow_device_loads] += bytes <= 2;
     }
   } else if (a.kind == space_kind::threadgroup_memory) {
     if (store) {

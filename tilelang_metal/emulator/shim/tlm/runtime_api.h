@@ -164,6 +164,7 @@ enum counter : uint32_t {
   c_threadgroup_barriers,
   c_simdgroup_barriers,
   c_simd_collectives,
+  c_narrow_device_loads,  // device loads of 2 bytes or less (scalar half/bfloat16/char/short)
   c_matmul2d_16x32x16,
   c_simdgroup_multiply_accumulate_8x8x8,
   c_simdgroup_multiply_8x8x8,
