@@ -77,17 +77,19 @@ def _overlaunched(m: int, n: int, k: int, extra: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _overlaunched_kernel(extra: int):
+def _overlaunched_kernel(extra: int, target_name: str = "metal"):
     hidden: list[int] = []
-    kernel = _compile(_overlaunched(64, 128, 32, extra), K.plain_metal_target(), skip_guarded=True, hidden=hidden)
+    target = K.metal4_target() if target_name == "metal4" else K.plain_metal_target()
+    kernel = _compile(_overlaunched(64, 128, 32, extra), target, skip_guarded=True, hidden=hidden)
     return kernel, hidden[0]
 
 
-def test_a_grid_past_the_matrix_skips_the_gemm_there():
+@pytest.mark.parametrize("target_name", ["metal", "metal4"])
+def test_a_grid_past_the_matrix_skips_the_gemm_there(target_name):
     """Found with this pass: tilelang's LegalizeSafeMemoryAccess left the vector loads of B and the
     stores of C unguarded in the threadgroup column past the matrix (out of bounds on the GPU)."""
-    exact, exact_hidden = _overlaunched_kernel(0)
-    over, over_hidden = _overlaunched_kernel(1)
+    exact, exact_hidden = _overlaunched_kernel(0, target_name)
+    over, over_hidden = _overlaunched_kernel(1, target_name)
     assert exact_hidden == 1 and over_hidden == 1
     assert "if (" not in exact.get_kernel_source()  # the exact grid proves every tile start: no branch
     assert "if (" in over.get_kernel_source()
