@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from . import config
 from . import gemm as gemm_metal
+from .codegen.build import build_metal, build_metal_runtime
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
@@ -194,3 +195,13 @@ def finalize_for_codegen(mod: object) -> object:
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
     return mod
 
+
+def codegen_build(mod: object, target: object) -> object:
+    """The device codegen hook (tilelang's build_without_compile): the late passes, then the MSL source module."""
+    return build_metal(finalize_for_codegen(mod), target)
+
+
+def codegen_build_runtime(mod: object, target: object) -> object:
+    """The device codegen hook with device compile (execution_backend="tvm_ffi"): the late passes,
+    then TVM's Metal runtime module."""
+    return build_metal_runtime(finalize_for_codegen(mod), target)

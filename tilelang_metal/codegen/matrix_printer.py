@@ -17,7 +17,7 @@ from ..host import tir
 from ..errors import CodegenError
 from ..kernel_options import matmul_relaxed
 from ..isa import SIMDGROUP_8x8x8, MatrixInstruction, cooperative_instruction
-from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage
+from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
 from .msl_types import msl_type, scalar_type
 
 SG_ELEMS = SIMDGROUP_8x8x8.dest_elems

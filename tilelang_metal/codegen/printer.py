@@ -12,15 +12,18 @@ from typing import Any
 from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from ..errors import CodegenError
 from ..kernel_options import precise_math
-from ..gemm.edge_split import UNIFORM_BRANCH
+from ..ir_attrs import (
+    LANE_ID_ATTR,
+    POSITION_NAMES_ATTR,
+    SIMDGROUP_ID_ATTR,
+    THREAD_ARRAY_ALIGN_ATTR,
+    UNIFORM_BRANCH,
+    declared_element_counts,
+    prelude_vars,
+    storage_of,
+)
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
-from ..transform.block_swizzle import POSITION_NAMES_ATTR
 from ..transform.integer_bits import bits_as_arithmetic
-from ..transform.ir_query import declared_element_counts
-from ..transform.kernel_prelude import prelude_vars
-from ..transform.register_staging import THREAD_ARRAY_ALIGN_ATTR
-from ..transform.matrix_storage import storage_of
-from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
 from .extern_helpers import EXTERN_HELPERS
 from .math_functions import math_call, precise_divide, uint_like

@@ -14,38 +14,15 @@ The decision is stored as the function attribute `MATRIX_STORAGE_ATTR` (data var
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .. import intrinsics
 from ..host import tir
+from ..ir_attrs import COOPERATIVE, MATRIX_STORAGE_ATTR, SIMDGROUP, MatrixStorage
 from ..isa import SIMDGROUP_8x8x8, cooperative_instruction
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from ..host import vocab
-
-MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
-SIMDGROUP = "simdgroup"
-COOPERATIVE = "cooperative"
-
-
-@dataclass(frozen=True)
-class MatrixStorage:
-    kind: str  # SIMDGROUP | COOPERATIVE
-    matrices: int  # simdgroup matrices in the array, or destination fragments
-    elided: bool = True  # cooperative only: no backing thread array
-    a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
-    b_dtype: str = ""
-    shape: tuple[int, int, int] = (0, 0, 0)  # cooperative only: the instruction
-
-    def encode(self) -> str:
-        m, n, k = self.shape
-        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {m} {n} {k}"
-
-    @staticmethod
-    def decode(text: str) -> MatrixStorage:
-        kind, matrices, elided, a, b, m, n, k = str(text).split()
-        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, (int(m), int(n), int(k)))
 
 
 def _constant_index(index: Any) -> bool:
@@ -102,14 +79,6 @@ def record_function(func: Any) -> Any:
     if not decisions:
         return func
     return func.with_attr(MATRIX_STORAGE_ATTR, {var: d.encode() for var, d in decisions.items()})
-
-
-def storage_of(func: Any) -> dict[Any, MatrixStorage]:
-    """The decisions `RecordMatrixStorage` stored on a function (empty when it has no matrices)."""
-    attrs = func.attrs
-    if attrs is None or MATRIX_STORAGE_ATTR not in attrs:
-        return {}
-    return {var: MatrixStorage.decode(text) for var, text in attrs[MATRIX_STORAGE_ATTR].items()}
 
 
 RecordMatrixStorage = per_function_pass("tilelang_metal.RecordMatrixStorage", record_function, kernels_only=True)
