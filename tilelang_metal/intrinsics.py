@@ -1,12 +1,15 @@
-"""The matrix vocabulary between the plugin's lowerings and its printer, defined once.
+"""The plugin's intrinsics between its passes and its printer, defined once.
 
-One vocabulary per operation:
+Matrix operations, one vocabulary per operation:
 - cooperative tensors: the plugin's own `tlm_ct_mma` extern call (TVM has no builtin for MPP);
 - simdgroup matrices: TVM's builtins (`tirx.simdgroup_load/store`, `make_filled_simdgroup_matrix`,
   `simdgroup_multiply_accumulate`), which tilelang's own copies of `metal.simdgroup` buffers use too.
 
 Every operand list is written here; lowering builds calls with `build_*`, passes and the printer
 read them back with `match_*`, so an operand added to an intrinsic changes this module only.
+
+The late MSL legalization (`legalize/`) adds `tlm_copy16`: a 16-byte move between two ends it
+proved 16-byte aligned, which the printer spells as one `uint4` load and store.
 """
 
 from __future__ import annotations
@@ -99,3 +102,31 @@ def mma_accumulator(call: Any) -> Any | None:
     if isinstance(call, tir.Call) and op_name(call) == SG_MMA:
         return call.args[0]
     return None
+
+
+# ---------------------------------------------------------------- 16-byte copies
+COPY16 = "tlm_copy16"
+
+
+@dataclass(frozen=True)
+class Copy16:
+    """dst[dst_offset : +16 bytes] = src[src_offset : +16 bytes]; both ends proved 16-byte aligned.
+    Offsets count elements of each buffer's own dtype."""
+
+    dst: Any  # Buffer
+    dst_offset: Any
+    src: Any
+    src_offset: Any
+
+
+def build_copy16(dst: Any, dst_offset: Any, src: Any, src_offset: Any) -> Any:
+    dst_at = tir.address_of(tir.BufferLoad(dst, [dst_offset]))
+    src_at = tir.address_of(tir.BufferLoad(src, [src_offset]))
+    return tir.Evaluate(tir.call_extern("handle", COPY16, dst_at, src_at))
+
+
+def match_copy16(call: Any) -> Copy16 | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != COPY16:
+        return None
+    dst, src = (arg.args[0] for arg in call.args[1:])
+    return Copy16(dst.buffer, dst.indices[0], src.buffer, src.indices[0])

@@ -25,6 +25,7 @@ from __future__ import annotations
 from . import config
 from . import gemm as gemm_metal
 from .codegen.build import build_metal, build_metal_runtime
+from .legalize import SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
@@ -193,7 +194,16 @@ def finalize_for_codegen(mod: object) -> object:
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
     mod = UseTilePointers(mod)  # plugin: one `__src` tile pointer per operand and K step (spec 1.4)
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
+    return legalize_for_msl(mod)
+
+
+def legalize_for_msl(mod: object) -> object:
+    """The late MSL legalization (legalize/): the last decisions, taken on TIR, so the printer spells
+    one node at a time. After RecordMatrixStorage: the passes read which arrays are matrix objects."""
+    mod = UseWideCopies(mod)  # plugin: 16-byte copies proved aligned at both ends -> tlm_copy16 (one uint4 move)
+    mod = SplitWideVectors(mod)  # plugin: stores wider than Metal's 4 lanes -> 4-lane stores
     return mod
+
 
 
 def codegen_build(mod: object, target: object) -> object:

@@ -1,0 +1,142 @@
+"""The late MSL legalization (tilelang_metal/legalize/) on hand-built TIR: each pass takes one
+decision the printer used to take, and the printer spells the result one node at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilelang_metal import intrinsics
+from tilelang_metal.codegen.printer import print_kernel
+from tilelang_metal.errors import CodegenError
+from tilelang_metal.host import tir, tvm
+from tilelang_metal.ir_attrs import THREAD_ARRAY_ALIGN_ATTR
+from tilelang_metal.legalize.vector_split import split_wide_vectors
+from tilelang_metal.legalize.wide_copies import use_wide_copies
+
+THREADS = 64
+
+
+def pointer(name: str, dtype: str):
+    return tir.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(dtype)))
+
+
+def kernel(make_body, dtype: str = "float16"):
+    """A one-dimensional kernel over device buffers A (read) and B (written) of `dtype`."""
+    a_ptr, b_ptr = pointer("A", dtype), pointer("B", dtype)
+    a = tir.decl_buffer((4096,), dtype, "A", data=a_ptr)
+    b = tir.decl_buffer((4096,), dtype, "B", data=b_ptr)
+    tx = tir.Var("tx", "int32")
+    launch = tir.IterVar(tvm.ir.Range(0, THREADS), tx, tir.IterVar.ThreadIndex, "threadIdx.x")
+    return tir.PrimFunc([a_ptr, b_ptr], tir.AttrStmt(launch, "thread_extent", THREADS, make_body(a, b, tx)))
+
+
+def copy(dst, src, dst_base, src_base, lanes):
+    return tir.BufferStore(dst, tir.BufferLoad(src, [tir.Ramp(src_base, 1, lanes)]), [tir.Ramp(dst_base, 1, lanes)])
+
+
+def calls(func) -> list:
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, tir.Call) else None)
+    return [intrinsics.match_copy16(c) for c in found if intrinsics.match_copy16(c) is not None]
+
+
+def stores(func) -> list:
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, tir.BufferStore) else None)
+    return found
+
+
+def msl(func) -> str:
+    return print_kernel(func, "k")[0]
+
+
+def test_aligned_16_byte_copy_becomes_one_uint4_move():
+    func = use_wide_copies(kernel(lambda a, b, tx: copy(b, a, tx * 8, tx * 8, 8)))
+    (moved,) = calls(func)
+    assert moved.dst.name == "B" and moved.src.name == "A" and not stores(func)
+    line = "*(device uint4*)(B + ((((int)threadIdx.x) * 8))) = *(device uint4*)(A + ((((int)threadIdx.x) * 8)));"
+    assert line in msl(func)
+
+
+@pytest.mark.parametrize("offset", [1, 3, 4, 7])
+def test_unprovable_alignment_keeps_the_store_and_splits_it(offset):
+    """An offset that is not a multiple of 8 halves: no uint4 move; two half4 stores of the right lanes."""
+    func = use_wide_copies(kernel(lambda a, b, tx: copy(b, a, tx * 8 + offset, tx * 8, 8)))
+    assert calls(func) == []
+    parts = stores(split_wide_vectors(func))
+    assert len(parts) == 2
+    analyzer = tvm.arith.Analyzer()
+    for start, part in zip((0, 4), parts):
+        assert str(part.value.dtype) == "float16x4"
+        assert analyzer.can_prove(part.indices[0].base - part.value.indices[0].base == offset)
+        assert analyzer.can_prove(part.value.indices[0].base % 8 == start)
+    assert "uint4" not in msl(split_wide_vectors(func))
+
+
+def test_one_unaligned_end_is_enough_to_refuse():
+    func = use_wide_copies(kernel(lambda a, b, tx: copy(b, a, tx * 8, tx * 8 + 2, 8)))
+    assert calls(func) == [] and len(stores(func)) == 1
+
+
+def test_alignment_through_binds_and_shifts():
+    """A Bind printed before the store (a prelude offset) and LowerIntrin's `x << 3` both count."""
+
+    def body(a, b, tx):
+        off = tir.Var("__off0", "int32")
+        return tir.SeqStmt([tir.Bind(off, tir.shift_left(tx, 3)), copy(b, a, off + 64, off, 8)])
+
+    assert len(calls(use_wide_copies(kernel(body)))) == 1
+
+
+def test_runtime_offset_is_not_provable():
+    n = tir.Var("n", "int32")
+
+    def body(a, b, tx):
+        return copy(b, a, tx * 8 + n, tx * 8, 8)
+
+    func = kernel(body)
+    func = tir.PrimFunc([*func.params, n], func.body)
+    assert calls(use_wide_copies(func)) == []
+
+
+def test_sixteen_byte_lanes_and_narrow_vectors():
+    """int8x16 is a 16-byte copy too; a float32x4 is a Metal vector already and stays a store."""
+    assert len(calls(use_wide_copies(kernel(lambda a, b, tx: copy(b, a, tx * 16, tx * 16, 16), "int8")))) == 1
+    assert calls(use_wide_copies(kernel(lambda a, b, tx: copy(b, a, tx * 4, tx * 4, 4), "float32"))) == []
+
+
+def test_thread_arrays_need_their_alignas_record():
+    def body_with(annotations):
+        def body(a, b, tx):
+            local = tir.decl_buffer((8,), "float16", "R", scope="local")
+            return tir.SeqStmt([tir.AllocBuffer(local, annotations), copy(local, a, 0, tx * 8, 8), copy(b, local, tx * 8, 0, 8)])
+
+        return body
+
+    assert len(calls(use_wide_copies(kernel(body_with({THREAD_ARRAY_ALIGN_ATTR: 16}))))) == 2
+    plain = use_wide_copies(kernel(body_with(None)))
+    assert calls(plain) == [] and len(stores(plain)) == 2
+
+
+def test_split_keeps_expression_lanes():
+    """8-lane arithmetic (a load times a broadcast, cast) splits into lanes 0-3 and 4-7 of each operand."""
+
+    def body(a, b, tx):
+        value = tir.Cast("float16x8", tir.Cast("float32x8", tir.BufferLoad(a, [tir.Ramp(tx * 8, 1, 8)])) * tir.Broadcast(tir.const(2.0, "float32"), 8))
+        return tir.BufferStore(b, value, [tir.Ramp(tx * 8 + 1, 1, 8)])
+
+    parts = stores(split_wide_vectors(kernel(body)))
+    assert [str(p.value.dtype) for p in parts] == ["float16x4", "float16x4"]
+    text = msl(split_wide_vectors(kernel(body)))
+    assert text.count("half4") >= 2 and "half8" not in text
+
+
+def test_split_refuses_lane_counts_metal_cannot_spell():
+    func = kernel(lambda a, b, tx: copy(b, a, tx * 6, tx * 6, 6))
+    with pytest.raises(CodegenError, match="cannot split a 6-lane store to B"):
+        split_wide_vectors(func)
+
+
+def test_printer_refuses_an_unsplit_wide_store():
+    with pytest.raises(CodegenError, match="reached the printer unsplit"):
+        msl(kernel(lambda a, b, tx: copy(b, a, tx * 8 + 1, tx * 8, 8)))
