@@ -130,3 +130,38 @@ def match_copy16(call: Any) -> Copy16 | None:
         return None
     dst, src = (arg.args[0] for arg in call.args[1:])
     return Copy16(dst.buffer, dst.indices[0], src.buffer, src.indices[0])
+
+
+# ---------------------------------------------------------------- simdgroup shuffles
+# Metal's whole-simdgroup shuffles, by kind, and its lane-wise select: what legalize/shuffle_widths.py
+# writes CUDA-width shuffles as. Printed by name as ordinary calls; the shuffle's lane operand is a ushort.
+SIMD_SHUFFLES = {"xor": "simd_shuffle_xor", "down": "simd_shuffle_down", "up": "simd_shuffle_up", "index": "simd_shuffle"}
+SELECT = "select"  # MSL select(if_false, if_true, condition): both operands evaluated, unlike `?:`
+
+
+def build_simd_shuffle(kind: str, value: Any, lane_operand: Any) -> Any:
+    """`simd_shuffle_<kind>(value, (ushort)lane_operand)` over the whole simdgroup."""
+    return tir.call_extern(value.dtype, SIMD_SHUFFLES[kind], value, tir.Cast("uint16", lane_operand))
+
+
+def match_simd_shuffle(call: Any) -> tuple[str, Any, Any] | None:
+    """(kind, value, lane operand) of a call `build_simd_shuffle` made, or None."""
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS:
+        return None
+    name = str(call.args[0].value)
+    kind = next((k for k, n in SIMD_SHUFFLES.items() if n == name), None)
+    return None if kind is None else (kind, call.args[1], call.args[2].value)
+
+
+def build_select(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """`condition ? if_true : if_false` with both operands evaluated by every thread (a simd collective
+    inside either must be reached by the whole simdgroup)."""
+    return tir.call_extern(if_true.dtype, SELECT, if_false, if_true, condition)
+
+
+def match_select(call: Any) -> tuple[Any, Any, Any] | None:
+    """(condition, if_true, if_false) of a call `build_select` made, or None."""
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != SELECT:
+        return None
+    if_false, if_true, condition = call.args[1:]
+    return condition, if_true, if_false

@@ -140,3 +140,77 @@ def test_split_refuses_lane_counts_metal_cannot_spell():
 def test_printer_refuses_an_unsplit_wide_store():
     with pytest.raises(CodegenError, match="reached the printer unsplit"):
         msl(kernel(lambda a, b, tx: copy(b, a, tx * 8 + 1, tx * 8, 8)))
+
+
+# ---------------------------------------------------------------- shuffle widths
+def shuffle_kernel(make_value):
+    """O[tx] = make_value(A[tx], tx) on float32 buffers."""
+
+    def body(a, b, tx):
+        return tir.BufferStore(b, make_value(tir.BufferLoad(a, [tx]), tx), [tx])
+
+    return kernel(body, "float32")
+
+
+def shfl(op: str, value, operand, width):
+    return tir.Call("float32", tvm.ir.Op.get(op), [tir.const(0xFFFFFFFF, "uint32"), value, operand, width])
+
+
+def externs(func) -> list:
+    found = []
+    tvm.tirx.stmt_functor.post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, tir.Call) else None)
+    return found
+
+
+def test_full_width_shuffles_become_plain_metal_shuffles():
+    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+
+    func = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_xor_sync", v, 1, 32)))
+    found = [intrinsics.match_simd_shuffle(c) for c in externs(func)]
+    assert [f[0] for f in found if f] == ["xor"]
+    assert not any(intrinsics.match_select(c) for c in externs(func))
+    assert "lane_id" not in str(func.attrs or {})  # a whole-simdgroup shuffle reads no lane id
+    assert "simd_shuffle_xor(" in msl(func) and "select(" not in msl(func)
+
+
+@pytest.mark.parametrize("op,kind", [("tl.shfl_xor_sync", "xor"), ("tl.shfl_down_sync", "down"), ("tl.shfl_up_sync", "up")])
+def test_narrow_shuffles_run_on_every_lane_and_select_the_result(op, kind):
+    """The shuffle sits inside `select` (both operands evaluated), never under a branch or `?:`."""
+    from tilelang_metal.ir_attrs import LANE_ID_ATTR
+    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+
+    func = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl(op, v, 2, 8)))
+    (select,) = [s for s in map(intrinsics.match_select, externs(func)) if s]
+    condition, if_true, if_false = select
+    assert intrinsics.match_simd_shuffle(if_true)[0] == kind and isinstance(if_false, tir.BufferLoad)
+    assert LANE_ID_ATTR in func.attrs  # the segment arithmetic reads the lane id the printer binds
+    text = msl(func)
+    assert "select(" in text and "?" not in text and "__metal_get_thread_index_in_simdgroup" in text
+
+
+def test_indexed_shuffles_wrap_the_source_lane():
+    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+
+    whole = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_sync", v, tx * 7, 32)))
+    assert "simd_shuffle(" in msl(whole) and "& 31" in msl(whole)
+    narrow = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_sync", v, 13, 8)))
+    # lane 13 % 8 of the caller's own segment; an indexed read is always in its segment (no select)
+    assert "(((int)__lane) & (~7)) + 5)" in msl(narrow) and "select(" not in msl(narrow)
+
+
+@pytest.mark.parametrize("width", [0, 12, 64])
+def test_bad_shuffle_widths_are_refused(width):
+    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+
+    with pytest.raises(CodegenError, match=f"tl.shfl_xor_sync: shuffle width {width} is not a power of two"):
+        lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_xor_sync", v, 1, width)))
+
+
+def test_64_bit_shuffles_are_refused():
+    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+
+    def body(a, b, tx):
+        return tir.Evaluate(shfl("tl.shfl_xor_sync", tir.Cast("float64", tir.BufferLoad(a, [tx])), 1, 32))
+
+    with pytest.raises(CodegenError, match="float64: Metal simd shuffles take 8- to 32-bit values"):
+        lower_shuffle_widths(kernel(body, "float32"))
