@@ -165,3 +165,45 @@ def match_select(call: Any) -> tuple[Any, Any, Any] | None:
         return None
     if_false, if_true, condition = call.args[1:]
     return condition, if_true, if_false
+
+
+# ---------------------------------------------------------------- element atomics
+# legalize/atomics.py writes every TileLang element atomic as one of these, the form chosen and the
+# 32-bit word of a 16-bit element computed in TIR; the printer spells each as one MSL call.
+ATOMIC = "tlm_atomic"
+NATIVE = "native"  # atomic_fetch_<kind>_explicit on atomic_int / atomic_uint / atomic_float
+CAS_FLOAT = "cas_float"  # float32 max / min: a compare-and-swap loop on the float's bits
+CAS_HALF = "cas_half"  # a 16-bit float element inside its 32-bit word (select: the element's bit shift)
+CAS_HALF_VECTOR = "cas_half_vector"  # 2 / 4 lanes of a 16-bit float add (select: 1 at an odd first element)
+LOAD = "load"  # atomic_load_explicit
+STORE = "store"  # atomic_store_explicit
+
+
+@dataclass(frozen=True)
+class Atomic:
+    """One relaxed atomic on element `index` of the data var `var` (for the CAS_HALF forms: the first
+    element of the 32-bit word). `value` has the buffer's element type (None for a load); its value is
+    the previous contents (a store's is nothing)."""
+
+    form: str
+    kind: str  # add / max / min ("" for load / store)
+    var: Any
+    index: Any
+    value: Any = None
+    select: Any = None
+
+
+def build_atomic(dtype: str, form: str, kind: str, var: Any, index: Any, value: Any = None, select: Any = None) -> Any:
+    extra = [a for a in (value, select) if a is not None]
+    if select is not None and value is None:
+        raise ValueError("an atomic with a word select needs a value")
+    return tir.call_extern(dtype, ATOMIC, tir.StringImm(form), tir.StringImm(kind), var, index, *extra)
+
+
+def match_atomic(call: Any) -> Atomic | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != ATOMIC:
+        return None
+    form, kind, var, index, *rest = call.args[1:]
+    value = rest[0] if rest else None
+    select = rest[1] if len(rest) > 1 else None
+    return Atomic(str(form.value), str(kind.value), var, index, value, select)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from . import config
 from . import gemm as gemm_metal
 from .codegen.build import build_metal, build_metal_runtime
-from .legalize import LowerShuffleWidths, SplitWideVectors, UseWideCopies
+from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
@@ -203,6 +203,7 @@ def legalize_for_msl(mod: object) -> object:
     mod = UseWideCopies(mod)  # plugin: 16-byte copies proved aligned at both ends -> tlm_copy16 (one uint4 move)
     mod = SplitWideVectors(mod)  # plugin: stores wider than Metal's 4 lanes -> 4-lane stores
     mod = LowerShuffleWidths(mod)  # plugin: CUDA-width shuffles -> Metal's whole-simdgroup shuffles, segment arithmetic, select
+    mod = LowerAtomics(mod)  # plugin: element atomics -> native atomics or compare-and-swap helpers on 32-bit words
     return mod
 
 

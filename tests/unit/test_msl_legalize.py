@@ -12,6 +12,7 @@ from tilelang_metal.host import tir, tvm
 from tilelang_metal.ir_attrs import THREAD_ARRAY_ALIGN_ATTR
 from tilelang_metal.legalize.vector_split import split_wide_vectors
 from tilelang_metal.legalize.wide_copies import use_wide_copies
+from tilelang_metal.transform.integer_bits import fold_constant_bits
 
 THREADS = 64
 
@@ -214,3 +215,95 @@ def test_64_bit_shuffles_are_refused():
 
     with pytest.raises(CodegenError, match="float64: Metal simd shuffles take 8- to 32-bit values"):
         lower_shuffle_widths(kernel(body, "float32"))
+
+
+# ---------------------------------------------------------------- atomics
+def atomic_call(op: str, dst, index, *rest, dtype="handle"):
+    return tir.Call(dtype, tvm.ir.Op.get(op), [tir.address_of(tir.BufferLoad(dst, [index])), *rest])
+
+
+RELAXED = tir.const(0, "int32")
+
+
+def lowered_atomics(dtype: str, make_call, readonly=False):
+    from tilelang_metal.legalize.atomics import lower_atomics
+
+    func = kernel(lambda a, b, tx: tir.Evaluate(make_call(a, b, tx)), dtype)
+    if readonly:
+        func = func.with_attr("tl.readonly_param_indices", [1])
+    func = lower_atomics(func)
+    return func, [a for a in map(intrinsics.match_atomic, externs(func)) if a is not None]
+
+
+@pytest.mark.parametrize(
+    "dtype,op,form",
+    [
+        ("int32", "tl.atomic_max_elem_op", intrinsics.NATIVE),
+        ("float32", "tl.atomic_add_elem_op", intrinsics.NATIVE),
+        ("float32", "tl.atomic_max_elem_op", intrinsics.CAS_FLOAT),
+        ("float32", "tl.atomic_min_ret_elem_op", intrinsics.CAS_FLOAT),
+        ("float16", "tl.atomic_add_elem_op", intrinsics.CAS_HALF),
+        ("bfloat16", "tl.atomic_max_elem_op", intrinsics.CAS_HALF),
+    ],
+)
+def test_each_element_atomic_gets_its_metal_form(dtype, op, form):
+    func, (atomic,) = lowered_atomics(dtype, lambda a, b, tx: atomic_call(op, b, tx * 3 + 1, tir.BufferLoad(a, [tx]), RELAXED))
+    assert atomic.form == form and atomic.var.same_as(func.params[1])
+    analyzer = tvm.arith.Analyzer()
+    if form == intrinsics.CAS_HALF:  # the word starts at the even element; the element sits 16 bits up when odd
+        tx = func.body.node.var
+        for lane in range(4):
+            i = lane * 3 + 1
+
+            def at(e):
+                return analyzer.simplify(fold_constant_bits(analyzer.simplify(tvm.tirx.stmt_functor.substitute(e, {tx: lane})))).value
+
+            assert at(atomic.index) == i - (i & 1) and at(atomic.select) == (i & 1) * 16
+    text = msl(func)
+    assert ("__tlm_atomic_" in text) == (form != intrinsics.NATIVE)
+    assert ("memory_order_relaxed" in text) == (form == intrinsics.NATIVE)  # the helpers carry their own
+
+
+def test_vector_atomics_are_one_per_lane_or_one_word_update():
+    add2 = "tl.atomic_addx2_elem_op"
+    # float32: no vector atomics in Metal; a statement becomes one atomic statement per lane, in order
+    func, atomics = lowered_atomics("float32", lambda a, b, tx: atomic_call(add2, b, tx * 2, tir.BufferLoad(a, [tir.Ramp(tx * 2, 1, 2)])))
+    assert [x.form for x in atomics] == [intrinsics.NATIVE] * 2
+    assert tvm.arith.Analyzer().can_prove(atomics[1].index - atomics[0].index == 1)
+    # float16: both lanes in one compare-and-swap on their word(s); `select` is 1 at an odd first element
+    func, (atomic,) = lowered_atomics("float16", lambda a, b, tx: atomic_call(add2, b, tx * 2 + 1, tir.BufferLoad(a, [tir.Ramp(tx * 2, 1, 2)])))
+    assert atomic.form == intrinsics.CAS_HALF_VECTOR and str(atomic.value.dtype) == "float16x2"
+    assert "__tlm_atomic_add_half2(" in msl(func)
+
+
+def test_returned_vector_atomics_keep_their_lanes_together():
+    def make(a, b, tx):
+        return atomic_call("tl.atomic_addx2_ret_elem_op", b, tx * 2, tir.BufferLoad(a, [tir.Ramp(tx * 2, 1, 2)]), dtype="float32x2")
+
+    func, atomics = lowered_atomics("float32", make)
+    assert len(atomics) == 2 and "float2(atomic_fetch_add_explicit(" in msl(func)
+
+
+@pytest.mark.parametrize(
+    "dtype,make,readonly,message",
+    [
+        ("float32", lambda a, b, tx: atomic_call("tl.atomic_add_elem_op", b, tx, tir.BufferLoad(a, [tx]), tir.const(5, "int32")), False, "memory_order='seq_cst'"),
+        ("float32", lambda a, b, tx: atomic_call("tl.atomic_add_elem_op", b, tx, tir.BufferLoad(a, [tx]), RELAXED), True, "B is read-only in this kernel"),
+        ("int8", lambda a, b, tx: atomic_call("tl.atomic_add_elem_op", b, tx, tir.BufferLoad(a, [tx]), RELAXED), False, "on int8 \\(B\\): Metal atomics take int32"),
+        ("float16", lambda a, b, tx: atomic_call("tl.atomic_load_elem_op", b, tx, RELAXED, dtype="float16"), False, "atomic loads / stores take int32, uint32 or float32"),
+    ],
+)
+def test_atomics_metal_lacks_are_refused_in_one_line(dtype, make, readonly, message):
+    with pytest.raises(CodegenError, match=message):
+        lowered_atomics(dtype, make, readonly)
+
+
+def test_atomics_on_thread_memory_are_refused():
+    from tilelang_metal.legalize.atomics import lower_atomics
+
+    def body(a, b, tx):
+        local = tir.decl_buffer((4,), "float32", "R", scope="local")
+        return tir.SeqStmt([tir.AllocBuffer(local), tir.Evaluate(atomic_call("tl.atomic_add_elem_op", local, 0, tir.const(1.0, "float32"), RELAXED))])
+
+    with pytest.raises(CodegenError, match="Metal atomics need device or threadgroup memory"):
+        lower_atomics(kernel(body, "float32"))

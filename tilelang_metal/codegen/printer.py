@@ -596,6 +596,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if op == vocab.TIRX_REINTERPRET:
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN):
+            atomic = intrinsics.match_atomic(e)
+            if atomic is not None:
+                return self.atomic(atomic)
             name = str(args[0].value)
             if name in DEBUG_PRINT_EXTERNS:
                 check_printable(name, args[-1])
@@ -605,7 +608,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in (vocab.TIRX_ADDRESS_OF, vocab.TIRX_TVM_ACCESS_PTR):
             return self.pointer(e)
-        special = self.warp_call(op, e) or self.atomic_call(op, e)
+        special = self.warp_call(op, e)
         if special is not None:
             return special
         text = self.math(op, args, e)

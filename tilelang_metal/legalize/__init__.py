@@ -4,8 +4,9 @@ passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo or re-mer
 
 from __future__ import annotations
 
+from .atomics import LowerAtomics
 from .shuffle_widths import LowerShuffleWidths
 from .vector_split import SplitWideVectors
 from .wide_copies import UseWideCopies
 
-__all__ = ["LowerShuffleWidths", "SplitWideVectors", "UseWideCopies"]
+__all__ = ["LowerAtomics", "LowerShuffleWidths", "SplitWideVectors", "UseWideCopies"]
