@@ -8,8 +8,9 @@ Matrix operations, one vocabulary per operation:
 Every operand list is written here; lowering builds calls with `build_*`, passes and the printer
 read them back with `match_*`, so an operand added to an intrinsic changes this module only.
 
-The late MSL legalization (`legalize/`) adds `tlm_copy16`: a 16-byte move between two ends it
-proved 16-byte aligned, which the printer spells as one `uint4` load and store.
+The late MSL legalization (`legalize/`) adds: `tlm_copy16` (a 16-byte move between two ends it
+proved 16-byte aligned, one `uint4` load and store), Metal's simdgroup shuffles and lane-wise
+`select` (CUDA-width shuffles), and `tlm_atomic` (an element atomic in the Metal form chosen for it).
 """
 
 from __future__ import annotations

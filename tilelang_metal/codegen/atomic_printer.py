@@ -12,15 +12,11 @@ compare-and-swap.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import intrinsics
 from ..errors import CodegenError
 from .msl_types import msl_type, split_dtype
 
 NATIVE_ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32": "atomic_float"}
-
-
 _COMBINE = {"add": "old + value", "max": "max(old, value)", "min": "min(old, value)"}
 
 
