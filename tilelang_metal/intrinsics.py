@@ -1,12 +1,16 @@
-"""The matrix vocabulary between the plugin's lowerings and its printer, defined once.
+"""The plugin's intrinsics between its passes and its printer, defined once.
 
-One vocabulary per operation:
+Matrix operations, one vocabulary per operation:
 - cooperative tensors: the plugin's own `tlm_ct_mma` extern call (TVM has no builtin for MPP);
 - simdgroup matrices: TVM's builtins (`tirx.simdgroup_load/store`, `make_filled_simdgroup_matrix`,
   `simdgroup_multiply_accumulate`), which tilelang's own copies of `metal.simdgroup` buffers use too.
 
 Every operand list is written here; lowering builds calls with `build_*`, passes and the printer
 read them back with `match_*`, so an operand added to an intrinsic changes this module only.
+
+The late MSL legalization (`legalize/`) adds: `tlm_copy16` (a 16-byte move between two ends it
+proved 16-byte aligned, one `uint4` load and store), Metal's simdgroup shuffles and lane-wise
+`select` (CUDA-width shuffles), and `tlm_atomic` (an element atomic in the Metal form chosen for it).
 """
 
 from __future__ import annotations
@@ -108,3 +112,108 @@ def mma_accumulator(call: Any) -> Any | None:
     if isinstance(call, tir.Call) and op_name(call) == SG_MMA:
         return call.args[0]
     return None
+
+
+# ---------------------------------------------------------------- 16-byte copies
+COPY16 = "tlm_copy16"
+
+
+@dataclass(frozen=True)
+class Copy16:
+    """dst[dst_offset : +16 bytes] = src[src_offset : +16 bytes]; both ends proved 16-byte aligned.
+    Offsets count elements of each buffer's own dtype."""
+
+    dst: Any  # Buffer
+    dst_offset: Any
+    src: Any
+    src_offset: Any
+
+
+def build_copy16(dst: Any, dst_offset: Any, src: Any, src_offset: Any) -> Any:
+    dst_at = tir.address_of(tir.BufferLoad(dst, [dst_offset]))
+    src_at = tir.address_of(tir.BufferLoad(src, [src_offset]))
+    return tir.Evaluate(tir.call_extern("handle", COPY16, dst_at, src_at))
+
+
+def match_copy16(call: Any) -> Copy16 | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != COPY16:
+        return None
+    dst, src = (arg.args[0] for arg in call.args[1:])
+    return Copy16(dst.buffer, dst.indices[0], src.buffer, src.indices[0])
+
+
+# ---------------------------------------------------------------- simdgroup shuffles
+# Metal's whole-simdgroup shuffles, by kind, and its lane-wise select: what legalize/shuffle_widths.py
+# writes CUDA-width shuffles as. Printed by name as ordinary calls; the shuffle's lane operand is a ushort.
+SIMD_SHUFFLES = {"xor": "simd_shuffle_xor", "down": "simd_shuffle_down", "up": "simd_shuffle_up", "index": "simd_shuffle"}
+SELECT = "select"  # MSL select(if_false, if_true, condition): both operands evaluated, unlike `?:`
+
+
+def build_simd_shuffle(kind: str, value: Any, lane_operand: Any) -> Any:
+    """`simd_shuffle_<kind>(value, (ushort)lane_operand)` over the whole simdgroup."""
+    return tir.call_extern(value.dtype, SIMD_SHUFFLES[kind], value, tir.Cast("uint16", lane_operand))
+
+
+def match_simd_shuffle(call: Any) -> tuple[str, Any, Any] | None:
+    """(kind, value, lane operand) of a call `build_simd_shuffle` made, or None."""
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS:
+        return None
+    name = str(call.args[0].value)
+    kind = next((k for k, n in SIMD_SHUFFLES.items() if n == name), None)
+    return None if kind is None else (kind, call.args[1], call.args[2].value)
+
+
+def build_select(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """`condition ? if_true : if_false` with both operands evaluated by every thread (a simd collective
+    inside either must be reached by the whole simdgroup)."""
+    return tir.call_extern(if_true.dtype, SELECT, if_false, if_true, condition)
+
+
+def match_select(call: Any) -> tuple[Any, Any, Any] | None:
+    """(condition, if_true, if_false) of a call `build_select` made, or None."""
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != SELECT:
+        return None
+    if_false, if_true, condition = call.args[1:]
+    return condition, if_true, if_false
+
+
+# ---------------------------------------------------------------- element atomics
+# legalize/atomics.py writes every TileLang element atomic as one of these, the form chosen and the
+# 32-bit word of a 16-bit element computed in TIR; the printer spells each as one MSL call.
+ATOMIC = "tlm_atomic"
+NATIVE = "native"  # atomic_fetch_<kind>_explicit on atomic_int / atomic_uint / atomic_float
+CAS_FLOAT = "cas_float"  # float32 max / min: a compare-and-swap loop on the float's bits
+CAS_HALF = "cas_half"  # a 16-bit float element inside its 32-bit word (select: the element's bit shift)
+CAS_HALF_VECTOR = "cas_half_vector"  # 2 / 4 lanes of a 16-bit float add (select: 1 at an odd first element)
+LOAD = "load"  # atomic_load_explicit
+STORE = "store"  # atomic_store_explicit
+
+
+@dataclass(frozen=True)
+class Atomic:
+    """One relaxed atomic on element `index` of the data var `var` (for the CAS_HALF forms: the first
+    element of the 32-bit word). `value` has the buffer's element type (None for a load); its value is
+    the previous contents (a store's is nothing)."""
+
+    form: str
+    kind: str  # add / max / min ("" for load / store)
+    var: Any
+    index: Any
+    value: Any = None
+    select: Any = None
+
+
+def build_atomic(dtype: str, form: str, kind: str, var: Any, index: Any, value: Any = None, select: Any = None) -> Any:
+    extra = [a for a in (value, select) if a is not None]
+    if select is not None and value is None:
+        raise ValueError("an atomic with a word select needs a value")
+    return tir.call_extern(dtype, ATOMIC, tir.StringImm(form), tir.StringImm(kind), var, index, *extra)
+
+
+def match_atomic(call: Any) -> Atomic | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != ATOMIC:
+        return None
+    form, kind, var, index, *rest = call.args[1:]
+    value = rest[0] if rest else None
+    select = rest[1] if len(rest) > 1 else None
+    return Atomic(str(form.value), str(kind.value), var, index, value, select)

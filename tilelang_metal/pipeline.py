@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from . import config
 from . import gemm as gemm_metal
+from .codegen.build import build_metal, build_metal_runtime
+from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
@@ -193,5 +195,26 @@ def finalize_for_codegen(mod: object) -> object:
     mod = HoistPositionOffsets(mod)  # plugin: position-only address terms computed once per thread
     mod = UseTilePointers(mod)  # plugin: one `__src` tile pointer per operand and K step (spec 1.4)
     mod = RecordMatrixStorage(mod)  # plugin: which thread arrays are cooperative tensors / simdgroup matrices
+    return legalize_for_msl(mod)
+
+
+def legalize_for_msl(mod: object) -> object:
+    """The late MSL legalization (legalize/): the last decisions, taken on TIR, so the printer spells
+    one node at a time. After RecordMatrixStorage: the passes read which arrays are matrix objects."""
+    mod = UseWideCopies(mod)  # plugin: 16-byte copies proved aligned at both ends -> tlm_copy16 (one uint4 move)
+    mod = SplitWideVectors(mod)  # plugin: stores wider than Metal's 4 lanes -> 4-lane stores
+    mod = LowerShuffleWidths(mod)  # plugin: CUDA-width shuffles -> Metal's whole-simdgroup shuffles, segment arithmetic, select
+    mod = LowerAtomics(mod)  # plugin: element atomics -> native atomics or compare-and-swap helpers on 32-bit words
     return mod
 
+
+
+def codegen_build(mod: object, target: object) -> object:
+    """The device codegen hook (tilelang's build_without_compile): the late passes, then the MSL source module."""
+    return build_metal(finalize_for_codegen(mod), target)
+
+
+def codegen_build_runtime(mod: object, target: object) -> object:
+    """The device codegen hook with device compile (execution_backend="tvm_ffi"): the late passes,
+    then TVM's Metal runtime module."""
+    return build_metal_runtime(finalize_for_codegen(mod), target)

@@ -9,7 +9,7 @@ from typing import Any
 from . import config, kernel_options
 from . import host as _host
 from . import gemm as gemm_metal
-from .codegen.build import build_metal, build_metal_runtime
+from .pipeline import codegen_build, codegen_build_runtime
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
 from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
 from .pipeline import lower_metal
@@ -114,8 +114,8 @@ def build_hooks() -> _host.HostHooks:
         detect_target=_detect_metal_or_explain,
         gemm_lower=_gemm_lower_hook,
         gemm_infer_layout=_gemm_infer_layout_hook,
-        codegen_build=build_metal,
-        codegen_build_runtime=build_metal_runtime,
+        codegen_build=codegen_build,
+        codegen_build_runtime=codegen_build_runtime,
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
         codegen_settings=config.codegen_settings,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),

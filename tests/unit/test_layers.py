@@ -59,3 +59,17 @@ def test_no_module_imports_from_a_higher_layer():
             if target and theirs > mine:
                 wrong.append(f"{'/'.join(rel)}:{line} ({NAMES[mine]}) imports {'.'.join(target)} ({NAMES[theirs]})")
     assert not wrong, "\n".join(wrong)
+
+
+# The printer spells decisions the passes recorded on the IR; it takes none itself, so it reads no
+# pass module (shared attribute keys live in ir_attrs.py, plugin intrinsics in intrinsics.py).
+PASS_PACKAGES = ("transform", "gemm", "legalize", "pipeline", "ops")
+
+
+def test_codegen_imports_no_pass_module():
+    wrong = []
+    for path in sorted((PACKAGE / "codegen").rglob("*.py")):
+        for line, target in _imported(path):
+            if target and target[0].removesuffix(".py") in PASS_PACKAGES:
+                wrong.append(f"codegen/{path.name}:{line} imports {'.'.join(target)}")
+    assert not wrong, "codegen must read records from ir_attrs / intrinsics, not pass modules:\n" + "\n".join(wrong)

@@ -1,10 +1,10 @@
-"""Pure helpers of the reduction lowering and of the simd-collective printing."""
+"""Pure helpers of the reduction lowering and of the shuffle legalization."""
 
 from __future__ import annotations
 
 import pytest
 
-from tilelang_metal.codegen import simd_collectives as simd
+from tilelang_metal.legalize import shuffle_widths as simd
 from tilelang_metal.ops.reduce import complement_digits, peer_offsets, xor_masks
 
 
@@ -42,11 +42,10 @@ def test_shuffle_width_must_be_a_power_of_two_up_to_32():
             simd.check_width(width)
 
 
-def test_full_width_shuffles_are_plain_collectives_and_narrow_ones_select():
-    assert simd.shuffle_xor("v", "1", 32, "l") == "simd_shuffle_xor(v, (ushort)(1))"
-    narrow = simd.shuffle_down("v", "2", 8, "l")
-    assert narrow.startswith("select(v, simd_shuffle_down(v, (ushort)(2)),")
-    assert simd.warp_reduce("bitor", "x") == "simd_or(x)"
+def test_warp_reductions_are_simd_collectives():
+    from tilelang_metal.codegen.simd_collectives import warp_reduce
+
+    assert warp_reduce("bitor", "x") == "simd_or(x)"
 
 
 def test_reducer_butterfly_masks_run_from_half_the_threads_down_to_the_stride():

@@ -1,5 +1,7 @@
 """Device codegen entry: lowered device IRModule -> a TVM module holding the MSL.
 
+The plugin registers `pipeline.codegen_build` / `codegen_build_runtime`, which run the late passes
+(`pipeline.finalize_for_codegen`) and call these; this package imports no pass module.
 `build_metal` (tilelang's build_without_compile: the torch, emulator and mlx backends) makes a stock
 source module with the standard signature; `build_metal_runtime` (tilelang's build with device
 compile: execution_backend="tvm_ffi") makes a module of TVM's own Metal runtime, with the signature
@@ -51,9 +53,8 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
 
 
 def build_metal(mod: Any, target: Any) -> Any:
-    from ..pipeline import finalize_for_codegen
-
-    return make_source_module(generate_msl(finalize_for_codegen(mod)), "metal")
+    """A source module of the MSL of `mod`, already through the late passes (pipeline.codegen_build)."""
+    return make_source_module(generate_msl(mod), "metal")
 
 
 def runtime_function_info(name: str, func: Any) -> RuntimeFunctionInfo:
@@ -68,10 +69,9 @@ def runtime_function_info(name: str, func: Any) -> RuntimeFunctionInfo:
 
 
 def build_metal_runtime(mod: Any, target: Any) -> Any:
+    """TVM's Metal runtime module of `mod`, already through the late passes (pipeline.codegen_build_runtime)."""
     from .kernel_text import split_kernels
-    from ..pipeline import finalize_for_codegen
 
-    mod = finalize_for_codegen(mod)
     msl = generate_msl(mod, TVM_RUNTIME)
     refuse_debug_print(msl, "tvm_ffi")  # TVM's runtime compiles without shader logging, like torch's
     per_kernel = split_kernels(msl)  # each kernel with the file's header: compiled on its own

@@ -19,7 +19,7 @@ from ..host import tir
 from ..errors import CodegenError
 from ..kernel_options import matmul_relaxed
 from ..isa import MatrixInstruction
-from ..transform.matrix_storage import COOPERATIVE, SIMDGROUP, MatrixStorage
+from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
 from .msl_types import msl_type, scalar_type
 
 

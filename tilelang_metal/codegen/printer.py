@@ -10,17 +10,20 @@ import math
 from typing import Any
 
 from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
+from .. import intrinsics
 from ..errors import CodegenError
 from ..kernel_options import precise_math
-from ..gemm.edge_split import UNIFORM_BRANCH
+from ..ir_attrs import (
+    LANE_ID_ATTR,
+    POSITION_NAMES_ATTR,
+    SIMDGROUP_ID_ATTR,
+    THREAD_ARRAY_ALIGN_ATTR,
+    UNIFORM_BRANCH,
+    declared_element_counts,
+    prelude_vars,
+    storage_of,
+)
 from ..scopes import SHARED_SCOPES, THREAD_SCOPES
-from ..transform.block_swizzle import POSITION_NAMES_ATTR
-from ..transform.integer_bits import bits_as_arithmetic
-from ..transform.ir_query import declared_element_counts
-from ..transform.kernel_prelude import prelude_vars
-from ..transform.register_staging import THREAD_ARRAY_ALIGN_ATTR
-from ..transform.matrix_storage import storage_of
-from ..transform.simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from .atomic_printer import AtomicPrinting
 from .extern_helpers import EXTERN_HELPERS
 from .math_functions import math_call, precise_divide, uint_like
@@ -28,7 +31,6 @@ from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
-from .vectors import slice_lanes
 from .warp_printer import WarpPrinting
 from ..host import vocab
 from . import tvm_runtime_args
@@ -84,7 +86,6 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.device: dict[Any, tuple[str, bool]] = {}  # data var -> (dtype, read-only)
         self.threadgroup: dict[Any, str] = {}
         self.thread_arrays: dict[Any, str] = {}
-        self.aligned_thread_arrays: dict[Any, int] = {}  # var -> alignas bytes recorded on the AllocBuffer
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
@@ -100,7 +101,6 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
-        self.bound_values: dict[Any, Any] = {}  # Bind var -> value (alignment proofs)
         attrs = func.attrs or {}
         renamed = {str(k): str(v) for k, v in attrs.get(POSITION_NAMES_ATTR, {}).items()}
         self.position_names = {attr: renamed.get(attr, default) for attr, _, default in POSITION_PARAMS}
@@ -240,7 +240,6 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return
         align = int(stmt.annotations.get(THREAD_ARRAY_ALIGN_ATTR, 0)) if stmt.annotations else 0
         if align:  # recorded by the pass that moves whole 16-byte vectors through the array
-            self.aligned_thread_arrays[var] = align
             self.emit(f"alignas({align}) {msl_type(dtype)} {name}[{count}];")
             return
         self.emit(f"{msl_type(dtype)} {name}[{count}];")
@@ -253,7 +252,6 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if str(var.dtype) == "handle":
             self.bind_pointer(var, value)
             return
-        self.bound_values[var] = value
         value_text = self.expr(value)  # printed before a rename: the value may read the previous copy
         name = self.name_of.rename(var) if var in self.bound else self.name_of(var)
         if var in self.bound:
@@ -355,6 +353,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if op == vocab.TIRX_RET:
             self.emit("return;")
             return True
+        copy = intrinsics.match_copy16(call)
+        if copy is not None:
+            self.copy16(copy)
+            return True
         return self.matrix_statement(call)
 
     def check_whole_threadgroup_barrier(self, call: Any) -> None:
@@ -374,16 +376,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def visit_BufferStore(self, stmt: Any) -> None:
         lanes = split_dtype(str(stmt.value.dtype))[1]
-        if lanes > 4 and self.packed_copy(stmt):
-            return
         if lanes > 4:
-            # Metal vectors stop at 4 lanes: store 8- or 16-lane vectors (128-bit copies) in 4-lane parts.
-            if lanes % 4:
-                raise CodegenError(f"cannot split a {lanes}-lane store to {stmt.buffer.name} into Metal vectors")
-            for start in range(0, lanes, 4):
-                part = tir.BufferStore(stmt.buffer, slice_lanes(stmt.value, start, 4), [slice_lanes(stmt.indices[-1], start, 4)])
-                self.visit_BufferStore(part)
-            return
+            raise CodegenError(f"a {lanes}-lane store to {stmt.buffer.name} reached the printer unsplit (legalize.SplitWideVectors must run first)")
         var = stmt.buffer.data
         index = stmt.indices[-1] if stmt.indices else tir.const(0, "int32")
         if len(stmt.indices) != 1:
@@ -400,36 +394,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return
         self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype))} = {value};")
 
-    def packed_copy(self, stmt: Any) -> bool:
-        """A 16-byte copy between device / threadgroup memory (8 halves, 16 bytes...) as one
-        `uint4` move, when both ends are provably 16-byte aligned; False to print it otherwise."""
-        value = stmt.value
-        if not isinstance(value, tir.BufferLoad) or len(stmt.indices) != 1 or len(value.indices) != 1:
-            return False
-        dtype = str(value.dtype)
-        if tvm.DataType(dtype).bits * split_dtype(dtype)[1] != 128:
-            return False
-        ends = ((stmt.buffer, stmt.indices[0]), (value.buffer, value.indices[0]))
-        lanes = split_dtype(dtype)[1]
-        for buf, index in ends:
-            var = buf.data
-            aligned_thread = self.aligned_thread_arrays.get(var, 0) >= 16
-            if str(buf.dtype) != self.elem_dtype(var) or not (var in self.device or var in self.threadgroup or aligned_thread):
-                return False
-            if not (isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
-                return False
-            if not self.provably_multiple(index.base, lanes):
-                return False
-        (dst, di), (src, si) = ends
-        load = f"*({self.space_of(src.data)} uint4*)({self.name_of(src.data)} + ({self.offset(si.base)}))"
-        self.emit(f"*({self.space_of(dst.data)} uint4*)({self.name_of(dst.data)} + ({self.offset(di.base)})) = {load};")
-        return True
-
-    def provably_multiple(self, index: Any, factor: int) -> bool:
-        """`index % factor == 0` for every thread, with the prelude's bindings substituted."""
-        for _ in range(4):  # prelude values may refer to earlier prelude variables
-            index = tvm.tirx.stmt_functor.substitute(index, self.bound_values)
-        return self.analyzer.can_prove(tir.floormod(bits_as_arithmetic(index), factor) == 0)
+    def copy16(self, copy: intrinsics.Copy16) -> None:
+        """A 16-byte move legalize.UseWideCopies proved aligned at both ends, as one `uint4`."""
+        load = f"*({self.space_of(copy.src.data)} uint4*)({self.name_of(copy.src.data)} + ({self.offset(copy.src_offset)}))"
+        self.emit(f"*({self.space_of(copy.dst.data)} uint4*)({self.name_of(copy.dst.data)} + ({self.offset(copy.dst_offset)})) = {load};")
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -628,6 +596,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if op == vocab.TIRX_REINTERPRET:
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN):
+            atomic = intrinsics.match_atomic(e)
+            if atomic is not None:
+                return self.atomic(atomic)
             name = str(args[0].value)
             if name in DEBUG_PRINT_EXTERNS:
                 check_printable(name, args[-1])
@@ -637,7 +608,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return self.math(name, args[1:], e) or f"{name}({', '.join(self.expr(a) for a in args[1:])})"
         if op in (vocab.TIRX_ADDRESS_OF, vocab.TIRX_TVM_ACCESS_PTR):
             return self.pointer(e)
-        special = self.warp_call(op, e) or self.atomic_call(op, e)
+        special = self.warp_call(op, e)
         if special is not None:
             return special
         text = self.math(op, args, e)

@@ -1,58 +1,23 @@
-"""Printing of warp-level calls (CUDA-style shuffles, warp reductions, votes) as simdgroup
-collectives. A mixin of the kernel printer; the MSL text is built in simd_collectives.py."""
+"""Printing of warp-level calls (warp reductions, votes, warp sync) as simdgroup collectives. A mixin
+of the kernel printer; the MSL text is built in simd_collectives.py. Shuffles were rewritten before
+(legalize/shuffle_widths.py) into Metal's shuffles and `select`, which print as ordinary calls."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..host import tir
 from ..errors import CodegenError
 from . import simd_collectives as simd
 from ..host import vocab
 
 
 class WarpPrinting:
-    """Needs from the host printer: `expr`, `used_positions`, `position_names`."""
-
-    WARP_SHUFFLES = {
-        # op -> (collective, value arg, lane / delta / mask arg, width arg or None for a whole simdgroup)
-        vocab.TL_SHFL_XOR_SYNC: ("xor", 1, 2, 3),
-        vocab.TL_SHFL_DOWN_SYNC: ("down", 1, 2, 3),
-        vocab.TL_SHFL_UP_SYNC: ("up", 1, 2, 3),
-        vocab.TL_SHFL_SYNC: ("index", 1, 2, 3),
-        vocab.TIRX_TVM_WARP_SHUFFLE: ("index", 1, 2, 3),
-        vocab.TIRX_TVM_WARP_SHUFFLE_DOWN: ("down", 1, 2, 3),
-        vocab.TIRX_TVM_WARP_SHUFFLE_UP: ("up", 1, 2, 3),
-        vocab.TIRX_METAL_SIMD_SHUFFLE: ("index", 0, 1, None),
-        vocab.TIRX_METAL_SIMD_SHUFFLE_DOWN: ("down", 0, 1, None),
-        vocab.TIRX_METAL_SIMD_SHUFFLE_UP: ("up", 0, 1, None),
-    }
+    """Needs from the host printer: `expr`."""
 
     def warp_call(self, op: str, e: Any) -> str | None:
-        """CUDA-style warp shuffles / reductions / votes as simdgroup collectives (simd_collectives.py);
-        None when `op` is not one of them."""
+        """CUDA-style warp reductions / votes as simdgroup collectives (simd_collectives.py); None when
+        `op` is not one of them. Shuffles arrive as Metal's own calls (legalize/shuffle_widths.py)."""
         args = e.args
-        if op in self.WARP_SHUFFLES:
-            kind, value_at, arg_at, width_at = self.WARP_SHUFFLES[op]
-            dtype = str(args[value_at].dtype)
-            if dtype.endswith("64"):
-                raise CodegenError(f"{op} on {dtype}: Metal simd shuffles take 8- to 32-bit values; shuffle the halves as 32-bit values")
-            width: int | str = simd.SIMD_WIDTH
-            if width_at is not None:
-                w = args[width_at]
-                if isinstance(w, tir.IntImm):
-                    try:
-                        simd.check_width(int(w.value))
-                    except ValueError as err:
-                        raise CodegenError(f"{op}: {err}") from None
-                    width = int(w.value)
-                else:
-                    width = f"({self.expr(w)})"
-            lane_attr = "thread_index_in_simdgroup"
-            self.used_positions.add(lane_attr)
-            lane = f"((int){self.position_names[lane_attr]})"
-            build = {"xor": simd.shuffle_xor, "down": simd.shuffle_down, "up": simd.shuffle_up, "index": simd.shuffle_index}[kind]
-            return build(self.expr(args[value_at]), self.expr(args[arg_at]), width, lane)
         if op.startswith(vocab.TL_WARP_REDUCE_PREFIX):
             kind = op[len(vocab.TL_WARP_REDUCE_PREFIX) :]
             if kind not in simd.WARP_REDUCTIONS:

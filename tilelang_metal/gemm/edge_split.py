@@ -17,10 +17,9 @@ from typing import Any
 
 from ..host import tir, tvm
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
+from ..ir_attrs import UNIFORM_BRANCH  # AttrStmt key: a branch every thread of a threadgroup takes alike
 from .problem import GemmProblem, Operand, const_int
 
-# AttrStmt key around an IfThenElse whose condition is the same for every thread of a threadgroup.
-UNIFORM_BRANCH = "tilelang_metal.threadgroup_uniform"
 
 
 def _uses_var(expr: Any, var: Any) -> bool:

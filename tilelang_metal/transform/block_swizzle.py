@@ -27,6 +27,7 @@ from typing import Any
 
 from ..host import tir, tvm
 from ..errors import MetalLoweringError
+from ..ir_attrs import POSITION_NAMES_ATTR  # position attribute -> parameter name
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
@@ -34,7 +35,6 @@ from ..host import vocab
 
 TILELANG_SWIZZLE_ATTR = "threadblock_swizzle_pattern"
 SWIZZLE_ATTR = "tilelang_metal.block_swizzle"  # (order name, panel, logical tiles_x, tiles_y)
-POSITION_NAMES_ATTR = "tilelang_metal.position_names"  # position attribute -> parameter name
 MANUAL_TILES_ATTR = "tilelang_metal.block_swizzle_tiles"  # (tile_x, tile_y) of a kernel that maps itself
 PHYSICAL_BLOCK_NAME = "__physical_blockIdx"
 INT32 = "int32"

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host import tir
+from ..ir_attrs import PRELUDE_VARS_ATTR, prelude_vars
 from ..host import vocab
 
-PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
 
 
 def _uses_any(expr: Any, variables: list[Any]) -> bool:
@@ -69,13 +69,6 @@ def _is_early_return(stmt: Any) -> bool:
         value = stmt.then_case.value
         return isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_RET
     return False
-
-
-def prelude_vars(func: Any) -> list[Any]:
-    attrs = func.attrs
-    if attrs is None or PRELUDE_VARS_ATTR not in attrs:
-        return []
-    return list(attrs[PRELUDE_VARS_ATTR])
 
 
 def prepend(inner: Any, known: list[Any], prelude: list[Any]) -> Any:

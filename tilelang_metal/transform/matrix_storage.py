@@ -17,45 +17,15 @@ The decision is stored as the function attribute `MATRIX_STORAGE_ATTR` (data var
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .. import intrinsics
 from ..host import tir
+from ..ir_attrs import COOPERATIVE, MATRIX_STORAGE_ATTR, SIMDGROUP, MatrixStorage
 from ..isa import REGISTRY, MatrixInstruction
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
 from ..host import vocab
-
-MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
-SIMDGROUP = "simdgroup"
-COOPERATIVE = "cooperative"
-
-
-@dataclass(frozen=True)
-class MatrixStorage:
-    kind: str  # SIMDGROUP | COOPERATIVE
-    matrices: int  # simdgroup matrices in the array, or destination fragments
-    elided: bool = True  # cooperative only: no backing thread array
-    a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
-    b_dtype: str = ""
-    instruction_name: str = ""  # the registered instruction whose fragments these are
-
-    @property
-    def instruction(self) -> MatrixInstruction:
-        return REGISTRY.named(self.instruction_name)
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return self.instruction.shape
-
-    def encode(self) -> str:
-        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {self.instruction_name}"
-
-    @staticmethod
-    def decode(text: str) -> MatrixStorage:
-        kind, matrices, elided, a, b, name = str(text).split()
-        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, name)
 
 
 def _constant_index(index: Any) -> bool:
@@ -117,14 +87,6 @@ def record_function(func: Any) -> Any:
     if not decisions:
         return func
     return func.with_attr(MATRIX_STORAGE_ATTR, {var: d.encode() for var, d in decisions.items()})
-
-
-def storage_of(func: Any) -> dict[Any, MatrixStorage]:
-    """The decisions `RecordMatrixStorage` stored on a function (empty when it has no matrices)."""
-    attrs = func.attrs
-    if attrs is None or MATRIX_STORAGE_ATTR not in attrs:
-        return {}
-    return {var: MatrixStorage.decode(text) for var, text in attrs[MATRIX_STORAGE_ATTR].items()}
 
 
 RecordMatrixStorage = per_function_pass("tilelang_metal.RecordMatrixStorage", record_function, kernels_only=True)

@@ -39,6 +39,7 @@ from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst, warp_partition
 from ..target import has_metal4
 from .kernel_launches import kernels
+from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
@@ -50,7 +51,6 @@ STAGED_BUFFERS_ATTR = "tilelang_metal.register_staging"  # names of the buffers 
 _PURE_CALLS = (vocab.TIRX_IF_THEN_ELSE, vocab.TIRX_LIKELY, vocab.TIRX_REINTERPRET)
 _GLOBAL_SCOPES = ("global", "")
 STAGED_PREFIX = "staged_"  # name of the register arrays (one per dtype)
-THREAD_ARRAY_ALIGN_ATTR = "tilelang_metal.align_bytes"  # AllocBuffer annotation: the printer declares alignas(N)
 
 
 def _is_global(buffer: Any) -> bool:

@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
+from ..ir_attrs import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from ..isa import SIMD_WIDTH
 from .function_pass import per_function_pass
 from .kernel_launches import launch_of
 from ..host import vocab
 
-SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
-LANE_ID_ATTR = "tilelang_metal.lane_id"
 
 
 def canonicalize_function(func: Any) -> Any:

@@ -1,0 +1,104 @@
+"""The plugin's records on the IR, declared once: attribute keys its passes write and its printer reads.
+
+Passes (`transform/`, `gemm/`, `legalize/`) write these records; `codegen/` reads them. Both import
+the keys and readers from here, so the printer depends on no pass module. The plugin's own
+intrinsics (calls with operand lists) are declared the same way in `intrinsics.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .host import tir, tvm
+from .isa import REGISTRY, MatrixInstruction
+from .host import vocab
+
+# AttrStmt key around an IfThenElse whose condition is the same for every thread of a threadgroup
+# (gemm/edge_split.py writes it; the printer comments both branches, the emulator's counters read it).
+UNIFORM_BRANCH = "tilelang_metal.threadgroup_uniform"
+# Function attribute: position attribute -> MSL parameter name (transform/block_swizzle.py).
+POSITION_NAMES_ATTR = "tilelang_metal.position_names"
+# AllocBuffer annotation: the printer declares the thread array `alignas(N)` (transform/register_staging.py).
+THREAD_ARRAY_ALIGN_ATTR = "tilelang_metal.align_bytes"
+# Function attributes: the variables bound to Metal's simdgroup / lane id (transform/simdgroup_indices.py).
+SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
+LANE_ID_ATTR = "tilelang_metal.lane_id"
+# Function attribute: the variables the kernel prelude binds (transform/kernel_prelude.py).
+PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
+# Function attribute: data var -> encoded MatrixStorage (transform/matrix_storage.py).
+MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
+
+SIMDGROUP = "simdgroup"
+COOPERATIVE = "cooperative"
+
+
+@dataclass(frozen=True)
+class MatrixStorage:
+    """How a per-thread array is stored: an array of simdgroup matrices, or MPP destination tensors."""
+
+    kind: str  # SIMDGROUP | COOPERATIVE
+    matrices: int  # simdgroup matrices in the array, or destination fragments
+    elided: bool = True  # cooperative only: no backing thread array
+    a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
+    b_dtype: str = ""
+    instruction_name: str = ""  # the registered instruction whose fragments these are
+
+    @property
+    def instruction(self) -> MatrixInstruction:
+        return REGISTRY.named(self.instruction_name)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.instruction.shape
+
+    def encode(self) -> str:
+        return f"{self.kind} {self.matrices} {int(self.elided)} {self.a_dtype or '-'} {self.b_dtype or '-'} {self.instruction_name}"
+
+    @staticmethod
+    def decode(text: str) -> MatrixStorage:
+        kind, matrices, elided, a, b, name = str(text).split()
+        return MatrixStorage(kind, int(matrices), elided == "1", "" if a == "-" else a, "" if b == "-" else b, name)
+
+
+def storage_of(func: Any) -> dict[Any, MatrixStorage]:
+    """The decisions `RecordMatrixStorage` stored on a function (empty when it has no matrices)."""
+    attrs = func.attrs
+    if attrs is None or MATRIX_STORAGE_ATTR not in attrs:
+        return {}
+    return {var: MatrixStorage.decode(text) for var, text in attrs[MATRIX_STORAGE_ATTR].items()}
+
+
+def prelude_vars(func: Any) -> list[Any]:
+    """The variables the plugin's passes bound in the kernel prelude (named to be unique)."""
+    attrs = func.attrs
+    if attrs is None or PRELUDE_VARS_ATTR not in attrs:
+        return []
+    return list(attrs[PRELUDE_VARS_ATTR])
+
+
+def find_nodes(stmt: Any, type_keys: list[str]) -> list[Any]:
+    """All nodes whose type key is in `type_keys`, in post order. The traversal runs in C++ and
+    calls back into Python only for matching nodes (lowering-time budget)."""
+    found: list[Any] = []
+
+    def collect(node: Any) -> None:
+        found.append(node)
+        return None  # keep the node unchanged
+
+    tvm.tirx.stmt_functor.ir_transform(stmt, None, collect, type_keys)
+    return found
+
+
+def declared_element_counts(body: Any) -> dict[Any, int]:
+    """Element count of each buffer declared over a data variable (views into merged pools)."""
+    out: dict[Any, int] = {}
+    for node in find_nodes(body, [vocab.TIRX_DECLBUFFER]):
+        count = 1
+        for dim in node.buffer.shape:
+            if not isinstance(dim, tir.IntImm):
+                break
+            count *= int(dim.value)
+        else:
+            out[node.buffer.data] = max(count, out.get(node.buffer.data, 0))
+    return out
