@@ -53,8 +53,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("target_name", ["metal4", "metal"])
-@pytest.mark.parametrize("case", sorted(CASES))
+QUICK = {("direct ragged", "metal"), ("shared ragged", "metal4"), ("direct aligned", "metal4")}
+
+
+@pytest.mark.parametrize(
+    "case,target_name",
+    [pytest.param(c, t, marks=() if (c, t) in QUICK else pytest.mark.slow) for c in sorted(CASES) for t in ("metal4", "metal")],
+)
 def test_skipped_bodies_give_the_msl_of_the_full_pass(case, target_name):
     target = K.metal4_target() if target_name == "metal4" else K.plain_metal_target()
     hidden: list[int] = []
