@@ -257,3 +257,95 @@ def test_library_additions_match_their_metal_definitions():
     torch.testing.assert_close(rows[6], torch.exp(x), rtol=1e-6, atol=0)  # float precision, not bfloat's
     assert torch.all(rows[7] == 65504.0 + 1 + 1 + 2.0 + 1)
     torch.testing.assert_close(rows[8], 2 * (x + 1) + 1)  # the thread overload of bump
+
+
+# MLX's steel GEMM declares `[[kernel, max_total_threads_per_threadgroup(...)]]` and optional
+# bindings `[[buffer(i), function_constant(c)]]`, which Metal leaves unbound when `c` is false.
+CONDITIONAL = r"""
+#include <metal_stdlib>
+using namespace metal;
+constant bool has_bias [[function_constant(3)]];
+template <typename T>
+[[kernel, max_total_threads_per_threadgroup(2 * 16)]] void add_bias(
+    const device T* in [[buffer(0)]],
+    const device T* bias [[buffer(1), function_constant(has_bias)]],
+    device T* out [[buffer(2)]],
+    const constant int& n [[buffer(3)]],
+    const constant int& touch_bias [[buffer(4)]],
+    uint i [[thread_position_in_grid]]) {
+  if (int(i) >= n) return;
+  T b = has_bias ? bias[i] : T(0);
+  if (!has_bias && touch_bias) b = bias[0];  // a read of the absent binding
+  out[i] = in[i] + b;
+}
+template [[host_name("add_bias_float")]] [[kernel]] decltype(add_bias<float>) add_bias<float>;
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _conditional(has_bias: bool):
+    return compile_msl(CONDITIONAL, "add_bias_float", function_constants={"has_bias": has_bias})
+
+
+def test_kernel_attribute_list_and_function_constant_bindings():
+    x, bias = torch.randn(37), torch.randn(37)
+    with_bias = _conditional(True)
+    assert [b.param.name for b in with_bias.bindings] == ["in", "bias", "out", "n", "touch_bias"]
+    out = torch.zeros(37)
+    with_bias.launch([x, bias, out, 37, 0], grid=(2,), block=(32,))
+    torch.testing.assert_close(out, x + bias, rtol=0, atol=0)
+    without = _conditional(False)  # the absent binding takes no argument; the others keep their indices
+    assert [(b.param.name, b.param.buffer) for b in without.bindings] == [("in", 0), ("out", 2), ("n", 3), ("touch_bias", 4)]
+    out = torch.zeros(37)
+    without.launch([x, out, 37, 0], grid=(2,), block=(32,))
+    torch.testing.assert_close(out, x, rtol=0, atol=0)
+
+
+def test_access_to_an_absent_binding_is_an_error_naming_the_constant():
+    without = _conditional(False)
+    with pytest.raises(EmulatorRuntimeError,
+                       match=r"device buffer 'bias, absent: function constant has_bias is false' \(buffer 1, 0 bytes\) at byte offset 0"):
+        without.launch([torch.ones(4), torch.zeros(4), 4, 1], grid=(1,), block=(4,))
+
+
+def test_binding_on_an_unknown_function_constant_is_a_one_line_error():
+    src = CONDITIONAL.replace("function_constant(has_bias)]]", "function_constant(has_biass)]]")
+    with pytest.raises(EmulatorCompileError, match=r"parameter 'bias': function_constant\(has_biass\) names no .*known: has_bias"):
+        compile_msl(src, "add_bias_float", function_constants={3: True})
+
+
+# What MLX's steel headers need from the library: their own `metal::is_empty` / `void_t` (MSL has
+# neither, so the shim must not declare them), `remove_addrspace_t`, a class template specialized
+# per address space (one specialization once address spaces are erased), `uniform<T>`.
+TRAITS = r"""
+#include <metal_stdlib>
+namespace metal {
+template <typename T> struct is_empty : metal::bool_constant<__is_empty(T)> {};
+template <typename... Ts> struct make_void { typedef void type; };
+template <typename... Ts> using void_t = typename make_void<Ts...>::type;
+template <typename T> struct pointer_element {};
+template <typename T> struct pointer_element<thread T*> { using type = remove_cv_t<T>; };
+template <typename T> struct pointer_element<device T*> { using type = remove_cv_t<T>; };
+template <typename T>
+struct pointer_element<threadgroup T*> {
+  using type = remove_cv_t<T>;
+};
+template <typename T> using pointer_element_t = typename pointer_element<remove_cv_t<T>>::type;
+}  // namespace metal
+using namespace metal;
+struct Empty {};
+[[kernel]] void traits(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  using E = pointer_element_t<const device float*>;
+  constexpr const uniform<int> four = make_uniform(4);
+  out[i] = float(is_empty<Empty>::value) + float(is_same_v<E, float>) * 2.0f
+      + float(is_same_v<remove_addrspace_t<device int>, int>) * 4.0f + float(four) * 8.0f
+      + float(is_same_v<void_t<int>, void>) * 64.0f;
+}
+"""
+
+
+def test_library_leaves_msl_absent_traits_to_the_program_and_erases_address_spaces():
+    k = compile_msl(TRAITS, "traits")
+    out = torch.zeros(2)
+    k.launch([out], grid=(1,), block=(2,))
+    assert out.tolist() == [1 + 2 + 4 + 32 + 64] * 2

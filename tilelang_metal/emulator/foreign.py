@@ -122,9 +122,12 @@ _FUNC_CONST_RE = re.compile(
 # A member function qualified with a non-thread address space: `complex_t() threadgroup : ...`.
 _MEMBER_SPACE_RE = re.compile(r"\)(?P<cv>\s*const)?\s+(?P<space>threadgroup|device|constant)\b(?=\s*(?:[:{;=]|const\b|noexcept\b|$))", re.M)
 _INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]")
-_KERNEL_DEF_RE = re.compile(r"\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
+# `[[kernel]]` or `[[kernel, max_total_threads_per_threadgroup(WM * WN * 32)]]` (MLX's steel GEMM):
+# further attributes of the list are accepted and left to the C++ compiler, which ignores them.
+_KERNEL_ATTR = r"\[\[\s*kernel\b[^\[\]]*\]\]"
+_KERNEL_DEF_RE = re.compile(_KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _HOST_NAMED_DEF_RE = re.compile(
-    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
+    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
 )
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<q>[^"]+)"|<(?P<a>[^>]+)>)', re.M)
 
@@ -306,6 +309,44 @@ def _address_space_overload_edits(masked: str) -> list[tuple[int, int, str]]:
     return edits
 
 
+_SPACE_WORD_RE = re.compile(r"\b(?:thread|threadgroup|device|constant)\b")
+_SPECIALIZATION_HEAD_RE = re.compile(r"\s*(?:struct|class)\s+(?P<name>[A-Za-z_]\w*)\s*<")
+
+
+def _address_space_specialization_edits(masked: str) -> list[tuple[int, int, str]]:
+    """Partial specializations of a class template that differ only in an address space
+    (`pointer_element<thread T*>`, `<device T*>`, ... in MLX's steel/utils/type_traits.h) are one
+    specialization once address spaces are erased: the first is kept, the others are blanked."""
+    edits = []
+    seen: set[tuple[str, str]] = set()
+    for m in _TEMPLATE_RE.finditer(masked):
+        close = _template_header_end(masked, m.end() - 1)
+        if close is None:
+            continue
+        head = _SPECIALIZATION_HEAD_RE.match(masked, close + 1)
+        if not head:
+            continue
+        args_open = head.end() - 1
+        args_close = _template_header_end(masked, args_open)
+        if args_close is None:
+            continue
+        args = masked[args_open + 1 : args_close]
+        if not _SPACE_WORD_RE.search(args):
+            continue
+        key = (head.group("name"), "".join(_SPACE_WORD_RE.sub(" ", args).split()))
+        if key not in seen:
+            seen.add(key)
+            continue
+        brace = masked.find("{", args_close)
+        if brace < 0 or masked[args_close + 1 : brace].strip(" \n:") and ";" in masked[args_close + 1 : brace]:
+            continue  # a declaration without a body
+        end = masked.find(";", _matching(masked, brace, "{", "}"))
+        if end < 0:
+            continue
+        edits.append((m.start(), end + 1, _blank_keep_lines(masked[m.start() : end + 1])))
+    return edits
+
+
 def translate(text: str, file: str, function_constants: Mapping[int | str, Any]) -> _Translated:
     """Translate one file (the wrapper or a header) to the shim's C++, line for line."""
     masked = _mask(text)
@@ -326,6 +367,7 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
         edits.append((m.start(), m.end(), " " * (m.end() - m.start())))
     edits.extend(_member_space_edits(masked))
     edits.extend(_address_space_overload_edits(masked))
+    edits.extend(_address_space_specialization_edits(masked))
     for m in _INSTANTIATION_RE.finditer(masked):
         end = masked.find(";", m.end())
         body = masked[m.end() : end]
@@ -370,39 +412,72 @@ class ForeignParam:
     text: str  # declaration as written (one line)
     buffer: int | None  # [[buffer(i)]], explicit or assigned in order
     attribute: str | None  # position attribute name
+    # `[[buffer(i), function_constant(c)]]`: the function constant `c` the binding depends on; with
+    # `c` false the parameter is absent (Metal's host binds nothing there) and takes no argument
+    condition: str | None = None
+    present: bool = True
 
     def describe(self) -> str:
         return f"parameter '{self.name}' (buffer {self.buffer}, `{self.text}`)"
 
 
-_PARAM_ATTR_RE = re.compile(r"\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>\d+)\s*\))?\s*\]\]")
+_ATTR_LIST_RE = re.compile(r"\[\[(?P<body>[^\[\]]*)\]\]")
+_ATTR_ITEM_RE = re.compile(r"^\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>[^()]*?)\s*\))?\s*$")
 _ADDRESS_SPACE_RE = re.compile(r"\b(device|constant)\b")
 
 
-def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
+def _attributes(decl: str, where: str) -> list[tuple[str, str | None]]:
+    """(name, argument) of every attribute in the `[[...]]` lists of one parameter declaration."""
+    out = []
+    for m in _ATTR_LIST_RE.finditer(decl):
+        for item in _split_top(m.group("body")):
+            am = _ATTR_ITEM_RE.match(item)
+            if not am:
+                raise EmulatorCompileError(f"{where}: cannot read the attribute `[[{item.strip()}]]`")
+            out.append((am.group("attr"), am.group("arg")))
+    return out
+
+
+def parse_params(kernel: KernelDefinition, constants: Mapping[str, Any] | None = None) -> list[ForeignParam]:
     """Classify the kernel's parameters; buffer indices without an attribute are assigned in order,
-    skipping the explicit ones (as Metal does)."""
+    skipping the explicit ones (as Metal does). `constants` maps function constant names to their
+    values, for bindings declared with `function_constant(name)`."""
+    constants = constants or {}
     raw = _split_top(kernel.params_text)
     parsed = []
     explicit = set()
     for pos, text in enumerate(raw):
         one = " ".join(text.split())
-        attrs = list(_PARAM_ATTR_RE.finditer(one))
-        decl = _PARAM_ATTR_RE.sub("", one).strip()
+        decl = _ATTR_LIST_RE.sub("", one).strip()
         name_m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*$", decl)
         name = name_m.group(1) if name_m else f"#{pos}"
-        attr = attrs[0].group("attr") if attrs else None
-        arg = attrs[0].group("arg") if attrs else None
         where = f"{kernel.file}:{kernel.line}: kernel {kernel.name}, parameter '{name}'"
+        attrs = _attributes(one, where)
+        condition = next((arg for a, arg in attrs if a == "function_constant"), None)
+        attrs = [(a, arg) for a, arg in attrs if a != "function_constant"]
+        present = True
+        if condition is not None:
+            if condition not in constants:
+                known = ", ".join(sorted(constants)) or "none"
+                raise EmulatorCompileError(
+                    f"{where}: function_constant({condition}) names no `[[function_constant(n)]]` constant of the "
+                    f"included files (known: {known}); the emulator evaluates only those"
+                )
+            present = bool(constants[condition])
+        attr, arg = attrs[0] if attrs else (None, None)
+        if len(attrs) > 1:
+            raise EmulatorCompileError(f"{where}: several attributes {[a for a, _ in attrs]}; the emulator reads one per parameter")
         if attr == "buffer":
+            if arg is None or not arg.isdigit():
+                raise EmulatorCompileError(f"{where}: [[buffer({arg})]] needs a literal index")
             explicit.add(int(arg))
-            parsed.append([pos, name, one, int(arg), None])
+            parsed.append([pos, name, one, int(arg), None, condition, present])
         elif attr in POSITION_ATTRIBUTES:
-            parsed.append([pos, name, one, None, attr])
+            parsed.append([pos, name, one, None, attr, condition, present])
         elif attr is None:
             if not _ADDRESS_SPACE_RE.search(decl):
                 raise EmulatorCompileError(f"{where}: no attribute and not a device/constant binding: `{one}`")
-            parsed.append([pos, name, one, None, None])
+            parsed.append([pos, name, one, None, None, condition, present])
         elif attr == "threadgroup":
             raise EmulatorCompileError(
                 f"{where}: [[threadgroup(n)]] kernel parameters (memory sized by the host) are not supported "
@@ -412,13 +487,19 @@ def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
             raise EmulatorCompileError(f"{where}: unsupported attribute [[{attr}]]")
     next_index = 0
     out = []
-    for pos, name, one, buf, attr in parsed:
+    for pos, name, one, buf, attr, condition, present in parsed:
         if buf is None and attr is None:
             while next_index in explicit:
                 next_index += 1
             buf = next_index
             explicit.add(buf)
-        out.append(ForeignParam(pos, name, one, buf, attr))
+        out.append(ForeignParam(pos, name, one, buf, attr, condition, present))
+    indices = [p.buffer for p in out if p.buffer is not None]
+    if len(indices) != len(set(indices)):
+        raise EmulatorCompileError(
+            f"{kernel.file}:{kernel.line}: kernel {kernel.name}: buffer indices {sorted(indices)} repeat (bindings that "
+            "share an index under complementary function constants are not supported by the emulator)"
+        )
     indices = sorted(p.buffer for p in out if p.buffer is not None)
     if indices != list(range(len(indices))):
         raise EmulatorCompileError(
@@ -591,7 +672,9 @@ def compile_msl(
     constants = dict(function_constants or {})
     closure = _closure(source, [Path(d) for d in include_dirs], constants)
     callee, definition = _find_kernel(kernel_name, closure)
-    params = parse_params(definition)
+    values = {fc.name: constants.get(fc.index, constants.get(fc.name))
+              for t in closure.files.values() for fc in t.constants}
+    params = parse_params(definition, values)
     driver = _driver(callee, params, kernel_name)
     main = closure.files["main.metal"].text
     extra = tuple(sorted((rel, t.text) for rel, t in closure.files.items() if rel != "main.metal"))
@@ -674,7 +757,10 @@ class ForeignKernel:
         self._lib.tlm_set_guards.restype = None
         self._lib.tlm_set_guards.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         self._lock = threading.Lock()
-        self.bindings = tuple(self._describe(p) for p in sorted((p for p in params if p.buffer is not None), key=lambda p: p.buffer))
+        buffers = sorted((p for p in params if p.buffer is not None), key=lambda p: p.buffer)
+        # what `launch` takes: the bindings present under the function constants, in index order
+        self.bindings = tuple(self._describe(p) for p in buffers if p.present)
+        self._slots = tuple(p.present for p in buffers)  # per buffer index: bound by an argument
 
     def __repr__(self) -> str:
         return f"ForeignKernel({self.name!r}, {self.callee!r})"
@@ -744,20 +830,35 @@ class ForeignKernel:
         prepared = [self._argument_bytes(b, a) for b, a in zip(self.bindings, args)]
         regions: list[_Guarded] = []
         try:
-            table = (_GuardRegion * max(1, len(prepared)))()
+            table = (_GuardRegion * max(1, len(self._slots)))()
             names = [b.param.name.encode() for b in self.bindings]
+            bound: list[_Guarded] = []
             for i, ((raw, tensor), b) in enumerate(zip(prepared, self.bindings)):
                 nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
                 region = _Guarded(nbytes)
+                bound.append(region)
                 regions.append(region)
                 if raw is not None:
                     ctypes.memmove(region.address, raw, nbytes)
                 elif nbytes:
                     ctypes.memmove(region.address, tensor.data_ptr(), nbytes)
                 table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], b.param.buffer)
-            n = len(regions)
-            ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address for r in regions])
-            counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes for r in regions])
+            # an absent binding (its function constant is false) points at a guard page: any access
+            # to it is an error naming the parameter and the constant, never a read of other memory
+            absent = [p for p in sorted(self.params, key=lambda p: p.buffer if p.buffer is not None else -1)
+                      if p.buffer is not None and not p.present]
+            absent_names = [f"{p.name}, absent: function constant {p.condition} is false".encode() for p in absent]
+            unbound: list[_Guarded] = []
+            for k, p in enumerate(absent):
+                region = _Guarded(0)
+                unbound.append(region)
+                regions.append(region)
+                table[len(bound) + k] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, 0, absent_names[k], p.buffer)
+            present_iter, absent_iter = iter(bound), iter(unbound)
+            slots = [next(present_iter) if present else next(absent_iter) for present in self._slots]
+            n = len(slots)
+            ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address for r in slots])
+            counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes for r in slots])
             err = ctypes.create_string_buffer(4096)
             nworkers = default_workers() if workers is None else int(workers)
             mode, counters, seed = _instrumentation or (0, 0, 0)
@@ -772,7 +873,7 @@ class ForeignKernel:
                 raise EmulatorRaceError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
             if rc != 0:
                 raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
-            for (raw, tensor), region, b in zip(prepared, regions, self.bindings):
+            for (raw, tensor), region, b in zip(prepared, bound, self.bindings):
                 if tensor is not None and not b.const and region.nbytes:
                     ctypes.memmove(tensor.data_ptr(), region.address, region.nbytes)
         finally:
