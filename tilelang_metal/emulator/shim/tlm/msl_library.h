@@ -30,16 +30,17 @@ constexpr half operator"" h(unsigned long long v) { return static_cast<half>(sta
 
 namespace metal {
 
-// <metal_type_traits>: std's, with half and bfloat counted as floating point (as in MSL).
+// <metal_type_traits>: std's, with half and bfloat counted as floating point (as in MSL). Not
+// is_empty / void_t: Metal's library lacks them and MLX's steel/utils/type_traits.h defines its own.
 using std::bool_constant; using std::conditional; using std::conditional_t; using std::decay;
 using std::decay_t; using std::enable_if; using std::enable_if_t; using std::false_type;
 using std::integral_constant; using std::is_convertible; using std::is_convertible_v;
-using std::is_empty; using std::is_empty_v; using std::is_integral; using std::is_integral_v;
+using std::is_integral; using std::is_integral_v;
 using std::is_same; using std::is_same_v; using std::is_signed; using std::is_signed_v;
 using std::is_unsigned; using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const; using std::remove_const_t;
 using std::remove_cv; using std::remove_cv_t; using std::remove_reference; using std::remove_reference_t;
-using std::true_type; using std::void_t; using std::is_pointer; using std::is_pointer_v;
+using std::true_type; using std::is_pointer; using std::is_pointer_v;
 template <class T> struct is_floating_point : std::bool_constant<tlm::is_floating_v<std::remove_cv_t<T>>> {};
 template <class T> inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
 template <class T> struct is_arithmetic : std::bool_constant<tlm::is_scalar_v<T>> {};
@@ -48,6 +49,10 @@ template <class T> struct is_scalar : std::bool_constant<tlm::is_scalar_v<T>> {}
 template <class T> inline constexpr bool is_scalar_v = is_scalar<T>::value;
 template <class T> struct is_vector : std::bool_constant<tlm::is_vec_v<T>> {};
 template <class T> inline constexpr bool is_vector_v = is_vector<T>::value;
+
+// Address spaces are empty here, so removing one is the identity (MLX's integral_constant.h).
+template <class T> struct remove_addrspace { using type = T; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
 
 // Metal's internal spelling of std::disjunction (MLX's atomic.h uses it under `#pragma METAL internals`).
 template <class... B> using _disjunction = std::disjunction<B...>;
