@@ -122,9 +122,12 @@ _FUNC_CONST_RE = re.compile(
 # A member function qualified with a non-thread address space: `complex_t() threadgroup : ...`.
 _MEMBER_SPACE_RE = re.compile(r"\)(?P<cv>\s*const)?\s+(?P<space>threadgroup|device|constant)\b(?=\s*(?:[:{;=]|const\b|noexcept\b|$))", re.M)
 _INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]")
-_KERNEL_DEF_RE = re.compile(r"\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
+# `[[kernel]]`, also with Metal's `max_total_threads_per_threadgroup(N)` in the same list (MLX's
+# steel kernels; the value is a template expression there, so it is not checked at launch).
+_KERNEL_ATTR = r"\[\[\s*kernel\s*(?:,\s*max_total_threads_per_threadgroup\s*\([^\[\]]*\)\s*)?\]\]"
+_KERNEL_DEF_RE = re.compile(_KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _HOST_NAMED_DEF_RE = re.compile(
-    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
+    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
 )
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<q>[^"]+)"|<(?P<a>[^>]+)>)', re.M)
 
@@ -306,6 +309,42 @@ def _address_space_overload_edits(masked: str) -> list[tuple[int, int, str]]:
     return edits
 
 
+_SPACE_WORD_RE = re.compile(r"\b(?:thread|threadgroup|device|constant)\b")
+_SPECIALIZATION_RE = re.compile(r"\s*(?:struct|class)\s+(?P<name>[A-Za-z_]\w*)\s*<")
+
+
+def _address_space_specialization_edits(masked: str) -> list[tuple[int, int, str]]:
+    """Class template specializations that differ only in address spaces (`pointer_element<device
+    T*>`, `<threadgroup T*>`, ...) are one specialization in C++, where the qualifiers are empty: the
+    first one is kept, the later ones are blanked (every pointer here is a thread pointer, and
+    they define the same members)."""
+    edits = []
+    seen: set[str] = set()
+    for m in _TEMPLATE_RE.finditer(masked):
+        close = _template_header_end(masked, m.end() - 1)
+        if close is None:
+            continue
+        sm = _SPECIALIZATION_RE.match(masked, close + 1)
+        if not sm:
+            continue
+        args_end = _template_header_end(masked, sm.end() - 1)
+        if args_end is None:
+            continue
+        args = masked[sm.end() : args_end]
+        if not _SPACE_WORD_RE.search(args):
+            continue
+        key = sm.group("name") + "<" + " ".join(_SPACE_WORD_RE.sub(" ", args).split()) + ">"
+        if key not in seen:
+            seen.add(key)
+            continue
+        brace = masked.find("{", args_end)
+        if brace < 0 or masked[args_end + 1 : brace].strip(" \n\t:") and ";" in masked[args_end + 1 : brace]:
+            continue
+        end = masked.find(";", _matching(masked, brace, "{", "}"))
+        edits.append((m.start(), end + 1, _blank_keep_lines(masked[m.start() : end + 1])))
+    return edits
+
+
 def translate(text: str, file: str, function_constants: Mapping[int | str, Any]) -> _Translated:
     """Translate one file (the wrapper or a header) to the shim's C++, line for line."""
     masked = _mask(text)
@@ -326,6 +365,7 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
         edits.append((m.start(), m.end(), " " * (m.end() - m.start())))
     edits.extend(_member_space_edits(masked))
     edits.extend(_address_space_overload_edits(masked))
+    edits.extend(_address_space_specialization_edits(masked))
     for m in _INSTANTIATION_RE.finditer(masked):
         end = masked.find(";", m.end())
         body = masked[m.end() : end]
@@ -370,12 +410,14 @@ class ForeignParam:
     text: str  # declaration as written (one line)
     buffer: int | None  # [[buffer(i)]], explicit or assigned in order
     attribute: str | None  # position attribute name
+    function_constant: str | None = None  # `[[buffer(i), function_constant(name)]]`: bound only if `name` is true
 
     def describe(self) -> str:
         return f"parameter '{self.name}' (buffer {self.buffer}, `{self.text}`)"
 
 
-_PARAM_ATTR_RE = re.compile(r"\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>\d+)\s*\))?\s*\]\]")
+_PARAM_ATTR_RE = re.compile(r"\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>\d+)\s*\))?\s*"
+                            r"(?:,\s*function_constant\s*\(\s*(?P<fc>[A-Za-z_]\w*)\s*\)\s*)?\]\]")
 _ADDRESS_SPACE_RE = re.compile(r"\b(device|constant)\b")
 
 
@@ -393,16 +435,19 @@ def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
         name = name_m.group(1) if name_m else f"#{pos}"
         attr = attrs[0].group("attr") if attrs else None
         arg = attrs[0].group("arg") if attrs else None
+        constant = attrs[0].group("fc") if attrs else None
         where = f"{kernel.file}:{kernel.line}: kernel {kernel.name}, parameter '{name}'"
+        if constant is not None and attr != "buffer":
+            raise EmulatorCompileError(f"{where}: function_constant({constant}) is supported on [[buffer(n)]] parameters only")
         if attr == "buffer":
             explicit.add(int(arg))
-            parsed.append([pos, name, one, int(arg), None])
+            parsed.append([pos, name, one, int(arg), None, constant])
         elif attr in POSITION_ATTRIBUTES:
-            parsed.append([pos, name, one, None, attr])
+            parsed.append([pos, name, one, None, attr, None])
         elif attr is None:
             if not _ADDRESS_SPACE_RE.search(decl):
                 raise EmulatorCompileError(f"{where}: no attribute and not a device/constant binding: `{one}`")
-            parsed.append([pos, name, one, None, None])
+            parsed.append([pos, name, one, None, None, None])
         elif attr == "threadgroup":
             raise EmulatorCompileError(
                 f"{where}: [[threadgroup(n)]] kernel parameters (memory sized by the host) are not supported "
@@ -412,13 +457,13 @@ def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
             raise EmulatorCompileError(f"{where}: unsupported attribute [[{attr}]]")
     next_index = 0
     out = []
-    for pos, name, one, buf, attr in parsed:
+    for pos, name, one, buf, attr, constant in parsed:
         if buf is None and attr is None:
             while next_index in explicit:
                 next_index += 1
             buf = next_index
             explicit.add(buf)
-        out.append(ForeignParam(pos, name, one, buf, attr))
+        out.append(ForeignParam(pos, name, one, buf, attr, constant))
     indices = sorted(p.buffer for p in out if p.buffer is not None)
     if indices != list(range(len(indices))):
         raise EmulatorCompileError(
@@ -605,8 +650,10 @@ def compile_msl(
     if hit is not None:
         return hit
     lib = toolchain.kernel_library(unit, True, instrument)
+    values = {fc.name: constants.get(fc.index, constants.get(fc.name)) for t in closure.files.values() for fc in t.constants}
     kernel = ForeignKernel(kernel_name, callee, params, lib, unit, instrument,
-                           source=source, include_dirs=tuple(str(d) for d in include_dirs), constants=constants)
+                           source=source, include_dirs=tuple(str(d) for d in include_dirs), constants=constants,
+                           constant_values=values)
     with _compile_lock:
         _memo[memo_key] = kernel
     return kernel
@@ -658,7 +705,8 @@ class ForeignKernel:
     `constant T&`); `grid` counts threadgroups (MTLCommandEncoder.dispatchThreadgroups)."""
 
     def __init__(self, name: str, callee: str, params: list[ForeignParam], library: Path, unit: toolchain.SourceUnit,
-                 instrument: str | None, *, source: str, include_dirs: tuple[str, ...], constants: dict) -> None:
+                 instrument: str | None, *, source: str, include_dirs: tuple[str, ...], constants: dict,
+                 constant_values: dict[str, Any] | None = None) -> None:
         from .kernel import _load
 
         self.name = name
@@ -668,6 +716,7 @@ class ForeignKernel:
         self.unit = unit
         self.instrument = instrument
         self._rebuild = (source, include_dirs, constants)
+        self._constant_values = dict(constant_values or {})
         self._lib = _load(library)
         self._lib.tlm_param_info.restype = ctypes.c_int
         self._lib.tlm_param_info.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
@@ -696,6 +745,12 @@ class ForeignKernel:
         import torch
 
         what = f"kernel {self.name}: {b.param.describe()}"
+        constant = b.param.function_constant
+        if value is None:
+            if constant is not None and not self._constant_values.get(constant, True):
+                return None, None  # absent on the GPU as well: bound to a null pointer
+            why = f"function constant '{constant}' is true" if constant is not None else "it is not conditional on a function constant"
+            raise EmulatorLaunchError(f"{what}: got None, but the buffer is bound ({why}): pass a tensor")
         if b.by_reference:
             if b.dtype is None:  # a struct by reference
                 if isinstance(value, ctypes.Structure):
@@ -718,6 +773,12 @@ class ForeignKernel:
                 if not dtype.is_floating_point and held.tolist() != [int(v) for v in values]:
                     raise EmulatorLaunchError(f"{what}: {value!r} does not fit in {dtype}")
             return held.view(torch.uint8).numpy().tobytes(), None
+        if b.dtype is None and isinstance(value, (ctypes.Structure, bytes, bytearray, memoryview)):
+            # a pointer to structs (`constant Params* p`, MLX's set_bytes): whole structs, read-only
+            raw = bytes(value)
+            if not raw or len(raw) % b.pointee_bytes:
+                raise EmulatorLaunchError(f"{what}: the struct has {b.pointee_bytes} bytes, got {len(raw)}: check the field layout")
+            return raw, None
         if not isinstance(value, torch.Tensor):
             raise EmulatorLaunchError(f"{what}: expected a torch.Tensor, got {type(value).__name__}")
         if value.device.type != "cpu" or not value.is_contiguous():
@@ -742,11 +803,15 @@ class ForeignKernel:
         if blk[0] * blk[1] * blk[2] > MAX_THREADS_PER_THREADGROUP:
             raise EmulatorLaunchError(f"kernel {self.name}: block {blk} has more than {MAX_THREADS_PER_THREADGROUP} threads")
         prepared = [self._argument_bytes(b, a) for b, a in zip(self.bindings, args)]
-        regions: list[_Guarded] = []
+        regions: list[_Guarded | None] = []
         try:
             table = (_GuardRegion * max(1, len(prepared)))()
             names = [b.param.name.encode() for b in self.bindings]
             for i, ((raw, tensor), b) in enumerate(zip(prepared, self.bindings)):
+                if raw is None and tensor is None:  # a buffer its function constant leaves out
+                    regions.append(None)
+                    table[i] = _GuardRegion(0, 0, 0, 0, names[i], b.param.buffer)
+                    continue
                 nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
                 region = _Guarded(nbytes)
                 regions.append(region)
@@ -756,8 +821,8 @@ class ForeignKernel:
                     ctypes.memmove(region.address, tensor.data_ptr(), nbytes)
                 table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], b.param.buffer)
             n = len(regions)
-            ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address for r in regions])
-            counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes for r in regions])
+            ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address if r else None for r in regions])
+            counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes if r else 0 for r in regions])
             err = ctypes.create_string_buffer(4096)
             nworkers = default_workers() if workers is None else int(workers)
             mode, counters, seed = _instrumentation or (0, 0, 0)
@@ -773,11 +838,12 @@ class ForeignKernel:
             if rc != 0:
                 raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
             for (raw, tensor), region, b in zip(prepared, regions, self.bindings):
-                if tensor is not None and not b.const and region.nbytes:
+                if tensor is not None and not b.const and region is not None and region.nbytes:
                     ctypes.memmove(tensor.data_ptr(), region.address, region.nbytes)
         finally:
             for r in regions:
-                r.close()
+                if r is not None:
+                    r.close()
 
     def counters(self, args: Sequence[Any], grid: Sequence[int], block: Sequence[int]) -> dict[str, int]:
         """Synchronisation and simdgroup counts of one launch (totals). Memory traffic is not counted
@@ -835,5 +901,5 @@ class ForeignKernel:
                 a.copy_(r)
 
 
-_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives",
+_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives", "matmul2d_16x32x16",
                      "simdgroup_multiply_accumulate_8x8x8", "simdgroup_multiply_8x8x8")

@@ -34,12 +34,16 @@ namespace metal {
 using std::bool_constant; using std::conditional; using std::conditional_t; using std::decay;
 using std::decay_t; using std::enable_if; using std::enable_if_t; using std::false_type;
 using std::integral_constant; using std::is_convertible; using std::is_convertible_v;
-using std::is_empty; using std::is_empty_v; using std::is_integral; using std::is_integral_v;
+using std::is_integral; using std::is_integral_v;
 using std::is_same; using std::is_same_v; using std::is_signed; using std::is_signed_v;
 using std::is_unsigned; using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const; using std::remove_const_t;
 using std::remove_cv; using std::remove_cv_t; using std::remove_reference; using std::remove_reference_t;
-using std::true_type; using std::void_t; using std::is_pointer; using std::is_pointer_v;
+using std::true_type; using std::is_pointer; using std::is_pointer_v;
+// Not in Metal's library (MLX's steel/utils/type_traits.h defines them in namespace metal): is_empty,
+// is_empty_v, void_t. Metal has remove_addrspace_t; every object here is a thread object.
+template <class T> struct remove_addrspace { using type = T; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
 template <class T> struct is_floating_point : std::bool_constant<tlm::is_floating_v<std::remove_cv_t<T>>> {};
 template <class T> inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
 template <class T> struct is_arithmetic : std::bool_constant<tlm::is_scalar_v<T>> {};
@@ -256,3 +260,30 @@ TLM_INLINE T __metal_simd_shuffle_and_fill_up(T d, T f, D delta, M modulo) {
 }
 // The simdgroup's width (threads_per_simdgroup): 32 on Apple GPUs.
 template <class T> TLM_INLINE T __metal_get_simdgroup_size(T) { return static_cast<T>(32); }
+
+// <metal_uniform>: uniform<T> marks a value as the same in every thread; here a plain wrapper that
+// converts to T both ways (MLX's attention: `metal::uniform<float> s = make_uniform(a) * make_uniform(b)`).
+namespace metal {
+template <class T> struct uniform {
+  T value;
+  uniform() = default;
+  constexpr uniform(T v) : value(v) {}
+  constexpr operator T() const { return value; }
+};
+template <class T> constexpr uniform<T> make_uniform(T v) { return uniform<T>(v); }
+}  // namespace metal
+
+// <metal_math> constants (float; MSL spells them as macros).
+#define M_E_F 2.71828182845904523536f
+#define M_LOG2E_F 1.44269504088896340736f
+#define M_LOG10E_F 0.434294481903251827651f
+#define M_LN2_F 0.693147180559945309417f
+#define M_LN10_F 2.30258509299404568402f
+#define M_PI_F 3.14159265358979323846f
+#define M_PI_2_F 1.57079632679489661923f
+#define M_PI_4_F 0.785398163397448309616f
+#define M_1_PI_F 0.318309886183790671538f
+#define M_2_PI_F 0.636619772367581343076f
+#define M_2_SQRTPI_F 1.12837916709551257390f
+#define M_SQRT2_F 1.41421356237309504880f
+#define M_SQRT1_2_F 0.707106781186547524401f
