@@ -1,7 +1,7 @@
 """MLX's attention kernels (steel attention for prefill, sdpa_vector and its 2-pass variant for
 decode), unmodified, with the launch logic of MLX's host code: parameters, function constants and
-grids as `mlx/backend/metal/scaled_dot_product_attention.cpp` fills them. Each function returns an
-`MlxLaunch`: `.run()` gives the output, `.counters()` / `.racecheck()` take the same launch
+grids as `mlx/backend/metal/scaled_dot_product_attention.cpp` fills them. Each function returns a
+`Launch` (mlx_launch.py): `.run()` gives the output, `.counters()` / `.racecheck()` take the same launch
 instrumented. Imported by the tests next to it and by `benchmark/compare_mlx.py`.
 
 Host-code provenance: the newest `scaled_dot_product_attention.cpp` available here (ml-explore/mlx
@@ -14,38 +14,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tilelang_metal.emulator import compile_msl
 
+from mlx_launch import Launch
+
 # MLX's type_to_name / get_type_string: the names in its host names, and the MSL type of each.
 MLX_TYPE = {torch.float16: ("float16", "half"), torch.bfloat16: ("bfloat16", "bfloat16_t"), torch.float32: ("float32", "float")}
-
-
-@dataclass
-class MlxLaunch:
-    """One or more dispatches of compiled MLX kernels; `result()` reads the output after `run`."""
-
-    steps: Sequence[tuple[Any, list, tuple[int, int, int], tuple[int, int, int]]]  # (kernel, args, grid, block)
-    result: Callable[[], torch.Tensor]
-
-    def run(self) -> torch.Tensor:
-        for kernel, args, grid, block in self.steps:
-            kernel.launch(args, grid=grid, block=block)
-        return self.result()
-
-    def counters(self) -> list[dict[str, int]]:
-        """Counters of each dispatch (instrumented flavour, same arguments)."""
-        return [kernel.counters(args, grid, block) for kernel, args, grid, block in self.steps]
-
-    def racecheck(self, seeds: Sequence[int] = (0, 1)) -> torch.Tensor:
-        for kernel, args, grid, block in self.steps:
-            kernel.racecheck(args, grid, block, seeds=seeds)
-        return self.result()
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,7 +62,7 @@ template [[host_name("{host}")]] [[kernel]] decltype(attention<{args}>) attentio
 
 def steel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, include: str,
                     causal: bool = False, mask: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
-                    wn: int = 1) -> MlxLaunch:
+                    wn: int = 1) -> Launch:
     """sdpa_full_self_attention_metal: q (B, H, qL, D), k / v (B, H_kv, kL, D) contiguous; `mask`
     broadcastable to (B, H, qL, kL), bool (keep) or additive in q's dtype; `sinks` (H,). Output
     (B, H, qL, D), stored by the kernel in MLX's (B, qL, H, D) layout. `wn` = 2 selects the kernel's
@@ -117,7 +95,7 @@ def steel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale:
         args.append(sinks)
     # grid (NQ, H, B) threadgroups of (32, wm, wn) threads
     steps = [(kernel, args, (nq, H, B), (32, wm, wn))]
-    return MlxLaunch(steps, lambda: out.transpose(1, 2))
+    return Launch.of(out.transpose(1, 2), *steps)
 
 
 # ---------------------------------------------------------------- sdpa_vector (decode)
@@ -150,7 +128,7 @@ def _mask_strides(mask: torch.Tensor) -> tuple[int, int, int]:
 
 
 def sdpa_vector(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, include: str,
-                causal: bool = False, mask: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> MlxLaunch:
+                causal: bool = False, mask: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> Launch:
     """The 1-pass decode kernel: q (B, Hq, qL <= 8, D), k / v (B, Hkv, N, D) contiguous."""
     B, Hq, qL, D = q.shape
     N, Dv = k.shape[2], v.shape[3]
@@ -168,12 +146,12 @@ def sdpa_vector(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: flo
     if sinks is not None:
         args += [sinks, Hq]  # buffers 16, 17
     # grid (B * Hq, qL, 1) threadgroups of 1024 threads
-    return MlxLaunch([(kernel, args, (B * Hq, qL, 1), (1024, 1, 1))], lambda: out)
+    return Launch.of(out, (kernel, args, (B * Hq, qL, 1), (1024, 1, 1)))
 
 
 def sdpa_vector_2pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, include: str,
                       causal: bool = False, mask: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
-                      blocks: int | None = None) -> MlxLaunch:
+                      blocks: int | None = None) -> Launch:
     """sdpa_vector_2pass_1 (partials per block of keys) then sdpa_vector_2pass_2 (their merge)."""
     B, Hq, qL, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -208,7 +186,7 @@ def sdpa_vector_2pass(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scal
         (pass1, args1, (Hkv, B, blocks), (32, gqa_factor, qL)),  # grid (Hkv, B, blocks), group (32, gqa, qL)
         (pass2, [intermediate, sums, maxs, out, blocks], (B * Hq, qL, 1), (1024, 1, 1)),
     ]
-    return MlxLaunch(steps, lambda: out)
+    return Launch.of(out, *steps)
 
 
 # ---------------------------------------------------------------- reference

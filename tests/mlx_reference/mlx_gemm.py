@@ -10,8 +10,8 @@ under MLX's host name for it.
 
 The subset modelled: one 2-D row-major (or, with `transpose_*`, column-major) product, no batch, no
 bias (`alpha = 1, beta = 0`), a GPU without neural accelerators (`is_nax_available()` false: before
-M5). Each entry point returns `(out, launch)`: `out` the result, `launch` a `Launch` /
-`LaunchSequence` that can run the same launch again, take `counters()` or run `racecheck()`.
+M5). Each entry point returns `(out, launch)`: `out` the result, `launch` the `Launch`
+(mlx_launch.py) that can run the same launch again, take `counters()` or run `racecheck()`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import ctypes
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from tilelang_metal.emulator import compile_msl
 from tilelang_metal.emulator.foreign import ForeignKernel
+
+from mlx_launch import Launch
 
 # MLX's type_to_name (mlx/backend/metal/utils.cpp) and the MSL type its .metal files instantiate with.
 TYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -141,54 +142,6 @@ class GEMMSpiltKParams(ctypes.Structure):  # MLX's spelling
         "split_k_partition_stride", "split_k_partition_size", "swizzle_log", "gemm_k_iterations_aligned")]
 
 
-def _struct_tensor(s: ctypes.Structure) -> torch.Tensor:
-    """A `constant S*` argument: the struct's bytes (what setBytes copies)."""
-    return torch.frombuffer(bytearray(bytes(s)), dtype=torch.uint8)
-
-
-# ---------------------------------------------------------------- launches
-
-@dataclass(frozen=True)
-class Launch:
-    """One dispatch: the kernel and the arguments, grid (threadgroups) and block MLX uses."""
-
-    kernel: ForeignKernel
-    args: tuple[Any, ...]
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-
-    def run(self) -> None:
-        self.kernel.launch(list(self.args), self.grid, self.block)
-
-    def counters(self) -> dict[str, int]:
-        return self.kernel.counters(list(self.args), self.grid, self.block)
-
-    def racecheck(self, seeds: tuple[int, ...] = (0, 1)) -> None:
-        self.kernel.racecheck(list(self.args), self.grid, self.block, seeds=seeds)
-
-
-@dataclass(frozen=True)
-class LaunchSequence:
-    """Dispatches that run in order (split-K: the partial products, then their accumulation)."""
-
-    steps: tuple[Launch, ...]
-
-    def run(self) -> None:
-        for step in self.steps:
-            step.run()
-
-    def counters(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for step in self.steps:
-            for name, value in step.counters().items():
-                total[name] = total.get(name, 0) + value
-        return total
-
-    def racecheck(self, seeds: tuple[int, ...] = (0, 1)) -> None:
-        for step in self.steps:  # each step's outputs land in its arguments, which the next reads
-            step.racecheck(seeds)
-
-
 # ---------------------------------------------------------------- wrappers
 
 _PRELUDE = '#include <metal_stdlib>\n#include "mlx/backend/metal/kernels/utils.h"\n'
@@ -240,7 +193,7 @@ def steel_gemm(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False, t
     grid = (tn * tile_count, (tm + tile_count - 1) // tile_count, 1)
     out = torch.full((M, N), float("nan"), dtype=a.dtype)  # every element must be written
     # buffers 0 A, 1 B, 3 D, 4 params; 2 (C), 5 (addmm params) need use_out_source, 6 and 7 has_batch
-    launch = Launch(kernel, (a, b, out, _struct_tensor(params)), grid, (32, wn, wm))
+    launch = Launch.of(out, (kernel, (a, b, out, bytes(params)), grid, (32, wn, wm)))
     launch.run()
     return out, launch
 
@@ -270,7 +223,7 @@ def _block_dims(dim0: int, dim1: int, dim2: int, pow2: int = 10) -> tuple[int, i
 
 
 def steel_gemm_splitk(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
-                      include: str) -> tuple[torch.Tensor, LaunchSequence]:
+                      include: str) -> tuple[torch.Tensor, Launch]:
     """op(a) @ op(b) with MLX's `gemm_splitk` (float32 partial products of K partitions) and
     `gemm_splitk_accum`, launched as steel_gemm_splitk_axpby does."""
     M, N, K = _mkn(a, b, transpose_a, transpose_b)
@@ -290,7 +243,7 @@ def steel_gemm_splitk(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = F
                               split_k_partition_stride=M * N, split_k_partition_size=gemm_k_iterations * bk,
                               swizzle_log=0, gemm_k_iterations_aligned=gemm_k_iterations)
     c_split = torch.full((partitions, M, N), float("nan"), dtype=torch.float32)
-    first = Launch(partial, (a, b, c_split, _struct_tensor(params)), (tn, tm, partitions), (32, wn, wm))
+    first = (partial, (a, b, c_split, bytes(params)), (tn, tm, partitions), (32, wn, wm))
     accum_host = f"steel_gemm_splitk_accum_{TYPE_NAME[a.dtype]}_float32"
     accum = _compile("splitk", accum_host, f"gemm_splitk_accum<float, {t}>", include)
     out = torch.full((M, N), float("nan"), dtype=a.dtype)
@@ -301,8 +254,8 @@ def steel_gemm_splitk(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = F
     # reads nothing but thread_position_in_grid.
     bx, by, _ = _block_dims(N, M, 1)
     bx, by = math.gcd(bx, N), math.gcd(by, M)
-    second = Launch(accum, (c_split, out, partitions, M * N, N), (N // bx, M // by, 1), (bx, by, 1))
-    launch = LaunchSequence((first, second))
+    second = (accum, (c_split, out, partitions, M * N, N), (N // bx, M // by, 1), (bx, by, 1))
+    launch = Launch.of(out, first, second)
     launch.run()
     return out, launch
 
@@ -338,10 +291,9 @@ def _gemv(mat: torch.Tensor, vec: torch.Tensor, transpose_mat: bool, include: st
     t = MSL_TYPE[mat.dtype]
     host = f"{name}_{TYPE_NAME[mat.dtype]}_bm{bm}_bn{bn}_sm{sm}_sn{sn}_tm{tm}_tn{tn}_nc0_axpby0"
     callee = f"{name}<{t}, {bm}, {bn}, {sm}, {sn}, {tm}, {tn}, false, false>"
-    # gemv.h also declares gemv_wide's function constants (0, 1); MLX's host sets none for gemv, and
-    # Metal needs none for a kernel that does not use them, but the emulator wants every constant of
-    # the included files to have a value: these two do not reach gemv / gemv_t.
-    kernel = _compile("gemv", host, callee, include, ((0, False), (1, False)))
+    # gemv.h also declares gemv_wide's function constants (0, 1): MLX's host sets none for gemv, and
+    # neither Metal nor the emulator needs a value for constants the kernel does not use
+    kernel = _compile("gemv", host, callee, include)
     n_out_per_tgp = bn * sn * tn if transpose_mat else bm * sm * tm
     grid = ((out_len + n_out_per_tgp - 1) // n_out_per_tgp, 1, 1)
     out = torch.full((out_len,), float("nan"), dtype=mat.dtype)
@@ -352,7 +304,7 @@ def _gemv(mat: torch.Tensor, vec: torch.Tensor, transpose_mat: bool, include: st
     zero64 = torch.zeros(1, dtype=torch.int64)
     args = (mat, vec, nan, out, int(in_len), int(out_len), int(mat.shape[1]), float("nan"), float("nan"),
             1, torch.ones(1, dtype=torch.int32), zero64, zero64.clone(), zero64.clone(), 0)
-    launch = Launch(kernel, args, grid, (32, bn, bm))
+    launch = Launch.of(out, (kernel, args, grid, (32, bn, bm)))
     launch.run()
     return out, launch
 

@@ -1,7 +1,7 @@
 """MLX's row and column reductions (reduction/reduce_row.h, reduce_col.h via reduce.h), unmodified,
 launched as `mlx/backend/metal/reduce.cpp` does for a row-contiguous float input: the same choice
 of kernel, the same buffers (RowReduceArgs / ColReduceArgs::encode) and grids. `row_reduce(x, axes)`
-and `col_reduce(x)` return an `MlxLaunch` (mlx_attention.py): `.run()`, `.counters()`, `.racecheck()`.
+and `col_reduce(x)` return the kernel MLX picks and a `Launch` (mlx_launch.py): `.run()`, `.counters()`, `.racecheck()`.
 
 Host-code provenance: the newest reduce.cpp available here (ml-explore/mlx main, version.h 0.32.2).
 The 0.32.4 column kernels take a `column_offset` (buffer 11; col_reduce_2pass's out_size moves to
@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from mlx_attention import MLX_TYPE, MlxLaunch, _compile
+from mlx_attention import MLX_TYPE, _compile
+from mlx_launch import Launch
 
 OPS = {"sum": "Sum", "max": "Max", "min": "Min", "prod": "Prod"}
 REDUCE_N_READS = REDUCE_N_WRITES = 4  # kernels/defines.h
@@ -63,7 +64,7 @@ def _threadgroup_size_from_row_size(row_size: int) -> int:
     return min(1024, (threads + 31) // 32 * 32)
 
 
-def row_reduce(x: torch.Tensor, axes: tuple[int, ...], op: str, *, include: str) -> tuple[str, MlxLaunch]:
+def row_reduce(x: torch.Tensor, axes: tuple[int, ...], op: str, *, include: str) -> tuple[str, Launch]:
     """Reduce a row-contiguous `x` over `axes`, which include the last one (a "row" reduction:
     ReductionPlan ContiguousReduce). Returns the kernel MLX picks and its launch."""
     assert x.is_contiguous() and axes[-1] == x.dim() - 1 and list(axes) == sorted(axes)
@@ -96,17 +97,17 @@ def row_reduce(x: torch.Tensor, axes: tuple[int, ...], op: str, *, include: str)
             steps = [(k, general, (1, 1, 1), (out_size, 1, 1))]
         else:  # one simdgroup per output: grid (32, out width, out height) threads, group 32
             steps = [(k, general, (1, out_size, 1), (32, 1, 1))]
-        return "row_reduce_small", MlxLaunch(steps, lambda: out.reshape(out_shape))
+        return "row_reduce_small", Launch.of(out.reshape(out_shape), *steps)
     if not reduce_shape and x.numel() // row_size >= 32:  # row_reduce_simple (contiguous rows only)
         k = _kernel("row_reduce_simple", f"row_reduce_simple_{op}{tname}", f"{ttype}, {ttype}, {opt}", include)
         tg = _threadgroup_size_from_row_size(row_size)
         groups_y = (out_size + REDUCE_N_WRITES - 1) // REDUCE_N_WRITES  # each threadgroup writes N_WRITES outputs
         steps = [(k, [x, out, row_size, out_size], (1, groups_y, 1), (tg, 1, 1))]
-        return "row_reduce_simple", MlxLaunch(steps, lambda: out.reshape(out_shape))
+        return "row_reduce_simple", Launch.of(out.reshape(out_shape), *steps)
     k = _kernel("row_reduce_looped", f"row_reduce_looped_{n}_reduce_{op}{tname}", f"{ttype}, {ttype}, {opt}, int, {n}", include)
     tg = _threadgroup_size_from_row_size(row_size)
     steps = [(k, general, (1, out_size, 1), (tg, 1, 1))]  # grid (tg, out width, out height) threads
-    return "row_reduce_looped", MlxLaunch(steps, lambda: out.reshape(out_shape))
+    return "row_reduce_looped", Launch.of(out.reshape(out_shape), *steps)
 
 
 def _collapse(shape: list[int], strides: list[int]) -> tuple[list[int], list[int]]:
@@ -125,7 +126,7 @@ def _collapse(shape: list[int], strides: list[int]) -> tuple[list[int], list[int
     return out_s, out_t
 
 
-def col_reduce(x: torch.Tensor, op: str, *, include: str) -> tuple[str, MlxLaunch]:
+def col_reduce(x: torch.Tensor, op: str, *, include: str) -> tuple[str, Launch]:
     """Reduce a row-contiguous 2-D `x` (R, C) over axis 0 (ReductionPlan ContiguousStridedReduce,
     reduction_size R, reduction_stride C). Returns the kernel MLX picks and its launch."""
     assert x.is_contiguous() and x.dim() == 2
@@ -144,7 +145,7 @@ def col_reduce(x: torch.Tensor, op: str, *, include: str) -> tuple[str, MlxLaunc
         tx = min(blocks, 32)
         ty = min(8, min(1024 // tx, total))
         steps = [(k, encode(x, out, R, C, [R], [C]), ((blocks + tx - 1) // tx, 1, 1), (tx, ty, 1))]
-        return "col_reduce_small", MlxLaunch(steps, lambda: out)
+        return "col_reduce_small", Launch.of(out, *steps)
     if C < 32 and total >= 1024:
         raise NotImplementedError("col_reduce_longcolumn is not wrapped here")
     looped = _kernel("col_reduce_looped", f"col_reduce_looped_1_32_32_reduce_{op}{tname}", f"{ttype}, {ttype}, {opt}, int, 1, 32, 32", include)
@@ -157,6 +158,6 @@ def col_reduce(x: torch.Tensor, op: str, *, include: str) -> tuple[str, MlxLaunc
         first = encode(x, intermediate, R, C, [R], [C]) + [column_offset, out_size]
         second = encode(intermediate, out, 32, C, [32], [C]) + [column_offset]
         steps = [(k, first, (groups_x, 32, 1), (256, 1, 1)), (looped, second, (groups_x, 1, 1), (256, 1, 1))]
-        return "col_reduce_2pass", MlxLaunch(steps, lambda: out)
+        return "col_reduce_2pass", Launch.of(out, *steps)
     steps = [(looped, encode(x, out, R, C, [R], [C]) + [column_offset], (groups_x, 1, 1), (256, 1, 1))]
-    return "col_reduce_looped", MlxLaunch(steps, lambda: out)
+    return "col_reduce_looped", Launch.of(out, *steps)

@@ -113,7 +113,7 @@ def test_attention_kernels_pass_the_race_check(mlx_include):
     q, k, v = _qkv(torch.float32, 1, 2, 2, 37, 53, 64)
     launch = steel_attention(q, k, v, scale=0.125, include=mlx_include, causal=True)
     _check(launch.racecheck(seeds=(0, 1)), reference_attention(q, k, v, scale=0.125, causal=True), torch.float32)
-    counts = launch.counters()[0]
+    counts = launch.counters()
     # 2 x 2 threadgroups (query blocks x heads) of 4 simdgroups, both key blocks each (causal, qL_off 16)
     groups, simdgroups, key_blocks = 4, 4, 2
     assert counts["threadgroup_barriers"] == groups * (2 + 4 * key_blocks)  # 4 per key block, 1 before, 1 after

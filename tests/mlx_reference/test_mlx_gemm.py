@@ -77,7 +77,7 @@ def test_steel_gemm_passes_the_race_check_and_counts_its_matrix_operations(mlx_i
     a, b = _operands(M, N, K, torch.float32, False, False, seed=2)
     out, launch = mg.steel_gemm(a, b, include=mlx_include)
     launch.racecheck(seeds=(0, 1))  # two schedules of threads and threadgroups, bitwise-equal outputs
-    _assert_matches(launch.args[2], _reference(a, b, False, False))
+    _assert_matches(launch.output, _reference(a, b, False, False))
     counts = launch.counters()
     # 2 x 2 threadgroups, each ceil(71 / 16) = 5 K steps of 16 = 2 fragments of 8 over a 64 x 64 tile of
     # 8 x 8 x 8 multiply-accumulates (one count per simdgroup operation)
@@ -102,7 +102,7 @@ def test_steel_gemm_splitk_matches_torch(mlx_include, layout, dtype, shape, part
     a, b = _operands(M, N, K, dtype, ta, tb, seed=3)
     out, launch = mg.steel_gemm_splitk(a, b, transpose_a=ta, transpose_b=tb, include=mlx_include)
     _assert_matches(out, _reference(a, b, ta, tb))
-    partial = launch.steps[0].args[2]  # every partition's float32 partial product was written
+    partial = launch.dispatches[0].args[2]  # every partition's float32 partial product was written
     assert partial.shape[0] == partitions and torch.isfinite(partial).all()
 
 

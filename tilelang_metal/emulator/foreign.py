@@ -940,5 +940,5 @@ class ForeignKernel:
                 a.copy_(r)
 
 
-_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives",
+_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives", "matmul2d_16x32x16",
                      "simdgroup_multiply_accumulate_8x8x8", "simdgroup_multiply_8x8x8")
