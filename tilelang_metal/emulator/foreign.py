@@ -831,7 +831,7 @@ class ForeignKernel:
         if len(args) != len(self.bindings):
             names = ", ".join(b.param.name for b in self.bindings)
             absent = [p for p in self.slots if not p.enabled]
-            why = f"; absent by function constant: {', '.join(p.name for p in absent)}" if absent else ""
+            why = f"; absent: {', '.join(f'{p.name} ({p.function_constant} is false)' for p in absent)}" if absent else ""
             raise EmulatorLaunchError(f"kernel {self.name} takes {len(self.bindings)} buffer argument(s) ({names}{why}), got {len(args)}")
         g, blk = _dims(grid, "grid"), _dims(block, "block")
         if blk[0] * blk[1] * blk[2] > MAX_THREADS_PER_THREADGROUP:
