@@ -257,3 +257,108 @@ def test_library_additions_match_their_metal_definitions():
     torch.testing.assert_close(rows[6], torch.exp(x), rtol=1e-6, atol=0)  # float precision, not bfloat's
     assert torch.all(rows[7] == 65504.0 + 1 + 1 + 2.0 + 1)
     torch.testing.assert_close(rows[8], 2 * (x + 1) + 1)  # the thread overload of bump
+
+
+# What MLX's steel GEMM, GEMV, attention and sdpa_vector headers use: kernel attribute lists with
+# arguments, parameters that exist only under a function constant, gaps in buffer indices, a pointer
+# to a constant struct, partial specializations on address spaces, their own metal::is_empty / void_t
+# (Metal's library has neither, so the shim must not declare them), remove_addrspace_t, uniform<T>,
+# <metal_math>'s M_*_F constants, and a declared function constant the kernel does not use.
+GATED = r"""
+#include <metal_stdlib>
+using namespace metal;
+namespace metal {  // as MLX's steel/utils/type_traits.h
+template <typename T> struct is_empty : metal::bool_constant<__is_empty(T)> {};
+template <typename... Ts> struct make_void { typedef void type; };
+template <typename... Ts> using void_t = typename make_void<Ts...>::type;
+template <typename T> struct pointer_element {};
+template <typename T> struct pointer_element<thread T*> { using type = remove_cv_t<T>; static constexpr int space = 0; };
+template <typename T> struct pointer_element<device T*> { using type = remove_cv_t<T>; static constexpr int space = 1; };
+template <typename T> struct pointer_element<constant T*> { using type = remove_cv_t<T>; static constexpr int space = 2; };
+template <typename T>
+struct pointer_element<threadgroup T*> {
+  using type = remove_cv_t<T>;
+  static constexpr int space = 3;
+};
+}
+struct Scale { float a; int b; };
+struct Empty {};
+constant bool has_bias [[function_constant(1)]];
+constant int unused_here [[function_constant(2)]];  // no value given: fine while nothing reads it
+
+METAL_FUNC int read_unused() { return unused_here; }
+
+template <int N>
+[[kernel, max_total_threads_per_threadgroup(N)]] void gated(
+    const device float* in [[buffer(0)]],
+    device float* out [[buffer(1)]],
+    const constant Scale* scale [[buffer(3)]],
+    const device float* bias [[buffer(4), function_constant(has_bias)]],
+    const constant int& mode [[buffer(5)]],
+    uint lid [[thread_position_in_threadgroup]]) {
+  const uniform<float> a = make_uniform(scale->a);
+  float v = in[lid] * a * M_LOG2E_F * M_LN2_F + float(scale->b);
+  if (has_bias) v += bias[lid];
+  if (mode == 1) v += float(read_unused());
+  if (mode == 2 && !has_bias) v += bias[0];  // a read of the absent binding
+  out[lid] = v + float(pointer_element<device float*>::space) + float(is_empty<Scale>::value) * 2.0f
+      + float(is_empty<Empty>::value) * 4.0f + float(is_same_v<void_t<int>, void>) * 8.0f
+      + float(is_same_v<remove_addrspace_t<device float>, float>) * 16.0f
+      + float(is_same_v<pointer_element<const device float*>::type, float>) * 32.0f;
+}
+template [[host_name("gated32")]] [[kernel]] decltype(gated<32>) gated<32>;
+"""
+
+
+class Scale(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_float), ("b", ctypes.c_int32)]
+
+
+@functools.lru_cache(maxsize=None)
+def _gated(has_bias: bool):
+    return compile_msl(GATED, "gated32", function_constants={"has_bias": has_bias})
+
+
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_function_constant_parameters_attributes_and_indices_as_mlx_writes_them(has_bias):
+    k = _gated(has_bias)
+    # the absent binding takes no argument; the others keep their indices (and there is no buffer 2)
+    assert [(b.param.name, b.param.buffer) for b in k.bindings] == [
+        ("in", 0), ("out", 1), ("scale", 3), *([("bias", 4)] if has_bias else []), ("mode", 5)]
+    x, bias = torch.randn(32), torch.randn(32)
+    out = torch.full((32,), float("nan"))
+    k.launch([x, out, Scale(2.0, 3), *([bias] if has_bias else []), 0], grid=(1,), block=(32,))
+    # pointer_element<device float*> is the thread specialization here (address spaces are empty):
+    # 0; Scale is not empty, Empty is: 4; void_t<int> is void: 8; removing an address space is the
+    # identity: 16; pointer_element strips const: 32
+    ref = x * 2.0 + 3 + (bias if has_bias else 0) + 4 + 8 + 16 + 32
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_absent_parameter_and_unset_constant_fail_with_their_names():
+    k = _gated(False)
+    with pytest.raises(EmulatorLaunchError, match=r"takes 4 buffer argument\(s\) \(in, out, scale, mode; absent: bias \(has_bias is false\)\), got 5$"):
+        k.launch([torch.zeros(32), torch.zeros(32), Scale(1.0, 0), torch.zeros(32), 0], grid=(1,), block=(32,))
+    with pytest.raises(EmulatorLaunchError, match=r"parameter 'scale' .*4 bytes is not a whole number of 8-byte structs"):
+        k.launch([torch.zeros(32), torch.zeros(32), bytes(4), 0], grid=(1,), block=(32,))
+    # an access to the absent binding faults on a guard page that names the constant
+    with pytest.raises(EmulatorRuntimeError,
+                       match=r"device buffer 'bias \(absent: function_constant\(has_bias\) is false\)' \(buffer 4, 0 bytes\) at byte offset 0"):
+        k.launch([torch.zeros(32), torch.zeros(32), Scale(1.0, 0), 2], grid=(1,), block=(32,))
+    # a helper reads the constant that has no value: the launch stops and names it
+    with pytest.raises(EmulatorRuntimeError, match=r"function constant 'unused_here' \(index 2\) has no value: pass function_constants=\{2: \.\.\.\}"):
+        k.launch([torch.zeros(32), torch.zeros(32), Scale(1.0, 0), 1], grid=(1,), block=(32,))
+
+
+def test_function_constant_errors_at_compile_time_are_one_line_and_name_the_constant():
+    # the kernel body naming a constant without a value is refused before compiling
+    body_uses = GATED.replace("if (mode == 1) v += float(read_unused());", "v += float(unused_here);")
+    with pytest.raises(EmulatorCompileError, match=r"^kernel 'gated32': function constant 'unused_here' \(index 2\) has no value: pass function_constants=\{2: \.\.\.\} to compile_msl$"):
+        compile_msl(body_uses, "gated32", function_constants={"has_bias": False})
+    # so is a parameter gated on a constant without a value
+    with pytest.raises(EmulatorCompileError, match=r"^kernel 'gated32': function constant 'has_bias' \(index 1\) has no value"):
+        compile_msl(GATED, "gated32")
+    # a binding gated on a name that is no function constant
+    typo = GATED.replace("function_constant(has_bias)]]", "function_constant(has_biass)]]")
+    with pytest.raises(EmulatorCompileError, match=r"parameter 'bias': function_constant\(has_biass\) names no .*\(known: has_bias, unused_here\)$"):
+        compile_msl(typo, "gated32", function_constants={"has_bias": True})

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..codegen.kernel_text import matching_bracket
-from ..isa import COUNTED, SIMDGROUP_KIND
+from ..isa import COUNTED
 from . import toolchain
 from .errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
 from .driver import launch_entry
@@ -123,9 +123,11 @@ _FUNC_CONST_RE = re.compile(
 # A member function qualified with a non-thread address space: `complex_t() threadgroup : ...`.
 _MEMBER_SPACE_RE = re.compile(r"\)(?P<cv>\s*const)?\s+(?P<space>threadgroup|device|constant)\b(?=\s*(?:[:{;=]|const\b|noexcept\b|$))", re.M)
 _INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]")
-_KERNEL_DEF_RE = re.compile(r"\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
+# `[[kernel]]`, or `[[kernel, max_total_threads_per_threadgroup(...)]]` (MLX's steel attention)
+_KERNEL_ATTR = r"\[\[\s*kernel\s*(?:,[^\[\]]*)?\]\]"
+_KERNEL_DEF_RE = re.compile(_KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _HOST_NAMED_DEF_RE = re.compile(
-    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
+    r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
 )
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<q>[^"]+)"|<(?P<a>[^>]+)>)', re.M)
 
@@ -154,6 +156,7 @@ class KernelDefinition:
     params_text: str  # the parameter list as written (between the parentheses), comments blanked
     file: str
     line: int
+    body_text: str = ""  # the body (between the braces), comments blanked
 
 
 @dataclass
@@ -307,6 +310,34 @@ def _address_space_overload_edits(masked: str) -> list[tuple[int, int, str]]:
     return edits
 
 
+_SPECIALIZATION_HEAD_RE = re.compile(r"\s*(?:struct|class)\s+[A-Za-z_]\w*\s*<")
+_SPACE_WORD_RE = re.compile(r"\b(threadgroup|device|constant)\b")
+
+
+def _address_space_specialization_edits(masked: str) -> list[tuple[int, int, str]]:
+    """A class template partial specialization on a non-thread address space (`template <class T>
+    struct pointer_element<device T*>`, MLX's steel/utils/type_traits.h) would redefine the `thread`
+    one, as the spaces are empty here: it gets a requires-clause that is never satisfied, like the
+    overloads above (distinct per space, so the specializations stay distinct)."""
+    edits = []
+    for m in _TEMPLATE_RE.finditer(masked):
+        close = _template_header_end(masked, m.end() - 1)
+        if close is None:
+            continue
+        head = _SPECIALIZATION_HEAD_RE.match(masked, close + 1)
+        if not head:
+            continue
+        args_close = _template_header_end(masked, head.end() - 1)
+        if args_close is None:
+            continue
+        space = _SPACE_WORD_RE.search(masked, head.end(), args_close)
+        if space is None:
+            continue
+        index = ("threadgroup", "device", "constant").index(space.group(1)) + 1
+        edits.append((close + 1, close + 1, f" requires(tlm::foreign::other_address_space<{index}>)"))
+    return edits
+
+
 def translate(text: str, file: str, function_constants: Mapping[int | str, Any]) -> _Translated:
     """Translate one file (the wrapper or a header) to the shim's C++, line for line."""
     masked = _mask(text)
@@ -317,16 +348,20 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
         result.constants.append(fc)
         value = function_constants.get(fc.index, function_constants.get(fc.name))
         if value is None:
-            raise EmulatorCompileError(
-                f"{file}:{_line(masked, m.start())}: function constant '{fc.name}' (index {fc.index}) has no value: "
-                f"pass function_constants={{{fc.index}: ...}} to compile_msl"
-            )
+            # Metal needs values only for the constants the specialised kernel uses (MLX's
+            # sdpa_vector.h declares `blocks`, which only its 2-pass kernel reads): compile_msl
+            # refuses a kernel whose body names it, and reading it anywhere else stops the launch
+            # with an error naming it.
+            edits.append((m.start(), m.end(),
+                          f'static constexpr tlm::foreign::missing_function_constant<{fc.type}> {fc.name}{{"{fc.name}", {fc.index}}};'))
+            continue
         literal = ("true" if value else "false") if isinstance(value, bool) else repr(value)
         edits.append((m.start(), m.end(), f"static constexpr {fc.type} {fc.name} = {literal};"))
     for m in _ATTR_TG_RE.finditer(masked):
         edits.append((m.start(), m.end(), " " * (m.end() - m.start())))
     edits.extend(_member_space_edits(masked))
     edits.extend(_address_space_overload_edits(masked))
+    edits.extend(_address_space_specialization_edits(masked))
     for m in _INSTANTIATION_RE.finditer(masked):
         end = masked.find(";", m.end())
         body = masked[m.end() : end]
@@ -346,7 +381,9 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
         result.host_named[text[m.start("host") : m.end("host")]] = m.group("name")
     for m in _KERNEL_DEF_RE.finditer(masked):
         close = _matching(masked, m.end() - 1)
-        result.kernels.append(KernelDefinition(m.group("name"), masked[m.end() : close], file, _line(masked, m.start())))
+        brace = masked.find("{", close)
+        body = masked[brace + 1 : _matching(masked, brace, "{", "}")] if brace >= 0 else ""
+        result.kernels.append(KernelDefinition(m.group("name"), masked[m.end() : close], file, _line(masked, m.start()), body))
     edits.extend(_threadgroup_declaration_edits(masked, file))
     out = text
     last = len(text) + 1
@@ -371,39 +408,67 @@ class ForeignParam:
     text: str  # declaration as written (one line)
     buffer: int | None  # [[buffer(i)]], explicit or assigned in order
     attribute: str | None  # position attribute name
+    function_constant: str | None = None  # `[[buffer(i), function_constant(c)]]`: present only if c is true
+    enabled: bool = True  # False: c is false, the parameter does not exist (no launch argument)
 
     def describe(self) -> str:
         return f"parameter '{self.name}' (buffer {self.buffer}, `{self.text}`)"
 
 
-_PARAM_ATTR_RE = re.compile(r"\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>\d+)\s*\))?\s*\]\]")
+_PARAM_ATTR_LIST_RE = re.compile(r"\[\[(?P<body>.*?)\]\]")
+_PARAM_ATTR_RE = re.compile(r"^\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>[^()]*?)\s*\))?\s*$")
 _ADDRESS_SPACE_RE = re.compile(r"\b(device|constant)\b")
 
 
-def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
+def _param_attributes(one: str, where: str) -> list[tuple[str, str | None]]:
+    """`[[buffer(5), function_constant(has_mask)]]` -> [("buffer", "5"), ("function_constant", "has_mask")]."""
+    attrs = []
+    for group in _PARAM_ATTR_LIST_RE.finditer(one):
+        for item in _split_top(group.group("body")):
+            m = _PARAM_ATTR_RE.match(item)
+            if not m:
+                raise EmulatorCompileError(f"{where}: cannot read the attribute `{item.strip()}`")
+            attrs.append((m.group("attr"), m.group("arg")))
+    return attrs
+
+
+def parse_params(kernel: KernelDefinition, constants: Mapping[str, Any] | None = None) -> list[ForeignParam]:
     """Classify the kernel's parameters; buffer indices without an attribute are assigned in order,
-    skipping the explicit ones (as Metal does)."""
+    skipping the explicit ones (as Metal does). `constants` (function constant name -> value) decides
+    which `function_constant(c)` parameters exist."""
     raw = _split_top(kernel.params_text)
     parsed = []
     explicit = set()
     for pos, text in enumerate(raw):
         one = " ".join(text.split())
-        attrs = list(_PARAM_ATTR_RE.finditer(one))
-        decl = _PARAM_ATTR_RE.sub("", one).strip()
+        decl = _PARAM_ATTR_LIST_RE.sub("", one).strip()
         name_m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*$", decl)
         name = name_m.group(1) if name_m else f"#{pos}"
-        attr = attrs[0].group("attr") if attrs else None
-        arg = attrs[0].group("arg") if attrs else None
         where = f"{kernel.file}:{kernel.line}: kernel {kernel.name}, parameter '{name}'"
+        attrs = _param_attributes(one, where)
+        gate = next((arg for a, arg in attrs if a == "function_constant"), None)
+        enabled = True
+        if gate is not None:
+            if constants is None or gate not in constants:
+                known = ", ".join(sorted(constants or ())) or "none"
+                raise EmulatorCompileError(f"{where}: function_constant({gate}) names no `[[function_constant(n)]]` "
+                                           f"constant of the included files (known: {known})")
+            enabled = bool(constants[gate])  # not None: compile_msl refused constants the parameters name without a value
+        attrs = [(a, arg) for a, arg in attrs if a != "function_constant"]
+        attr, arg = attrs[0] if attrs else (None, None)
+        if len(attrs) > 1:
+            raise EmulatorCompileError(f"{where}: several attributes ({', '.join(a for a, _ in attrs)}) are not supported")
         if attr == "buffer":
+            if arg is None or not arg.isdigit():
+                raise EmulatorCompileError(f"{where}: [[buffer({arg})]] needs a literal index")
             explicit.add(int(arg))
-            parsed.append([pos, name, one, int(arg), None])
+            parsed.append([pos, name, one, int(arg), None, gate, enabled])
         elif attr in POSITION_ATTRIBUTES:
-            parsed.append([pos, name, one, None, attr])
+            parsed.append([pos, name, one, None, attr, gate, enabled])
         elif attr is None:
             if not _ADDRESS_SPACE_RE.search(decl):
                 raise EmulatorCompileError(f"{where}: no attribute and not a device/constant binding: `{one}`")
-            parsed.append([pos, name, one, None, None])
+            parsed.append([pos, name, one, None, None, gate, enabled])
         elif attr == "threadgroup":
             raise EmulatorCompileError(
                 f"{where}: [[threadgroup(n)]] kernel parameters (memory sized by the host) are not supported "
@@ -413,18 +478,18 @@ def parse_params(kernel: KernelDefinition) -> list[ForeignParam]:
             raise EmulatorCompileError(f"{where}: unsupported attribute [[{attr}]]")
     next_index = 0
     out = []
-    for pos, name, one, buf, attr in parsed:
+    for pos, name, one, buf, attr, gate, enabled in parsed:
         if buf is None and attr is None:
             while next_index in explicit:
                 next_index += 1
             buf = next_index
             explicit.add(buf)
-        out.append(ForeignParam(pos, name, one, buf, attr))
-    indices = sorted(p.buffer for p in out if p.buffer is not None)
-    if indices != list(range(len(indices))):
+        out.append(ForeignParam(pos, name, one, buf, attr, gate, enabled))
+    indices = [p.buffer for p in out if p.buffer is not None]
+    if len(set(indices)) != len(indices):
         raise EmulatorCompileError(
-            f"{kernel.file}:{kernel.line}: kernel {kernel.name}: buffer indices {indices} are not 0..n-1; "
-            "the emulator binds one launch argument per index"
+            f"{kernel.file}:{kernel.line}: kernel {kernel.name}: buffer indices {sorted(indices)} repeat (bindings that "
+            "share an index under complementary function constants are not supported by the emulator)"
         )
     return out
 
@@ -482,14 +547,20 @@ def _position_arg(p: ForeignParam, ptype: str) -> str:
     return f"tlm::foreign::position<{ptype}>({', '.join(padded)})"
 
 
+def _buffer_slots(params: Sequence[ForeignParam]) -> list[ForeignParam]:
+    """Every [[buffer(i)]] parameter (present or not) in index order: the driver's `__buf[slot]`."""
+    return sorted((p for p in params if p.buffer is not None), key=lambda p: p.buffer)
+
+
 def _driver(callee: str, params: list[ForeignParam], host_name: str) -> str:
+    slot_of = {p.buffer: i for i, p in enumerate(_buffer_slots(params))}
     args = []
     for p in params:
         ptype = f"tlm::foreign::param_t<{p.position}, decltype(&{callee})>"
         if p.attribute is not None:
             args.append(_position_arg(p, ptype))
         else:
-            args.append(f"tlm::foreign::bind<{ptype}>(__buf[{p.buffer}])")
+            args.append(f"tlm::foreign::bind<{ptype}>(__buf[{slot_of[p.buffer]}])")
     bound = sorted((p for p in params if p.buffer is not None), key=lambda p: p.buffer)
     info = "\n".join(
         f"    case {p.buffer}: tlm::foreign::describe<tlm::foreign::param_t<{p.position}, decltype(&{callee})>>(out); return 1;"
@@ -573,6 +644,12 @@ def _find_kernel(host_name: str, closure: _Closure) -> tuple[str, KernelDefiniti
     return callee, matches[0]
 
 
+def _constant_values(closure: _Closure, constants: Mapping[int | str, Any]) -> dict[str, Any]:
+    """Function constant name -> the value given for it (by index or by name)."""
+    return {fc.name: constants.get(fc.index, constants.get(fc.name))
+            for t in closure.files.values() for fc in t.constants}
+
+
 _compile_lock = threading.Lock()
 _memo: dict[str, ForeignKernel] = {}
 
@@ -592,7 +669,14 @@ def compile_msl(
     constants = dict(function_constants or {})
     closure = _closure(source, [Path(d) for d in include_dirs], constants)
     callee, definition = _find_kernel(kernel_name, closure)
-    params = parse_params(definition)
+    for name, value in _constant_values(closure, constants).items():
+        if value is None and re.search(rf"\b{re.escape(name)}\b", definition.body_text + definition.params_text):
+            index = next(fc.index for t in closure.files.values() for fc in t.constants if fc.name == name)
+            raise EmulatorCompileError(
+                f"kernel '{kernel_name}': function constant '{name}' (index {index}) has no value: "
+                f"pass function_constants={{{index}: ...}} to compile_msl"
+            )
+    params = parse_params(definition, _constant_values(closure, constants))
     driver = _driver(callee, params, kernel_name)
     main = closure.files["main.metal"].text
     extra = tuple(sorted((rel, t.text) for rel, t in closure.files.items() if rel != "main.metal"))
@@ -675,7 +759,10 @@ class ForeignKernel:
         self._lib.tlm_set_guards.restype = None
         self._lib.tlm_set_guards.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         self._lock = threading.Lock()
-        self.bindings = tuple(self._describe(p) for p in sorted((p for p in params if p.buffer is not None), key=lambda p: p.buffer))
+        # every buffer parameter, in index order (the driver's slots); bindings: those that exist,
+        # one launch argument each (a `function_constant(c)` parameter with c false has none)
+        self.slots = tuple(_buffer_slots(params))
+        self.bindings = tuple(self._describe(p) for p in self.slots if p.enabled)
 
     def __repr__(self) -> str:
         return f"ForeignKernel({self.name!r}, {self.callee!r})"
@@ -719,6 +806,12 @@ class ForeignKernel:
                 if not dtype.is_floating_point and held.tolist() != [int(v) for v in values]:
                     raise EmulatorLaunchError(f"{what}: {value!r} does not fit in {dtype}")
             return held.view(torch.uint8).numpy().tobytes(), None
+        if b.dtype is None and isinstance(value, (ctypes.Structure, bytes, bytearray, memoryview)):
+            # a pointer to structs (`const constant AttnParams* params`, set with setBytes): their bytes
+            raw = bytes(value)
+            if not raw or len(raw) % b.pointee_bytes:
+                raise EmulatorLaunchError(f"{what}: {len(raw)} bytes is not a whole number of {b.pointee_bytes}-byte structs: check the field layout")
+            return raw, None
         if not isinstance(value, torch.Tensor):
             raise EmulatorLaunchError(f"{what}: expected a torch.Tensor, got {type(value).__name__}")
         if value.device.type != "cpu" or not value.is_contiguous():
@@ -738,24 +831,33 @@ class ForeignKernel:
 
         if len(args) != len(self.bindings):
             names = ", ".join(b.param.name for b in self.bindings)
-            raise EmulatorLaunchError(f"kernel {self.name} takes {len(self.bindings)} buffer argument(s) ({names}), got {len(args)}")
+            absent = [p for p in self.slots if not p.enabled]
+            why = f"; absent: {', '.join(f'{p.name} ({p.function_constant} is false)' for p in absent)}" if absent else ""
+            raise EmulatorLaunchError(f"kernel {self.name} takes {len(self.bindings)} buffer argument(s) ({names}{why}), got {len(args)}")
         g, blk = _dims(grid, "grid"), _dims(block, "block")
         if blk[0] * blk[1] * blk[2] > MAX_THREADS_PER_THREADGROUP:
             raise EmulatorLaunchError(f"kernel {self.name}: block {blk} has more than {MAX_THREADS_PER_THREADGROUP} threads")
         prepared = [self._argument_bytes(b, a) for b, a in zip(self.bindings, args)]
+        by_buffer = {b.param.buffer: (b, item) for b, item in zip(self.bindings, prepared)}
         regions: list[_Guarded] = []
         try:
-            table = (_GuardRegion * max(1, len(prepared)))()
-            names = [b.param.name.encode() for b in self.bindings]
-            for i, ((raw, tensor), b) in enumerate(zip(prepared, self.bindings)):
-                nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
+            table = (_GuardRegion * max(1, len(self.slots)))()
+            names = []
+            for i, p in enumerate(self.slots):
+                if p.enabled:
+                    b, (raw, tensor) = by_buffer[p.buffer]
+                    names.append(p.name.encode())
+                    nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
+                else:  # absent: no bytes, so any access faults on the guard page and names why
+                    raw, nbytes = b"", 0
+                    names.append(f"{p.name} (absent: function_constant({p.function_constant}) is false)".encode())
                 region = _Guarded(nbytes)
                 regions.append(region)
                 if raw is not None:
                     ctypes.memmove(region.address, raw, nbytes)
                 elif nbytes:
                     ctypes.memmove(region.address, tensor.data_ptr(), nbytes)
-                table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], b.param.buffer)
+                table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], p.buffer)
             n = len(regions)
             ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address for r in regions])
             counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes for r in regions])
@@ -773,7 +875,10 @@ class ForeignKernel:
                 raise EmulatorRaceError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
             if rc != 0:
                 raise EmulatorRuntimeError(f"kernel {self.name}: " + err.value.decode(errors="replace"))
-            for (raw, tensor), region, b in zip(prepared, regions, self.bindings):
+            for p, region in zip(self.slots, regions):
+                if not p.enabled:
+                    continue
+                b, (raw, tensor) = by_buffer[p.buffer]
                 if tensor is not None and not b.const and region.nbytes:
                     ctypes.memmove(tensor.data_ptr(), region.address, region.nbytes)
         finally:
@@ -836,5 +941,4 @@ class ForeignKernel:
                 a.copy_(r)
 
 
-_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives") + tuple(
-    inst.counter for inst in COUNTED if inst.kind == SIMDGROUP_KIND)
+_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives") + tuple(inst.counter for inst in COUNTED)

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 // Bumped whenever the shim's semantics change; part of every build-cache key.
-#define TLM_SHIM_VERSION "1.5.0"
+#define TLM_SHIM_VERSION "1.6.0"
 
 // MSL address spaces carry no meaning on the CPU: every pointer is a plain host pointer.
 #define device

@@ -16,6 +16,21 @@ template <int Space> inline constexpr bool other_address_space = false;
 // The same for members the translation made templates (`template <int TlmSpace = 0>`).
 template <int TlmSpace, int Space> inline constexpr bool other_address_space_of = false;
 
+// `constant T name [[function_constant(Index)]];` given no value: declaring it is fine (Metal needs
+// values only for the constants a specialised kernel uses; compile_msl refuses a kernel whose body
+// names one), and reading it (from a helper) stops the launch with an error naming it.
+template <class T>
+struct missing_function_constant {
+  const char* name;
+  int index;
+  operator T() const {
+    char msg[200];
+    __builtin_snprintf(msg, sizeof msg, "function constant '%s' (index %d) has no value: pass function_constants={%d: ...} to compile_msl",
+                       name, index, index);
+    tlm::rt::fatal(msg);
+  }
+};
+
 // Every foreign threadgroup variable gets its own runtime slot when a threadgroup first reaches it.
 // Slot numbers are process-wide per instantiation (a function-local static), so every worker
 // lays out the same variables; the runtime shares a slot's storage between the threads of a

@@ -1,6 +1,7 @@
 // MetalPerformancePrimitives subset: matmul2d over one simdgroup with cooperative tensors.
-// Only the descriptor the printer emits is supported: (16, 32, 16), no transposes, destination
-// float; accumulation is fp32. relaxed_precision=true is simulated as a bound, not as Apple's
+// Descriptor (16, 32, 16) with either transpose flag (the printer emits no transposes; MLX's NAX
+// kernels use all four); accumulation is fp32. A transposed operand's cooperative tensor holds the
+// stored (transposed) matrix in the layout of tlm::layout::ct_block_row/col (docs/lane_layouts.md). relaxed_precision=true is simulated as a bound, not as Apple's
 // behaviour (which is unspecified): every input is rounded to 10 explicit mantissa bits first.
 #pragma once
 
@@ -39,9 +40,11 @@ struct index2 {
   constexpr int operator[](int i) const { return v[i]; }
 };
 
-template <class T, role R>
+// A cooperative tensor holding a stored Rows x Cols matrix (the transposed one for a transposed
+// operand), Rows * Cols / 32 elements per lane.
+template <class T, role R, int Rows, int Cols>
 struct cooperative_tensor {
-  static constexpr int capacity = (R == role::left) ? 8 : 16;
+  static constexpr int capacity = Rows * Cols / 32;
   using element_type = T;
   alignas(16) T elems[capacity];  // runs of 4 are read as `*(thread float4*)(&ct[4 * q])`
 
@@ -53,13 +56,24 @@ struct cooperative_tensor {
     }
   }
 
-  TLM_INLINE T& operator[](int i) { return elems[i]; }
-  TLM_INLINE const T& operator[](int i) const { return elems[i]; }
+  // An index past the capacity would write the next variable of the lane on a GPU too: an error.
+  TLM_INLINE T& operator[](int i) { return elems[checked(i)]; }
+  TLM_INLINE const T& operator[](int i) const { return elems[checked(i)]; }
   static constexpr int get_capacity() { return capacity; }
   static constexpr bool is_valid_element(int i) { return i >= 0 && i < capacity; }
   TLM_INLINE index2 get_multidimensional_index(int i) const {
     const int lane = static_cast<int>(tlm::rt::self().lane);
-    return index2{{tlm::layout::ct_col(lane, i), tlm::layout::ct_row(lane, i)}};
+    return index2{{tlm::layout::ct_block_col(lane, i, Cols), tlm::layout::ct_block_row(lane, i, Cols)}};
+  }
+
+ private:
+  static TLM_INLINE int checked(int i) {
+    if (__builtin_expect(static_cast<unsigned>(i) >= static_cast<unsigned>(capacity), 0)) {
+      tlm::rt::fatal(R == role::left    ? "cooperative tensor index out of range (left input of matmul2d)"
+                     : R == role::right ? "cooperative tensor index out of range (right input of matmul2d)"
+                                        : "cooperative tensor index out of range (destination of matmul2d)");
+    }
+    return i;
   }
 };
 
@@ -90,9 +104,9 @@ TLM_INLINE float matmul_input(T value) {
 }
 
 template <class T> struct is_tensor_of_role_left : std::false_type {};
-template <class T> struct is_tensor_of_role_left<cooperative_tensor<T, role::left>> : std::true_type {};
+template <class T, int R, int C> struct is_tensor_of_role_left<cooperative_tensor<T, role::left, R, C>> : std::true_type {};
 template <class T> struct is_tensor_of_role_right : std::false_type {};
-template <class T> struct is_tensor_of_role_right<cooperative_tensor<T, role::right>> : std::true_type {};
+template <class T, int R, int C> struct is_tensor_of_role_right<cooperative_tensor<T, role::right, R, C>> : std::true_type {};
 
 }  // namespace tlm_detail
 
@@ -100,20 +114,27 @@ template <matmul2d_descriptor D, class Scope>
 struct matmul2d {
   static_assert(std::is_same_v<Scope, metal::execution_simdgroup>,
                 "emulator: matmul2d supports metal::execution_simdgroup only");
-  static_assert(D.m == 16 && D.n == 32 && D.k == 16 && !D.transpose_left && !D.transpose_right,
-                "emulator: only matmul2d_descriptor(16, 32, 16, false, false, ...) is supported");
+  static_assert(D.m == 16 && D.n == 32 && D.k == 16,
+                "emulator: only matmul2d_descriptor(16, 32, 16, transpose_left, transpose_right, ...) is supported");
+
+  // Stored shapes of the operands: a transposed operand is held as the transposed matrix.
+  static constexpr int left_rows = D.transpose_left ? D.k : D.m, left_cols = D.transpose_left ? D.m : D.k;
+  static constexpr int right_rows = D.transpose_right ? D.n : D.k, right_cols = D.transpose_right ? D.k : D.n;
+  template <class T> using left_t = tlm_detail::cooperative_tensor<T, tlm_detail::role::left, left_rows, left_cols>;
+  template <class T> using right_t = tlm_detail::cooperative_tensor<T, tlm_detail::role::right, right_rows, right_cols>;
+  template <class T> using destination_t = tlm_detail::cooperative_tensor<T, tlm_detail::role::destination, D.m, D.n>;
 
   template <class A, class B, class C>
-  TLM_INLINE tlm_detail::cooperative_tensor<A, tlm_detail::role::left> get_left_input_cooperative_tensor() const {
+  TLM_INLINE left_t<A> get_left_input_cooperative_tensor() const {
     return {};
   }
   template <class A, class B, class C>
-  TLM_INLINE tlm_detail::cooperative_tensor<B, tlm_detail::role::right> get_right_input_cooperative_tensor() const {
+  TLM_INLINE right_t<B> get_right_input_cooperative_tensor() const {
     return {};
   }
   // Takes the operand tensor types in run()'s order: left first, then right.
   template <class L, class R, class E>
-  TLM_INLINE tlm_detail::cooperative_tensor<E, tlm_detail::role::destination> get_destination_cooperative_tensor() const {
+  TLM_INLINE destination_t<E> get_destination_cooperative_tensor() const {
     static_assert(tlm_detail::is_tensor_of_role_left<L>::value,
                   "get_destination_cooperative_tensor: first template argument must be the left input tensor type");
     static_assert(tlm_detail::is_tensor_of_role_right<R>::value,
@@ -121,35 +142,44 @@ struct matmul2d {
     return {};
   }
 
-  // Collective over the simdgroup: dest = left * right (+ dest), fp32.
+  // Collective over the simdgroup: dest = op(left) * op(right) (+ dest), fp32, op = transpose
+  // where the descriptor says so.
   template <class TA, class TB, class TD>
-  TLM_INLINE void run(const tlm_detail::cooperative_tensor<TA, tlm_detail::role::left>& left,
-                      const tlm_detail::cooperative_tensor<TB, tlm_detail::role::right>& right,
-                      tlm_detail::cooperative_tensor<TD, tlm_detail::role::destination>& dest) const {
+  TLM_INLINE void run(const left_t<TA>& left, const right_t<TB>& right, destination_t<TD>& dest) const {
     using namespace tlm::layout;
+    constexpr int M = D.m, N = D.n, K = D.k;
+    static_assert((M * K + K * N) * sizeof(float) <= tlm::rt::simd_scratch_bytes, "matmul2d operands exceed the simd scratch");
     const tlm::rt::lane_info& me = tlm::rt::self();
     if (__builtin_expect(me.simd_size != 32, 0)) tlm::rt::fatal("matmul2d::run needs a full simdgroup of 32 lanes");
     const int l = static_cast<int>(me.lane);
-    // Scratch: A as 16x16 floats at [0, 256), B as 16x32 floats at [256, 768).
+    // Scratch: op(left) as M x K floats at [0, M*K), op(right) as K x N floats after it.
     float* s = static_cast<float*>(tlm::rt::simd_deposit("matmul2d::run"));
     constexpr bool relaxed = D.relaxed_precision;
-    for (int e = 0; e < 8; ++e) s[ct_row(l, e) * 16 + ct_col(l, e)] = tlm_detail::matmul_input<relaxed>(left.elems[e]);
-    for (int e = 0; e < 16; ++e) s[256 + ct_row(l, e) * 32 + ct_col(l, e)] = tlm_detail::matmul_input<relaxed>(right.elems[e]);
+    for (int e = 0; e < left_t<TA>::capacity; ++e) {
+      const int r = ct_block_row(l, e, left_cols), c = ct_block_col(l, e, left_cols);
+      const int m = D.transpose_left ? c : r, k = D.transpose_left ? r : c;
+      s[m * K + k] = tlm_detail::matmul_input<relaxed>(left.elems[e]);
+    }
+    for (int e = 0; e < right_t<TB>::capacity; ++e) {
+      const int r = ct_block_row(l, e, right_cols), c = ct_block_col(l, e, right_cols);
+      const int k = D.transpose_right ? c : r, n = D.transpose_right ? r : c;
+      s[M * K + k * N + n] = tlm_detail::matmul_input<relaxed>(right.elems[e]);
+    }
     const float* g = static_cast<const float*>(tlm::rt::simd_arrive());
     const float* A = g;
-    const float* B = g + 256;
+    const float* B = g + M * K;
     typedef float f4 __attribute__((vector_size(16)));
     // Elements 4q..4q+3 are four consecutive columns of one row (checked in layouts.h).
-    for (int q = 0; q < 4; ++q) {
-      const int r = ct_row(l, 4 * q), c = ct_col(l, 4 * q);
+    for (int q = 0; q < destination_t<TD>::capacity / 4; ++q) {
+      const int r = ct_block_row(l, 4 * q, N), c = ct_block_col(l, 4 * q, N);
       f4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (D.matmul_mode == matmul2d_descriptor::mode::multiply_accumulate) {
         for (int j = 0; j < 4; ++j) acc[j] = static_cast<float>(dest.elems[4 * q + j]);
       }
-      for (int kk = 0; kk < 16; ++kk) {
+      for (int kk = 0; kk < K; ++kk) {
         f4 b;
-        __builtin_memcpy(&b, B + kk * 32 + c, sizeof b);
-        acc += A[r * 16 + kk] * b;
+        __builtin_memcpy(&b, B + kk * N + c, sizeof b);
+        acc += A[r * K + kk] * b;
       }
       for (int j = 0; j < 4; ++j) dest.elems[4 * q + j] = static_cast<TD>(acc[j]);
     }

@@ -30,16 +30,21 @@ constexpr half operator"" h(unsigned long long v) { return static_cast<half>(sta
 
 namespace metal {
 
-// <metal_type_traits>: std's, with half and bfloat counted as floating point (as in MSL).
+// <metal_type_traits>: std's, with half and bfloat counted as floating point (as in MSL). Only names
+// MSL has: `is_empty`, `void_t` and `make_void` are not among them, and MLX's steel/utils/type_traits.h
+// defines them in namespace metal (a using-declaration of std's would conflict with that).
 using std::bool_constant; using std::conditional; using std::conditional_t; using std::decay;
 using std::decay_t; using std::enable_if; using std::enable_if_t; using std::false_type;
 using std::integral_constant; using std::is_convertible; using std::is_convertible_v;
-using std::is_empty; using std::is_empty_v; using std::is_integral; using std::is_integral_v;
+using std::is_integral; using std::is_integral_v;
 using std::is_same; using std::is_same_v; using std::is_signed; using std::is_signed_v;
 using std::is_unsigned; using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const; using std::remove_const_t;
 using std::remove_cv; using std::remove_cv_t; using std::remove_reference; using std::remove_reference_t;
-using std::true_type; using std::void_t; using std::is_pointer; using std::is_pointer_v;
+using std::true_type; using std::is_pointer; using std::is_pointer_v;
+// Metal's address-space trait (MLX's integral_constant.h): every type here is in the thread space.
+template <class T> struct remove_addrspace { using type = T; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
 template <class T> struct is_floating_point : std::bool_constant<tlm::is_floating_v<std::remove_cv_t<T>>> {};
 template <class T> inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
 template <class T> struct is_arithmetic : std::bool_constant<tlm::is_scalar_v<T>> {};
@@ -64,6 +69,11 @@ struct array {
   constexpr T& operator[](size_t i) { return _elems[i]; }
   constexpr const T& operator[](size_t i) const { return _elems[i]; }
 };
+
+// uniform<T> (<metal_uniform>): a value the programmer promises is the same in every thread, a hint
+// for the GPU compiler (MLX's gemv.h loop bounds). Here it is the value itself.
+template <class T> using uniform = T;
+template <class T> constexpr T make_uniform(T value) { return value; }
 
 // numeric_limits for MSL's scalar types (IEEE values; half and bfloat from their bit patterns).
 template <class T> struct numeric_limits;

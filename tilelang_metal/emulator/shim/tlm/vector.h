@@ -1,4 +1,5 @@
-// MSL vector types (2, 3 and 4 lanes) as plain structs.
+// MSL vector types as plain structs: 2, 3 and 4 lanes with .xyzw names; metal::vec<T, N> of other
+// widths (Metal's vectors are clang ext_vector_types: MLX's NAX fragments are vec<T, 8>) by index only.
 //
 // Deliberately *not* over-aligned: a cast like `*(thread float4*)(local + 4)` must be valid on any
 // element-aligned address, and the checked pointers verify MSL's vector alignment themselves.
@@ -10,7 +11,10 @@ namespace tlm {
 
 template <class T, int N> struct vec;
 
-template <class T, int N> struct vec_storage;
+template <class T, int N> struct vec_storage {
+  static_assert(N >= 2 && N <= 64, "metal::vec<T, N>: N from 2 to 64 in the emulator");
+  T e_[N];
+};
 template <class T> struct vec_storage<T, 2> {
   union { T e_[2]; struct { T x, y; }; };
 };
