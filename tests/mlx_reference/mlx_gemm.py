@@ -222,13 +222,21 @@ def _block_dims(dim0: int, dim1: int, dim2: int, pow2: int = 10) -> tuple[int, i
             return (1 << pows[0], 1 << pows[1], 1 << pows[2])
 
 
+def splitk_tile(M: int, N: int) -> tuple[int, int]:
+    """(bm, bn) of steel_gemm_splitk_axpby: 16 below 40 rows / columns, else 32 (bk 16, wm = wn = 2)."""
+    return (16 if M < 40 else 32), (16 if N < 40 else 32)
+
+
 def steel_gemm_splitk(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
-                      include: str) -> tuple[torch.Tensor, Launch]:
+                      include: str, tile: tuple[int, int] | None = None, partitions: int | None = None,
+                      ) -> tuple[torch.Tensor, Launch]:
     """op(a) @ op(b) with MLX's `gemm_splitk` (float32 partial products of K partitions) and
-    `gemm_splitk_accum`, launched as steel_gemm_splitk_axpby does."""
+    `gemm_splitk_accum`, launched as steel_gemm_splitk_axpby does. `tile` (bm, bn) and `partitions`
+    override MLX's choice for this shape (benchmark/compare_mlx.py keeps a larger problem's choice
+    on its proxies)."""
     M, N, K = _mkn(a, b, transpose_a, transpose_b)
-    bm, bn, bk, wm, wn = (16 if M < 40 else 32), (16 if N < 40 else 32), 16, 2, 2
-    partitions = _split_k_partitions(M, N, K)
+    (bm, bn), bk, wm, wn = tile or splitk_tile(M, N), 16, 2, 2
+    partitions = partitions or _split_k_partitions(M, N, K)
     gemm_k_iterations = (K // bk) // partitions
     mn_aligned, k_aligned = M % bm == 0 and N % bn == 0, K % bk == 0
     t = MSL_TYPE[a.dtype]

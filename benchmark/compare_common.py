@@ -1,0 +1,101 @@
+"""What compare_mlx.py and its MLX side share: the problems, a measurement, the error check."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+TOLERANCE = {"float16": 2e-2, "bfloat16": 3e-2, "float32": 1e-4}
+CLASSES = {"nax": ("metal4", "M5"), "steel": ("metal", "M3")}
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    kind: str  # gemm | attention | decode | softmax | row_sum
+    classes: tuple[str, ...]
+    dims: dict[str, Any] = field(hash=False)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.dims.get("dtype", "float16"))
+
+    def flops(self) -> float:
+        d = self.dims
+        if self.kind == "gemm":
+            return 2.0 * d["M"] * d["N"] * d["K"]
+        if self.kind == "attention":
+            full = 4.0 * d["heads"] * d["seq"] * d["seq"] * d["head_dim"]
+            return full / 2 if d["causal"] else full
+        if self.kind == "decode":
+            return 4.0 * d["heads"] * d["kv_len"] * d["head_dim"]
+        if self.kind == "softmax":
+            return 5.0 * d["rows"] * d["cols"]  # max, subtract, exp, sum, divide
+        return 1.0 * d["rows"] * d["cols"]
+
+
+def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "float16") -> Problem:
+    return Problem(name, "gemm", ("nax", "steel"), {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype})
+
+
+PROBLEMS: tuple[Problem, ...] = (
+    *(_gemm(f"gemm-{lay}-{dt[0:2] if dt != 'bfloat16' else 'bf'}16-4096", 4096, 4096, 4096, lay, dt)
+      for lay in ("nn", "nt", "tn") for dt in ("float16", "bfloat16")),
+    _gemm("gemm-nn-fp16-ragged-4000", 4000, 4000, 4000),
+    _gemm("gemm-nn-fp16-odd-pitch-4095x4097x4096", 4095, 4097, 4096),
+    *(_gemm(f"gemm-nn-fp16-skinny-m{m}", m, 4096, 4096) for m in (1, 16, 64)),
+    *(Problem(f"attention-d{d}{'-causal' if c else ''}-4k", "attention", ("nax", "steel"),
+              {"heads": 32, "seq": 4096, "head_dim": d, "causal": c, "dtype": "float16"}) for d in (64, 128) for c in (False, True)),
+    Problem("decode-d128-4k", "decode", ("steel",), {"heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "dtype": "float16"}),
+    Problem("softmax-4096", "softmax", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
+    Problem("row-sum-4096", "row_sum", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
+)
+
+
+@dataclass
+class Measured:
+    """One implementation on one problem: what ran, whether it matched torch, counts at full size."""
+
+    config: str
+    max_rel_err: float
+    counts: dict[str, float]
+
+    def verified(self, dtype: str) -> bool:
+        return math.isfinite(self.max_rel_err) and self.max_rel_err <= TOLERANCE[dtype]
+
+
+class ErrorTracker:
+    """The largest relative error over every proxy an implementation ran for one problem."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    def check(self, out: Any, ref: Any) -> None:
+        o, r = out.float().cpu(), ref.float().cpu()
+        if o.shape != r.shape:
+            raise ValueError(f"output shape {tuple(o.shape)} != reference {tuple(r.shape)}")
+        scale = r.abs().max().item() or 1.0
+        err = (o - r).abs().max().item()
+        self.worst = max(self.worst, float("inf") if math.isnan(err) else err / scale)
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
+def gemm_operands(M: int, N: int, K: int, layout: str, dtype: str, seed: int = 0) -> tuple[Any, Any, Any]:
+    """A and B in storage order for `layout` ("nn", "nt": B stored N x K, "tn": A stored K x M), and
+    the fp32 reference of A @ B."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g) / math.sqrt(K)
+    b = torch.randn(K, N, generator=g)
+    ref = a @ b
+    dt = torch_dtype(dtype)
+    a_s = a.t().contiguous() if layout == "tn" else a
+    b_s = b.t().contiguous() if layout == "nt" else b
+    return a_s.to(dt), b_s.to(dt), ref

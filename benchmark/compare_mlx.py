@@ -1,0 +1,287 @@
+"""The plugin's kernels and MLX's, side by side, for one fixed set of problems (issue: MLX reference).
+
+For each problem and chip class, the plugin's kernel (the kernels package: `kernels.matmul`'s choice,
+flash attention, flash decoding, row softmax and reductions) and the kernel MLX's own dispatch picks
+(NAX kernels against the plugin's metal4 kernels on the "nax" class, steel kernels against plain metal
+on the "steel" class; MLX's host logic for 0.32.x in tests/mlx_reference/mlx_*.py) run in the emulator,
+are checked against torch, and their counters are scaled to the full problem from proxies
+(count_models.py). Writes compare_mlx.csv and compare_mlx.md into --out; the plugin rows carry the
+ratio of each count per FLOP to MLX's.
+
+    python benchmark/compare_mlx.py --dry-run --out /tmp/cmp          # anywhere (the emulator)
+    python benchmark/compare_mlx.py --dry-run --out /tmp/cmp --only gemm-nn-fp16-4096
+
+Counts are the emulator's (docs/emulator.md, Counters): device_bytes is loads + stores,
+threadgroup_bytes loads + stores, barriers are threadgroup barriers, matrix_ops every matrix
+instruction (an 8x8x8 simdgroup op and a 16x32x16 matmul2d count one each). On a Mac the same
+problems are timed with bench_gemm.py / bench_attention.py; this script compares structure only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
+
+import count_models  # noqa: E402
+from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, gemm_operands, torch_dtype  # noqa: E402
+
+COLUMNS = ("problem", "chip_class", "implementation", "config", "verified", "max_rel_err", "flops", "device_bytes",
+           "device_load_ops", "device_store_ops", "narrow_device_loads", "threadgroup_bytes", "barriers", "matrix_ops")
+RATIO_COLUMNS = ("device_bytes", "device_load_ops", "narrow_device_loads", "threadgroup_bytes", "barriers")
+# ---------------------------------------------------------------- the emulator's counts
+
+
+def summarize(total: dict[str, float]) -> dict[str, float | None]:
+    """The table's columns from one launch's (or a model's) counter totals; None where the counts do
+    not include that kind (foreign kernels' memory accesses, where the emulator does not count them)."""
+    from tilelang_metal.emulator.instrument import MATRIX_COUNTER_NAMES
+
+    def pair(a: str, b: str) -> float | None:
+        return total[a] + total[b] if a in total and b in total else None
+
+    return {
+        "device_bytes": pair("device_load_bytes", "device_store_bytes"),
+        "device_load_ops": total.get("device_load_instructions"),
+        "device_store_ops": total.get("device_store_instructions"),
+        "narrow_device_loads": total.get("narrow_device_loads"),
+        "threadgroup_bytes": pair("threadgroup_load_bytes", "threadgroup_store_bytes"),
+        "barriers": total.get("threadgroup_barriers"),
+        "matrix_ops": sum(total.get(n, 0) for n in MATRIX_COUNTER_NAMES),
+    }
+
+
+def plugin_counts(kernel: Any, *args: Any) -> dict[str, float]:
+    from tilelang_metal.emulator import counters
+
+    return {k: float(v) for k, v in counters(kernel, *args).total.items()}
+
+
+# ---------------------------------------------------------------- the plugin's kernels
+
+
+def plugin_gemm(p: Problem, klass: str) -> Measured:
+    import tilelang
+
+    from tilelang_metal import kernels
+    matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
+
+    target_name, chip = CLASSES[klass]
+    d = p.dims
+    choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name)
+    errors = ErrorTracker()
+    layout = d["layout"]
+    if layout != "nn" and choice.route != "gemm":
+        raise ValueError(f"{p.name}: the dispatch routes {choice.route}, which takes no transposed operands")
+
+    def measure(m: int, n: int) -> dict[str, float]:
+        proxy = replace(choice, M=m, N=n, swizzle=0)  # the same tile at the proxy size; swizzle moves no work
+        if layout == "nn":
+            kern = matmul_module.compile_choice(proxy, "emulator")
+        else:
+            func = kernels.gemm_direct_global(m, n, d["K"], proxy.block_m, proxy.block_n, dtype=p.dtype, out_dtype=p.dtype,
+                                              threads=proxy.threads, trans_A=layout == "tn", trans_B=layout == "nt")
+            kern = tilelang.compile(func, out_idx=[-1], target=matmul_module.choice_target(proxy), execution_backend="emulator")
+        a, b, ref = gemm_operands(m, n, d["K"], layout, p.dtype)
+        errors.check(kern(a, b), ref)
+        return plugin_counts(kern, a, b)
+
+    if choice.route == "gemv":
+        total = measure(d["M"], d["N"])  # a full GEMV is small enough for the emulator
+    else:
+        total = count_models.gemm_counts(d["M"], d["N"], choice.block_m, choice.block_n, measure)
+    config = choice.summary().split(": ", 1)[1] + (f", layout {layout}" if layout != "nn" else "")
+    return Measured(config, errors.worst, total)
+
+
+def plugin_attention(p: Problem, klass: str) -> Measured:
+    import torch
+    import torch.nn.functional as F
+
+    from tilelang_metal import kernels
+
+    target_name, _ = CLASSES[klass]
+    d = p.dims
+    block_m, block_n = 64, 64 if d["head_dim"] <= 64 else 32
+    target = kernels.metal4_target() if target_name == "metal4" else kernels.plain_metal_target()
+    errors = ErrorTracker()
+    dt = torch_dtype(p.dtype)
+
+    def measure(seq: int) -> dict[str, float]:
+        kern = kernels.flash_attention_forward(1, 1, seq, d["head_dim"], causal=d["causal"], dtype=p.dtype, block_m=block_m,
+                                               block_n=block_n, target=target, execution_backend="emulator")
+        g = torch.Generator().manual_seed(seq)
+        q, k, v = (torch.randn(1, seq, 1, d["head_dim"], generator=g).to(dt) for _ in range(3))
+        ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), is_causal=d["causal"]).transpose(1, 2)
+        errors.check(kern(q, k, v), ref)
+        return plugin_counts(kern, q, k, v)
+
+    total = count_models.attention_counts(d["seq"], block_m, block_n, d["causal"], d["heads"], measure)
+    return Measured(f"flash attention {block_m}x{block_n}, 128 threads, {target_name}", errors.worst, total)
+
+
+def plugin_decode(p: Problem, klass: str) -> Measured:
+    import tilelang
+    import torch
+
+    from tilelang_metal import kernels
+
+    d = p.dims
+    errors = ErrorTracker()
+    dt = torch_dtype(p.dtype)
+    group = d["heads"] // d["kv_heads"]
+
+    kv_proxy, heads = 1, group  # one kv head and its query heads (block_h 8: whole 8-row tiles, padded)
+
+    def measure(kv_len: int) -> dict[str, float]:
+        func = kernels.flash_decoding_program(1, heads, kv_proxy, kv_len, d["head_dim"], dtype=p.dtype, block_h=8 if heads <= 8 else 16)
+        kern = tilelang.compile(func, out_idx=[3, 4, 5], target=kernels.plain_metal_target(), execution_backend="emulator")
+        g = torch.Generator().manual_seed(kv_len)
+        q = torch.randn(1, heads, d["head_dim"], generator=g).to(dt)
+        k, v = (torch.randn(1, kv_len, kv_proxy, d["head_dim"], generator=g).to(dt) for _ in range(2))
+        kk = k.float().repeat_interleave(group, dim=2)  # (1, n, heads, d)
+        vv = v.float().repeat_interleave(group, dim=2)
+        scores = torch.einsum("bhd,bnhd->bhn", q.float(), kk) / math.sqrt(d["head_dim"])
+        ref = torch.einsum("bhn,bnhd->bhd", torch.softmax(scores, -1), vv)
+        errors.check(kern(q, k, v)[-1], ref)
+        return plugin_counts(kern, q, k, v)
+
+    total = count_models.linear_counts(d["kv_len"], (512, 1024), d["kv_heads"] / kv_proxy, measure)
+    return Measured(f"flash decoding, {group} query heads per kv head (block_h 8), 4 splits", errors.worst, total)
+
+
+def plugin_rows(p: Problem, klass: str) -> Measured:
+    import tilelang
+    import torch
+
+    from tilelang_metal import kernels
+
+    d = p.dims
+    errors = ErrorTracker()
+    proxy_rows = 8
+    build = kernels.softmax if p.kind == "softmax" else (lambda r, c, **kw: kernels.reduce_rows(r, c, "sum", **kw))
+    kern = tilelang.compile(build(proxy_rows, d["cols"], dtype=p.dtype), out_idx=[-1], target=kernels.plain_metal_target(),
+                            execution_backend="emulator")
+    x = torch.randn(proxy_rows, d["cols"], generator=torch.Generator().manual_seed(0)).to(torch_dtype(p.dtype))
+    ref = torch.softmax(x.float(), -1) if p.kind == "softmax" else x.float().sum(-1)
+    errors.check(kern(x), ref)
+    counts = plugin_counts(kern, x)
+    total = {k: v * d["rows"] / proxy_rows for k, v in counts.items()}
+    return Measured(f"kernels.{'softmax' if p.kind == 'softmax' else 'reduce_rows'}", errors.worst, total)
+
+
+PLUGIN: dict[str, Callable[[Problem, str], Measured]] = {
+    "gemm": plugin_gemm, "attention": plugin_attention, "decode": plugin_decode, "softmax": plugin_rows, "row_sum": plugin_rows,
+}
+
+
+# ---------------------------------------------------------------- MLX's kernels
+
+from compare_mlx_side import MLX  # noqa: E402  (through the reference tier's launch modules)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _row(p: Problem, klass: str, impl: str, m: Measured | None, error: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {"problem": p.name, "chip_class": klass, "implementation": impl, "flops": p.flops()}
+    if m is None:
+        row.update(config=f"FAILED: {error}", verified=False, max_rel_err="")
+        return row
+    row.update(config=m.config, verified=m.verified(p.dtype), max_rel_err=f"{m.max_rel_err:.3g}")
+    row.update({k: "n/a" if v is None else round(v) for k, v in summarize(m.counts).items()})
+    return row
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """On each plugin row: its count per FLOP over MLX's, for the counts in RATIO_COLUMNS."""
+    mlx = {(r["problem"], r["chip_class"]): r for r in rows if r["implementation"] == "mlx" and r["verified"]}
+    for r in rows:
+        other = mlx.get((r["problem"], r["chip_class"]))
+        if r["implementation"] != "plugin" or other is None or not r["verified"]:
+            continue
+        for col in RATIO_COLUMNS:
+            if "n/a" in (r[col], other[col]):
+                continue
+            mine, theirs = r[col] / r["flops"], other[col] / other["flops"]
+            r[f"{col}_vs_mlx"] = "" if theirs == 0 and mine == 0 else ("inf" if theirs == 0 else f"{mine / theirs:.3g}")
+
+
+def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    columns = list(COLUMNS) + [f"{c}_vs_mlx" for c in RATIO_COLUMNS]
+    with open(out / "compare_mlx.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in columns})
+    lines = [
+        "# The plugin and MLX, side by side (emulator counts at full size, from proxies)", "",
+        f"{len(rows)} rows in {seconds:.0f} s. Counts per problem at its full size (benchmark/count_models.py); "
+        "`x_vs_mlx` = the plugin's count per FLOP over MLX's (below 1: the plugin does less). Structure, not time.", "",
+        "| problem | class | impl | verified | rel err | device bytes | load ops | narrow loads | tg bytes | barriers | matrix ops | load ops vs MLX | barriers vs MLX | config |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['problem']} | {r['chip_class']} | {r['implementation']} | {'yes' if r['verified'] else 'NO'} | {r.get('max_rel_err', '')} | "
+                     f"{r.get('device_bytes', '')} | {r.get('device_load_ops', '')} | {r.get('narrow_device_loads', '')} | "
+                     f"{r.get('threadgroup_bytes', '')} | {r.get('barriers', '')} | {r.get('matrix_ops', '')} | "
+                     f"{r.get('device_load_ops_vs_mlx', '')} | {r.get('barriers_vs_mlx', '')} | {r['config']} |")
+    (out / "compare_mlx.md").write_text("\n".join(lines) + "\n")
+
+
+def run(problems: list[Problem], classes: list[str], out: Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    start = time.time()
+    for p in problems:
+        for klass in (c for c in p.classes if c in classes):
+            for impl, table in (("plugin", PLUGIN), ("mlx", MLX)):
+                t0 = time.time()
+                try:
+                    rows.append(_row(p, klass, impl, table[p.kind](p, klass)))
+                except Exception as e:  # a failure is a row, and the run's exit status
+                    rows.append(_row(p, klass, impl, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
+                log(f"{p.name} [{klass}] {impl}: {rows[-1]['config']} ({time.time() - t0:.1f} s)")
+            add_ratios(rows)
+            write_outputs(rows, out, time.time() - start)  # each problem as it finishes
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="directory for compare_mlx.csv and compare_mlx.md")
+    ap.add_argument("--dry-run", action="store_true", help="the emulator (the only mode so far: timing is bench_gemm.py's job)")
+    ap.add_argument("--only", default="", help="comma-separated problem names (default: all)")
+    ap.add_argument("--classes", default="nax,steel", help="chip classes: nax (M5: metal4 vs MLX NAX), steel (plain metal vs steel)")
+    args = ap.parse_args(argv)
+    names = {n for n in args.only.split(",") if n}
+    unknown = names - {p.name for p in PROBLEMS}
+    if unknown:
+        ap.error(f"unknown problem(s) {sorted(unknown)}; known: {', '.join(p.name for p in PROBLEMS)}")
+    classes = [c for c in args.classes.split(",") if c]
+    if set(classes) - set(CLASSES):
+        ap.error(f"--classes {args.classes}: use nax and/or steel")
+    import tilelang_metal  # noqa: F401  (installs the plugin)
+
+    rows = run([p for p in PROBLEMS if not names or p.name in names], classes, args.out)
+    failed = [r for r in rows if not r["verified"]]
+    for r in failed:
+        print(f"NOT VERIFIED: {r['problem']} [{r['chip_class']}] {r['implementation']}: {r['config']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

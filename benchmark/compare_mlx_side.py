@@ -1,0 +1,191 @@
+"""MLX's kernels for compare_mlx.py: the kernel MLX's dispatch picks for each problem and chip class,
+launched through the MLX reference tier's modules (tests/mlx_reference/mlx_*.py: MLX 0.32.x host
+logic, each value's source cited there), checked against torch, counted at full size from proxies
+(count_models.py). The headers come from the mlx-metal wheel, downloaded into a cache as the tier does.
+
+Chip classes: "steel" is an M3 (MLX's default device in mlx_gemm: no neural accelerators), "nax" a
+base M5 (architecture suffix 'g'), where MLX runs its NAX GEMM and attention.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any
+
+import count_models
+from compare_common import ErrorTracker, Measured, Problem, gemm_operands, torch_dtype
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=1)
+def include() -> str:
+    """MLX's kernel headers (mlx-metal, the version the tier pins) in the reference tier's cache."""
+    import mlx_headers
+
+    return str(mlx_headers.kernel_headers(ROOT / ".pytest_cache" / "d" / "mlx-metal"))
+
+
+def _counts(launch: Any) -> dict[str, float]:
+    return {k: float(v) for k, v in launch.counters().items()}
+
+
+def mlx_gemm(p: Problem, klass: str) -> Measured:
+    import mlx_gemm as G
+    import mlx_nax as X
+
+    d = p.dims
+    M, N, K, layout = d["M"], d["N"], d["K"], d["layout"]
+    ta, tb = layout == "tn", layout == "nt"
+    dt = torch_dtype(p.dtype)
+    errors = ErrorTracker()
+    route = G.route(M, N, K, dt, ta, tb)  # MLX's Matmul::eval_gpu, before the NAX branch
+
+    if route == "gemv":  # M == 1 (or N == 1): the same gemv kernel on every device
+        if not (layout == "nn" and M == 1):
+            raise ValueError(f"{p.name}: MLX routes gemv; only M == 1 with NN operands is wired here")
+        a, b, ref = gemm_operands(M, N, K, layout, p.dtype)
+        out, launch = G.gemv_t(a[0].contiguous(), b, include=include())
+        errors.check(out.reshape(1, N), ref)
+        return Measured("gemv_t (vector-matrix), MLX's block config", errors.worst, _counts(launch))
+
+    if klass == "nax":
+        if route == "splitk" and not (K >= 3 * max(M, N)):
+            route = "gemm"  # the NAX branch splits K only when K >= 3 max(M, N) (or > 2 max for max <= 1024)
+        if route != "gemm":
+            raise ValueError(f"{p.name}: MLX would run its NAX {route} kernel, which the emulator does not run yet")
+        bm, bn, bk, wm, wn = X.gemm_tiles(M, N, K, "g")
+
+        def measure(m: int, n: int) -> dict[str, float]:
+            a, b, ref = gemm_operands(m, n, K, layout, p.dtype)
+            launch = X.gemm_fused_nax_launch(include(), a, b, transpose_a=ta, transpose_b=tb, device="g")
+            errors.check(launch.run(), ref)
+            return _counts(launch)
+
+        total = count_models.gemm_counts(M, N, bm, bn, measure)
+        return Measured(f"steel_gemm_fused_nax bm{bm} bn{bn} bk{bk} wm{wm} wn{wn} (base M5)", errors.worst, total)
+
+    if route == "splitk":
+        bm, bn = G.splitk_tile(M, N)
+        partitions = G._split_k_partitions(M, N, K)  # MLX's rule at the full size
+
+        def measure(m: int, n: int) -> dict[str, float]:
+            a, b, ref = gemm_operands(m, n, K, layout, p.dtype)
+            out, launch = G.steel_gemm_splitk(a, b, transpose_a=ta, transpose_b=tb, include=include(),
+                                              tile=(bm, bn), partitions=partitions)
+            errors.check(out, ref)
+            return _counts(launch)
+
+        total = count_models.gemm_counts(M, N, bm, bn, measure)
+        return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum (M3)", errors.worst, total)
+
+    tile = G.gemm_tile(M, N, K, dt, ta, tb)
+    bm, bn = tile[0], tile[1]
+
+    def measure(m: int, n: int) -> dict[str, float]:
+        a, b, ref = gemm_operands(m, n, K, layout, p.dtype)
+        out, launch = G.steel_gemm(a, b, transpose_a=ta, transpose_b=tb, include=include(), tile=tile)
+        errors.check(out, ref)
+        return _counts(launch)
+
+    total = count_models.gemm_counts(M, N, bm, bn, measure)
+    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile), errors.worst, total)
+
+
+def mlx_attention(p: Problem, klass: str) -> Measured:
+    import torch
+
+    import mlx_attention as A
+    import mlx_nax as X
+
+    d = p.dims
+    D, causal = d["head_dim"], d["causal"]
+    dt = torch_dtype(p.dtype)
+    errors = ErrorTracker()
+    scale = 1.0 / math.sqrt(D)
+    if klass == "nax":
+        bq, bk, config = X.ATTN_BQ, X.ATTN_BK, f"steel_attention_nax bq{X.ATTN_BQ} bk{X.ATTN_BK} wm{X.ATTN_WM} wn{X.ATTN_WN}"
+    else:
+        bq, bk, config = 32, (32 if D < 128 else 16), f"steel_attention bq32 bk{32 if D < 128 else 16} wm4 wn1"
+
+    def measure(seq: int) -> dict[str, float]:
+        g = torch.Generator().manual_seed(seq)
+        q, k, v = (torch.randn(1, 1, seq, D, generator=g).to(dt) for _ in range(3))
+        ref = A.reference_attention(q.double(), k.double(), v.double(), scale=scale, causal=causal)
+        if klass == "nax":
+            launch = X.attention_nax_launch(include(), q, k, v, causal=causal, scale=scale)
+        else:
+            launch = A.steel_attention(q, k, v, scale=scale, include=include(), causal=causal)
+        errors.check(launch.run(), ref)
+        return _counts(launch)
+
+    total = count_models.attention_counts(d["seq"], bq, bk, causal, d["heads"], measure)
+    return Measured(config, errors.worst, total)
+
+
+def mlx_decode(p: Problem, klass: str) -> Measured:
+    import torch
+
+    import mlx_attention as A
+
+    d = p.dims
+    D, group = d["head_dim"], d["heads"] // d["kv_heads"]
+    dt = torch_dtype(p.dtype)
+    errors = ErrorTracker()
+    scale = 1.0 / math.sqrt(D)
+    blocks = 64 if group >= 4 else 32  # sdpa_vector_2pass's block count for a base/Pro device
+
+    def measure(kv_len: int) -> dict[str, float]:
+        g = torch.Generator().manual_seed(kv_len)
+        q = torch.randn(1, group, 1, D, generator=g).to(dt)
+        k, v = (torch.randn(1, 1, kv_len, D, generator=g).to(dt) for _ in range(2))
+        launch = A.sdpa_vector_2pass(q, k, v, scale=scale, include=include(), blocks=blocks)
+        ref = A.reference_attention(q.double(), k.double(), v.double(), scale=scale)
+        errors.check(launch.run(), ref)
+        return _counts(launch)
+
+    total = count_models.linear_counts(d["kv_len"], (512, 1024), d["kv_heads"], measure)
+    return Measured(f"sdpa_vector_2pass, {blocks} blocks, {group} query heads per kv head", errors.worst, total)
+
+
+SOFTMAX_SOURCE = """
+#include <metal_stdlib>
+using namespace metal;
+#include "mlx/backend/metal/kernels/utils.h"
+#include "mlx/backend/metal/kernels/softmax.h"
+template [[host_name("block_softmax_float32")]] [[kernel]] decltype(softmax_single_row<float>) softmax_single_row<float>;
+"""
+PROXY_ROWS = 32  # MLX's row reductions take row_reduce_simple from 32 rows on, as at 4096 rows
+
+
+def mlx_rows(p: Problem, klass: str) -> Measured:
+    import torch
+
+    from tilelang_metal.emulator import compile_msl
+
+    d = p.dims
+    errors = ErrorTracker()
+    x = torch.randn(PROXY_ROWS, d["cols"], generator=torch.Generator().manual_seed(0)).to(torch_dtype(p.dtype))
+    if p.kind == "softmax":
+        # softmax.cpp: axis_size <= 4096 -> block softmax, one threadgroup per row of
+        # 32 * ceil(ceil(axis_size / 4) / 32) threads
+        kernel = compile_msl(SOFTMAX_SOURCE, "block_softmax_float32", include_dirs=[include()])
+        out = torch.zeros_like(x)
+        block = 32 * math.ceil(math.ceil(d["cols"] / 4) / 32)
+        args, grid = [x, out, d["cols"]], (PROXY_ROWS, 1, 1)
+        kernel.launch(args, grid=grid, block=(block, 1, 1))
+        errors.check(out, torch.softmax(x.float(), -1))
+        counts = {k: float(v) for k, v in kernel.counters(args, grid, (block, 1, 1)).items()}
+        config = f"block_softmax, {block} threads per row"
+    else:
+        import mlx_reduce as R
+
+        name, launch = R.row_reduce(x, (1,), "sum", include=include())
+        errors.check(launch.run(), x.float().sum(-1))
+        counts, config = _counts(launch), name
+    return Measured(config, errors.worst, {k: v * d["rows"] / PROXY_ROWS for k, v in counts.items()})
+
+
+MLX = {"gemm": mlx_gemm, "attention": mlx_attention, "decode": mlx_decode, "softmax": mlx_rows, "row_sum": mlx_rows}

@@ -1,0 +1,42 @@
+"""benchmark/compare_mlx.py --dry-run on a few problems: both implementations verified against torch,
+one CSV row each, ratios on the plugin rows where both counted, and a failure is a row and exit 1."""
+
+from __future__ import annotations
+
+import csv
+
+from bench_support import load_benchmark
+
+PROBLEMS = "softmax-4096,row-sum-4096,decode-d128-4k"
+
+
+def _rows(out) -> list[dict[str, str]]:
+    with open(out / "compare_mlx.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_dry_run_verifies_both_implementations(mlx_include, tmp_path):
+    compare = load_benchmark("compare_mlx")
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", PROBLEMS]) == 0
+    rows = _rows(tmp_path)
+    assert sorted((r["problem"], r["implementation"]) for r in rows) == sorted(
+        (p, impl) for p in PROBLEMS.split(",") for impl in ("plugin", "mlx"))
+    for r in rows:
+        assert r["verified"] == "True" and float(r["max_rel_err"]) < 1e-2, r
+        assert float(r["flops"]) > 0 and r["barriers"] not in ("", "n/a")
+    plugin = {r["problem"]: r for r in rows if r["implementation"] == "plugin"}
+    assert all(float(plugin[p]["device_load_ops"]) > 0 for p in plugin)  # the plugin's memory counters are there
+    assert "| decode-d128-4k | steel | mlx | yes |" in (tmp_path / "compare_mlx.md").read_text()
+
+
+def test_a_failing_implementation_is_a_row_and_the_exit_status(mlx_include, tmp_path, monkeypatch):
+    compare = load_benchmark("compare_mlx")
+
+    def broken(p, klass):
+        raise RuntimeError("simulated lowering failure")
+
+    monkeypatch.setitem(compare.PLUGIN, "softmax", broken)
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", "softmax-4096"]) == 1
+    rows = {r["implementation"]: r for r in _rows(tmp_path)}
+    assert rows["plugin"]["verified"] == "False" and "simulated lowering failure" in rows["plugin"]["config"]
+    assert rows["mlx"]["verified"] == "True"
