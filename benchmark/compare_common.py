@@ -40,7 +40,7 @@ def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "f
 
 
 PROBLEMS: tuple[Problem, ...] = (
-    *(_gemm(f"gemm-{lay}-{dt[0:2] if dt != 'bfloat16' else 'bf'}16-4096", 4096, 4096, 4096, lay, dt)
+    *(_gemm(f"gemm-{lay}-{'bf16' if dt == 'bfloat16' else 'fp16'}-4096", 4096, 4096, 4096, lay, dt)
       for lay in ("nn", "nt", "tn") for dt in ("float16", "bfloat16")),
     _gemm("gemm-nn-fp16-ragged-4000", 4000, 4000, 4000),
     _gemm("gemm-nn-fp16-odd-pitch-4095x4097x4096", 4095, 4097, 4096),
