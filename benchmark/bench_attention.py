@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     harness.check_run_options(ap, args)
+    print(f"Metal 4 (MSL 4.0) kernels: {harness.metal4_status(dry_run=args.dry_run)}", flush=True)
     import tilelang_metal  # noqa: F401
     from tilelang_metal import roofline
 

@@ -45,7 +45,10 @@ FULL_SHAPES = (
     Shape("skinny", 1, 4096, 4096),
     Shape("ragged", 4000, 4000, 4000),
     Shape("ragged", 4095, 4097, 4096),
+    Shape("fused", 4096, 4096, 4096),  # C = gelu_tanh(A @ B + bias): one plugin kernel vs GEMM + elementwise
 )
+GROUPS = ("square", "skinny", "ragged", "fused")
+FUSED_LAYOUTS = ("NN",)  # the fused kernel (kernels.gemm_bias_gelu) takes A (M, K) and B (K, N)
 
 # --dry-run: every shape class scaled down (about /25), each layout and dtype at least once: every
 # code path of the harness, few enough kernels for the test-suite.
@@ -58,6 +61,7 @@ DRY_CASES = (
     (Shape("ragged", 127, 129, 128), "NT", "bf16"),  # like 4095x4097x4096: odd M and N
     (Shape("square", 128, 128, 64), "TN", "fp16"),
     (Shape("square", 64, 128, 64), "NN", "fp32"),
+    (Shape("fused", 100, 200, 64), "NN", "fp16"),  # bias + GELU epilogue, partial tiles
 )
 
 
@@ -72,7 +76,8 @@ def selected_cases(args: argparse.Namespace) -> list[tuple[Shape, str, str]]:
     if args.dry_run:
         cases = list(DRY_CASES)
     else:
-        cases = [(s, lay, dt) for s in FULL_SHAPES for lay in LAYOUTS for dt in DTYPES]
+        cases = [(s, lay, dt) for s in FULL_SHAPES for lay in LAYOUTS for dt in DTYPES
+                 if s.group != "fused" or (lay in FUSED_LAYOUTS and dt in ("fp16", "bf16"))]
     return [(s, lay, dt) for s, lay, dt in cases
             if s.group in args.groups and lay in args.layouts and dt in args.dtypes]
 
@@ -97,6 +102,10 @@ class Problem:
         self.a_mk = self.a.t() if layout == "TN" else self.a  # M x K and K x N views for libraries without a layout flag
         self.b_kn = self.b.t() if layout == "NT" else self.b
         self.reference = torch.mm(self.a_mk.float(), self.b_kn.float())
+        self.fused = shape.group == "fused"
+        if self.fused:  # C = gelu_tanh(A @ B + bias), bias float32
+            self.bias = torch.randn(shape.n, generator=gen).to(device)
+            self.reference = torch.nn.functional.gelu(self.reference + self.bias, approximate="tanh")
         self.flops = 2.0 * shape.m * shape.n * shape.k
 
 
@@ -105,10 +114,14 @@ def plugin_kernel(p: Problem, args: argparse.Namespace, *, dry_run: bool) -> Any
 
     from tilelang_metal import kernels as examples
 
-    func = examples.gemm_direct_global(
-        p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,
-        threads=args.threads, trans_A=p.layout == "TN", trans_B=p.layout == "NT", swizzle_panel=args.swizzle,
-    )
+    if p.fused:
+        func = examples.gemm_bias_gelu(p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype,
+                                       out_dtype=p.out_dtype, threads=args.threads)
+    else:
+        func = examples.gemm_direct_global(
+            p.shape.m, p.shape.n, p.shape.k, args.block_m, args.block_n, dtype=p.in_dtype, out_dtype=p.out_dtype,
+            threads=args.threads, trans_A=p.layout == "TN", trans_B=p.layout == "NT", swizzle_panel=args.swizzle,
+        )
     if dry_run:
         return tilelang.compile(func, out_idx=[-1], target=examples.metal4_target(), execution_backend="emulator")
     return tilelang.compile(func, out_idx=[-1], target="metal", execution_backend="torch")
@@ -139,10 +152,15 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
     on_mac = not args.dry_run
     if backend == "plugin":
         kernel = plugin_kernel(p, args, dry_run=args.dry_run)
-        return Runner(backend, lambda: kernel(p.a, p.b), harness.torch_mps_sync if on_mac else lambda: None)
+        operands = (p.a, p.b, p.bias) if p.fused else (p.a, p.b)
+        return Runner(backend, lambda: kernel(*operands), harness.torch_mps_sync if on_mac else lambda: None)
     if backend == "torch-mps":
         if not on_mac:
             return "dry run: no MPS device"
+        if p.fused:  # what a torch user writes: addmm, then GELU (two kernels, C written and read again)
+            bias = p.bias.to(p.a.dtype)
+            return Runner(backend, lambda: torch.nn.functional.gelu(torch.addmm(bias, p.a_mk, p.b_kn), approximate="tanh"),
+                          harness.torch_mps_sync)
         return Runner(backend, lambda: torch.mm(p.a_mk, p.b_kn), harness.torch_mps_sync)
     if backend == "mlx":
         mx = harness.mlx_core() if on_mac else None
@@ -153,7 +171,16 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
         b = mx.array(p.b.float().cpu().numpy()).astype(mdt)
         a_mk = a.T if p.layout == "TN" else a
         b_kn = b.T if p.layout == "NT" else b
-        runner = harness.mlx_runner(backend, mx, lambda: mx.matmul(a_mk, b_kn))
+        if p.fused:  # addmm, then MLX's tanh-approximated GELU written out (mlx.core has no gelu)
+            bias = mx.array(p.bias.cpu().numpy()).astype(mdt)
+
+            def compute() -> Any:
+                x = mx.addmm(bias, a_mk, b_kn)
+                return 0.5 * x * (1.0 + mx.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+        else:
+            def compute() -> Any:
+                return mx.matmul(a_mk, b_kn)
+        runner = harness.mlx_runner(backend, mx, compute)
         inner = runner.launch
 
         def launch_as_torch() -> Any:  # the verification reads torch tensors
@@ -161,6 +188,8 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
 
         return Runner(backend, launch_as_torch, runner.sync)
     if backend == "in-tree":
+        if p.fused:
+            return "not launched: the in-tree backend has no fused-epilogue kernel here (its fragment accumulator + T.Parallel epilogue fails to lower)"
         if p.shape.m % args.block_m or p.shape.n % args.block_n or p.shape.k % 16:
             # its direct-global kernel has no edge guards: a launch would write past C (other buffers, or a fault)
             return f"not launched: the in-tree kernel has no edge guards and {p.shape.m}x{p.shape.n}x{p.shape.k} is not a multiple of its {args.block_m}x{args.block_n}x16 tiles"
@@ -213,7 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     harness.add_run_options(ap, "gemm", dry_run_help="small shapes, plugin in the CPU emulator, GPU baselines n/a (for CI)", max_launches=200)
     ap.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
-    ap.add_argument("--groups", nargs="+", default=["square", "skinny", "ragged"], choices=["square", "skinny", "ragged"])
+    ap.add_argument("--groups", nargs="+", default=list(GROUPS), choices=GROUPS)
     ap.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--chip", default=None, help="chip for the %% of peak column, e.g. 'M4 Pro' (default: this Mac's; 'M5' in a dry run)")
@@ -238,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     harness.check_run_options(ap, args)
+    print(f"Metal 4 (MSL 4.0) kernels: {harness.metal4_status(dry_run=args.dry_run)}", flush=True)
     import tilelang_metal  # noqa: F401  (the plugin takes over target="metal")
 
     chip = resolve_chip(args)

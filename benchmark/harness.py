@@ -228,6 +228,27 @@ def _git_commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def metal4_status(*, dry_run: bool) -> str:
+    """One line: can this host's torch and MLX run the plugin's metal4 (MSL 4.0) kernels? The checks
+    the torch and MLX backends make before a metal4 kernel's first launch
+    (tilelang_metal.execution.metal4_launch), so a Mac without MSL 4.0 is told why its metal4 rows
+    are errors, and which runtime to update."""
+    if dry_run:
+        return "not checked (dry run: the emulator runs the metal4 kernels)"
+    import importlib.util
+
+    from tilelang_metal.execution import metal4_launch
+
+    parts = []
+    for runtime, module in (("torch", "torch"), ("mlx", "mlx")):
+        if importlib.util.find_spec(module) is None:
+            parts.append(f"{runtime}: not installed")
+            continue
+        problems = metal4_launch.missing(metal4_launch.current(runtime))
+        parts.append(f"{runtime}: " + ("yes" if not problems else "no, " + "; ".join(problems)))
+    return "; ".join(parts)
+
+
 def environment(chip: Any, *, dry_run: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
     """What the numbers were measured on: chip and its peak (from tilelang_metal.roofline), OS,
     Python and library versions."""
@@ -242,6 +263,7 @@ def environment(chip: Any, *, dry_run: bool, extra: dict[str, str] | None = None
     for dist in ("tilelang", "tilelang-metal", "torch", "mlx", "numpy", "matplotlib"):
         env[dist] = _version(dist)
     env["tilelang_metal commit"] = _git_commit()
+    env["Metal 4 (MSL 4.0) kernels"] = metal4_status(dry_run=dry_run)
     if dry_run:
         env["mode"] = DRY_RUN_NOTE
     env.update(extra or {})

@@ -37,7 +37,7 @@ def test_dry_run_writes_csv_markdown_and_png(dry_run, bench_gemm):
     assert {r["label"] for r in rows} == labels
     for shape, layout, dtype in bench_gemm.DRY_CASES:  # one Markdown line per problem
         assert f"| {shape.group} | {shape.m} | {shape.n} | {shape.k} | {layout} | {dtype} |" in md
-    assert {r["group"] for r in rows} == {"square", "skinny", "ragged"}
+    assert {r["group"] for r in rows} == set(bench_gemm.GROUPS)
     assert {r["layout"] for r in rows} == set(bench_gemm.LAYOUTS) and {r["dtype"] for r in rows} == set(bench_gemm.DTYPES)
 
 
@@ -103,6 +103,37 @@ def test_tn_and_fp32_problems_match_their_reference(bench_gemm, layout, dtype):
     runner = bench_gemm.make_runner("plugin", p, args)
     out = runner.launch()
     assert bench_gemm.harness.relative_error(out, p.reference) <= bench_gemm.TOLERANCE[p.out_dtype]
+
+
+def test_fused_problem_is_bias_gelu_and_a_wrong_epilogue_fails(bench_gemm, monkeypatch):
+    """The fused problem's reference is gelu_tanh(A @ B + bias); the plugin's one-kernel version meets
+    it, and a kernel that forgets the bias is caught (the check reads the epilogue, not only A @ B)."""
+    import torch
+
+    args = bench_gemm._parser().parse_args(["--dry-run"])
+    p = bench_gemm.Problem(bench_gemm.Shape("fused", 64, 128, 32), "NN", "fp16", "cpu")
+    expected = torch.nn.functional.gelu(p.a.float() @ p.b.float() + p.bias, approximate="tanh")
+    assert torch.allclose(p.reference, expected)
+    out = bench_gemm.make_runner("plugin", p, args).launch()
+    assert bench_gemm.harness.relative_error(out, p.reference) <= bench_gemm.TOLERANCE[p.out_dtype]
+    no_bias = torch.nn.functional.gelu(p.a.float() @ p.b.float(), approximate="tanh").half()
+    assert bench_gemm.harness.relative_error(no_bias, p.reference) > bench_gemm.TOLERANCE[p.out_dtype]
+    assert "in-tree" in bench_gemm.make_runner("in-tree", p, args)
+    full = bench_gemm.selected_cases(bench_gemm._parser().parse_args(["--out", "x"]))
+    assert {(lay, dt) for s, lay, dt in full if s.group == "fused"} == {("NN", "fp16"), ("NN", "bf16")}
+
+
+def test_metal4_status_line_names_what_is_missing(bench_gemm, monkeypatch):
+    """The one-line MSL 4.0 check of the benchmarks' environment: the launch-time checks' reasons."""
+    from tilelang_metal.execution import metal4_launch
+
+    assert "dry run" in bench_gemm.harness.metal4_status(dry_run=True)
+    facts = {"torch": metal4_launch.RuntimeFacts("15.5", "torch", "2.10.0"), "mlx": metal4_launch.RuntimeFacts("15.5", "mlx", "0.32.4")}
+    monkeypatch.setattr(metal4_launch, "current", lambda runtime: facts[runtime])
+    line = bench_gemm.harness.metal4_status(dry_run=False)
+    assert "torch: no, macOS 15.5 has no MSL 4.0" in line and "torch>=2.11" in line and "mlx: no, macOS 15.5" in line
+    facts.update(torch=metal4_launch.RuntimeFacts("26.1", "torch", "2.11.0"), mlx=metal4_launch.RuntimeFacts("26.1", "mlx", "0.32.4"))
+    assert bench_gemm.harness.metal4_status(dry_run=False) == "torch: yes; mlx: yes"
 
 
 def test_spec_runner_dry_run_verifies_and_writes_rows(tmp_path, capsys):

@@ -153,6 +153,31 @@ def test_epilogues_on_register_accumulators(metal4, plain_metal, epilogue, which
         assert "simdgroup_float8x8 C_acc[" in source
 
 
+# ---------------------------------------------------------------- fused bias + GELU (kernels.gemm_bias_gelu)
+@pytest.mark.parametrize("which,M,N,K,dtype", [
+    ("metal4", 128, 256, 64, "float16"),  # aligned: destination cooperative tensors through the epilogue
+    pytest.param("metal4", 100, 200, 64, "bfloat16", marks=pytest.mark.slow),  # partial tiles in M and N
+    ("plain", 97, 130, 40, "float16"),  # simdgroup matrices; K not a multiple of 16
+])
+def test_fused_bias_gelu(metal4, plain_metal, which, M, N, K, dtype):
+    from tilelang_metal.emulator import racecheck
+
+    target = metal4 if which == "metal4" else plain_metal
+    a, b, _ = operands(M, N, K, dtype, False, False)
+    bias = torch.randn(N)
+    bias[3] = float("nan")  # a NaN bias poisons its column, and only that one
+    ref = torch.nn.functional.gelu(a.float() @ b.float() + bias, approximate="tanh")
+    kernel = compile_emulated(E.gemm_bias_gelu(M, N, K, dtype=dtype, out_dtype=dtype), target)
+    out = racecheck(kernel, a, b, bias)
+    assert out[:, 3].isnan().all() and not out[:, torch.arange(N) != 3].isnan().any()
+    keep = torch.arange(N) != 3
+    assert_close(out[:, keep], ref[:, keep], dtype, dtype, K, f"bias+gelu {M}x{N}x{K} {which}")
+    source = kernel.get_kernel_source()
+    assert source.count("[[kernel") == 1 and "tanh(" in source  # one kernel: the epilogue is fused
+    if which == "metal4" and M % 64 == 0:
+        assert "get_destination_cooperative_tensor" in source and "float acc[" not in source
+
+
 # ---------------------------------------------------------------- explicit simdgroup accumulator
 def _simdgroup_accumulator_kernel(M, N, K, bM=64, bN=64, bK=32, threads=128):
     import tilelang.language as T

@@ -12,6 +12,12 @@ from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-export
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
 ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA * C
+GELU_TANH_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+
+
+def gelu_tanh(x: Any) -> Any:
+    """GELU with the tanh approximation (torch's approximate="tanh"), as a TIR expression."""
+    return 0.5 * x * (1.0 + T.tanh(GELU_TANH_SCALE * (x + 0.044715 * x * x * x)))
 
 
 def gemm_direct_global(
@@ -52,6 +58,33 @@ def gemm_direct_global(
                        transpose_B=True, clear_accum=not accumulate)
             else:
                 T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[0:K, bx * block_N : (bx + 1) * block_N], C[by * block_M : (by + 1) * block_M, bx * block_N : (bx + 1) * block_N], clear_accum=not accumulate)
+
+    return main
+
+
+def gemm_bias_gelu(
+    M: int,
+    N: int,
+    K: int,
+    block_M: int = 64,
+    block_N: int = 128,
+    *,
+    dtype: str = "float16",
+    out_dtype: str = "float16",
+    threads: int = 128,
+) -> Any:
+    """C = gelu_tanh(A @ B + bias) in one kernel: the direct-global K loop into a register
+    accumulator, bias and GELU applied to it in registers, one store of C (no C round trip through
+    device memory, unlike a GEMM followed by elementwise kernels). Bias is float32 (N,)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), Bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            T.gemm(A[by * block_M : (by + 1) * block_M, 0:K], B[0:K, bx * block_N : (bx + 1) * block_N], acc, clear_accum=True)
+            for i, j in T.Parallel(block_M, block_N):
+                acc[i, j] = gelu_tanh(acc[i, j] + Bias[bx * block_N + j])
+            T.copy(acc, C[by * block_M, bx * block_N])
 
     return main
 
@@ -127,7 +160,7 @@ def gemm_shared(
                     C_acc[i, j] = ALPHA * C_acc[i, j] + BETA * C[by * block_M + i, bx * block_N + j]
             elif epilogue == "gelu_tanh":
                 for i, j in T.Parallel(block_M, block_N):
-                    C_acc[i, j] = 0.5 * C_acc[i, j] * (1.0 + T.tanh(0.7978845608028654 * (C_acc[i, j] + 0.044715 * C_acc[i, j] * C_acc[i, j] * C_acc[i, j])))
+                    C_acc[i, j] = gelu_tanh(C_acc[i, j])
             elif epilogue == "silu":
                 for i, j in T.Parallel(block_M, block_N):
                     C_acc[i, j] = C_acc[i, j] / (1.0 + T.exp(-C_acc[i, j]))
