@@ -155,3 +155,19 @@ def test_printed_kernel_runs_from_its_artifact(sources):
     by_name = {"X": x, "Out": out}
     kernel.launch([by_name[p.name] for p in record.bound], (-(-37 // block_rows), 1, 1), record.block)
     torch.testing.assert_close(out, x.sum(-1), rtol=1e-5, atol=1e-4)
+
+
+def test_launch_is_checked_against_the_records():
+    """The adapters hold each kernel's record: a host threadgroup size other than the printed one is
+    refused before the launch."""
+    import dataclasses
+
+    kernel = tilelang.compile(E.reduce_rows(37, 100, "sum"), out_idx=[-1], target=E.plain_metal_target(), execution_backend="emulator")
+    x = torch.randn(37, 100)
+    torch.testing.assert_close(kernel(x), x.sum(-1), rtol=1e-5, atol=1e-4)
+    call = kernel.adapter.call
+    record = call.records["main_kernel"]
+    assert record == A.artifact_of(kernel.get_kernel_source()).kernel("main_kernel")
+    call.records["main_kernel"] = dataclasses.replace(record, block=(64, 1, 1))
+    with pytest.raises(ValueError, match=r"kernel main_kernel: the host launches threadgroups of \(128, 1, 1\) threads, the MSL was printed for \(64, 1, 1\)"):
+        kernel(x)

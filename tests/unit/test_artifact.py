@@ -101,3 +101,13 @@ def test_unknown_kernel_names_the_recorded_ones():
     art = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD, RUNTIME))
     with pytest.raises(A.ArtifactError, match=r"kernel nope is not in the module's artifact \(kernels: main_kernel, k2\)"):
         art.kernel("nope")
+
+
+def test_plugin_adapter_refuses_msl_without_an_artifact():
+    """A plugin path (here the emulator adapter) handed hand-written MSL says so in one line, before
+    it looks at anything else."""
+    from tilelang_metal.execution.emulator_adapter import EmulatorKernelAdapter
+
+    with pytest.raises(A.ArtifactError) as info:
+        EmulatorKernelAdapter([], [], None, None, "kernel void f(device float* x [[buffer(0)]]) {}\n")
+    assert "\n" not in str(info.value) and "emulator.compile_msl" in str(info.value)
