@@ -77,7 +77,8 @@ def one_tile_gemm(dtype, pad=0):
 
 
 def _lines(src: str, pattern: str) -> list[str]:
-    return [line for line in src.splitlines() if re.search(pattern, line)]
+    """Lines of MSL code matching `pattern` (the artifact comment, which names every parameter, excluded)."""
+    return [line for line in src.splitlines() if re.search(pattern, line) and not line.startswith("// tilelang_metal.artifact")]
 
 
 # ---------------------------------------------------------------- simdgroup accumulators

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, tir
 from ..version import __version__
-from . import tvm_runtime_args
+from .artifact import KernelArtifact, artifact_of
 from .debug_print import refuse_debug_print
 from .math_functions import helper_definitions
 from .printer import STANDARD, TVM_RUNTIME, print_kernel
@@ -33,7 +33,8 @@ def _include_lines(headers: set[str]) -> list[str]:
 
 
 def generate_msl(mod: Any, signature: str = STANDARD) -> str:
-    """MSL for every kernel of the module in one file: the banner, one header holding the union of
+    """MSL for every kernel of the module in one file: the banner, the artifact line (the kernels'
+    records, codegen/artifact.py: `artifact_of` reads them back), one header holding the union of
     the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
     each once), then the kernels (sorted by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
@@ -41,13 +42,16 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
     helpers: set[str] = set()
     support: dict[str, str] = {}
     bodies = []
+    records = []
     for name, func in kernels:
-        text, needs, calls, support_code = print_kernel(func, name, signature)
+        text, needs, calls, support_code, record = print_kernel(func, name, signature)
         headers |= needs
         helpers |= calls
         support.update(support_code)
         bodies.append(text)
-    head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
+        records.append(record)
+    artifact = KernelArtifact(convention=signature, kernels=tuple(records))
+    head = [banner([name for name, _ in kernels]), artifact.line(), *_include_lines(headers), "using namespace metal;", ""]
     head += helper_definitions(helpers) + [support[key] for key in sorted(support)]
     return "\n".join(head + bodies)
 
@@ -57,15 +61,15 @@ def build_metal(mod: Any, target: Any) -> Any:
     return make_source_module(generate_msl(mod), "metal")
 
 
-def runtime_function_info(name: str, func: Any) -> RuntimeFunctionInfo:
+def runtime_function_info(record: Any, func: Any) -> RuntimeFunctionInfo:
     """What TVM's Metal runtime needs to launch one kernel: the type of each argument the host
-    passes (buffers as handles, scalars as they are packed) and the launch tags that name the
-    trailing grid / threadgroup extents of each call."""
-    arg_types = [
-        "handle" if var.dtype == "handle" else tvm_runtime_args.arg_slot(str(var.dtype), str(var.name), name).runtime_dtype
-        for var in func.params
-    ]
-    return RuntimeFunctionInfo(name, tuple(arg_types), tuple(str(tag) for tag in kernel_launch_param_tags(func)))
+    passes (buffers as handles, scalars as the argument struct's members are packed: the kernel's
+    artifact record) and the launch tags that name the trailing grid / threadgroup extents of each
+    call (the host's launch)."""
+    arg_types = ["handle"] * len(record.buffers)
+    for param in record.bound[len(record.buffers):]:
+        arg_types += [dtype for _, dtype in param.members]  # the one argument struct, after the buffers
+    return RuntimeFunctionInfo(record.name, tuple(arg_types), tuple(str(tag) for tag in kernel_launch_param_tags(func)))
 
 
 def build_metal_runtime(mod: Any, target: Any) -> Any:
@@ -73,8 +77,9 @@ def build_metal_runtime(mod: Any, target: Any) -> Any:
     from .kernel_text import split_kernels
 
     msl = generate_msl(mod, TVM_RUNTIME)
-    refuse_debug_print(msl, "tvm_ffi")  # TVM's runtime compiles without shader logging, like torch's
+    artifact = artifact_of(msl)
+    refuse_debug_print(artifact, "tvm_ffi")  # TVM's runtime compiles without shader logging, like torch's
     per_kernel = split_kernels(msl)  # each kernel with the file's header: compiled on its own
     kernels = {str(gvar.name_hint): func for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)}
-    infos = [runtime_function_info(name, func) for name, func in sorted(kernels.items())]
+    infos = [runtime_function_info(artifact.kernel(name), func) for name, func in sorted(kernels.items())]
     return make_metal_runtime_module({info.name: per_kernel[info.name] for info in infos}, infos, msl)

@@ -1,4 +1,5 @@
-"""T.print in printed MSL: which kernels call it, and the backends that cannot show its output.
+"""T.print in printed MSL: the backends that cannot show its output refuse the kernels whose
+artifact records (codegen/artifact.py, `KernelRecord.prints`) say they call it.
 
 The printer keeps TileLang's device-function names (`debug_print_var`, ...; `host.vocab.DEBUG_PRINT_EXTERNS`,
 reserved in names.py so no variable takes them). The emulator's shim implements them; on a Mac,
@@ -10,19 +11,12 @@ backends refuse such kernels instead of dropping the output silently.
 
 from __future__ import annotations
 
-import re
-
-from ..host import DEBUG_PRINT_EXTERNS
-
-_CALL = re.compile(r"\b(?:" + "|".join(DEBUG_PRINT_EXTERNS) + r")\s*\(")
+from .artifact import KernelArtifact
 
 
-def uses_debug_print(msl: str) -> bool:
-    return _CALL.search(msl) is not None
-
-
-def refuse_debug_print(msl: str, backend: str) -> None:
-    if uses_debug_print(msl):
+def refuse_debug_print(artifact: KernelArtifact, backend: str) -> None:
+    """Refuse a module whose kernels call T.print (their artifact records say which) for `backend`."""
+    if artifact.prints:
         raise ValueError(
             f'T.print runs only in the emulator: execution_backend="{backend}" compiles without Metal shader logging, '
             'so its output would be lost; use execution_backend="emulator" to print, or remove T.print'

@@ -20,12 +20,14 @@ from ..errors import CodegenError
 from ..kernel_options import matmul_relaxed
 from ..isa import MatrixInstruction
 from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
+from .artifact import ThreadArrayDecl
 from .msl_types import msl_type, scalar_type
 
 
 class MatrixPrinting:
     """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
-    `simplify`, `storage` (data var -> MatrixStorage) and `mpp_ops` ((instruction name, relaxed) declared so far)."""
+    `simplify`, `storage` (data var -> MatrixStorage), `mpp_ops` ((instruction name, relaxed) declared so far),
+    `thread_array` (declare a thread array through its record) and `uses_instruction` (record an instruction)."""
 
     storage: dict[Any, MatrixStorage]
     mpp_ops: list[tuple[str, bool]]
@@ -48,9 +50,10 @@ class MatrixPrinting:
         if s is None:
             return False
         inst = s.instruction
+        self.uses_instruction(inst.name)
         if s.kind == SIMDGROUP:
             matrix = inst.msl.format(scalar=scalar_type(dtype), rows=inst.m, cols=inst.n)
-            self.emit(f"{matrix} {name}[{s.matrices}];")
+            self.thread_array(ThreadArrayDecl(name, matrix, s.matrices))
             return True
         op = self.mpp_op(inst, s.a_dtype, s.b_dtype)
         if not s.elided:
@@ -68,6 +71,7 @@ class MatrixPrinting:
         """The kernel-scope matmul2d object of this instruction and precision (declared once). Its
         descriptor is exact unless `kernel_options.matmul_relaxed` allows relaxed precision for
         these input types (float32 inputs stay exact by default)."""
+        self.uses_instruction(inst.name)
         key = (inst.name, matmul_relaxed(a_dtype, b_dtype))
         if key in self.mpp_ops:
             index = self.mpp_ops.index(key)
@@ -159,7 +163,9 @@ class MatrixPrinting:
             return True
         if op == intrinsics.SG_MMA:
             d, di, a, ai, b, bi, c, ci = call.args
-            operation = self.storage[d].instruction.operation  # the matrices' multiply-accumulate
+            inst = self.storage[d].instruction
+            operation = inst.operation  # the matrices' multiply-accumulate
+            self.uses_instruction(inst.name)
             self.emit(
                 f"{operation}({self.name_of(d)}[{self.expr(di)}], {self.name_of(a)}[{self.expr(ai)}], "
                 f"{self.name_of(b)}[{self.expr(bi)}], {self.name_of(c)}[{self.expr(ci)}]);"

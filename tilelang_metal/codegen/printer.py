@@ -33,13 +33,13 @@ from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .warp_printer import WarpPrinting
 from ..host import vocab
-from . import tvm_runtime_args
+from . import artifact, tvm_runtime_args
 
 # Kernel signatures the printer emits. STANDARD: every parameter at its own `[[ buffer(i) ]]`,
 # scalars as `constant T& NAME` (the plugin's launchers and the emulator). TVM_RUNTIME: TVM's Metal
 # runtime convention (execution_backend="tvm_ffi"): buffers at 0..n-1, then all scalars in one
 # argument struct at n (codegen/tvm_runtime_args.py).
-STANDARD, TVM_RUNTIME = "standard", "tvm_runtime"
+STANDARD, TVM_RUNTIME = artifact.STANDARD, artifact.TVM_RUNTIME
 SIGNATURES = (STANDARD, TVM_RUNTIME)
 
 # Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
@@ -98,6 +98,13 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.position_of: dict[Any, str] = {}  # hardware variable -> its position attribute
         self.unsigned_positions: dict[Any, str] = {}  # blockIdx / threadIdx var -> `NAME.axis` (uint)
         self.threads: int | None = None  # threads per threadgroup when static (set by print_kernel)
+        # the kernel's records (codegen/artifact.py), in printed order; each declaration is printed
+        # through its record's msl(), so the artifact and the text agree by construction
+        self.threadgroup_decls: list[artifact.ThreadgroupArrayDecl | artifact.ThreadgroupViewDecl] = []
+        self.thread_array_decls: list[artifact.ThreadArrayDecl] = []
+        self.tile_pointer_decls: dict[str, artifact.TilePointerDecl] = {}
+        self.instructions: list[str] = []  # isa names of the matrix instructions the kernel runs
+        self.prints = False  # the kernel calls T.print
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
         self.tmp = 0
@@ -128,13 +135,13 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.lines.append("  " * self.indent + text)
 
     # ---------------------------------------------------------------- top level
-    def print_kernel(self) -> tuple[str, set[str], set[str]]:
-        """(the kernel function's text, the headers it needs, the math helpers it calls)."""
+    def print_kernel(self) -> tuple[str, set[str], set[str], artifact.KernelRecord]:
+        """(the kernel function's text, the headers it needs, the math helpers it calls, its record)."""
         func = self.func
         attrs = func.attrs or {}
         readonly = {int(i) for i in attrs.get(vocab.READONLY_PARAMS_ATTR, [])}
         non_restrict = {str(getattr(v, "name", v)) for v in attrs.get(vocab.TL_NON_RESTRICT_PARAMS, [])}
-        params = []
+        params: list[artifact.Param] = []
         scalars: list[tuple[str, str]] = []  # (MSL name, dtype) of the scalar parameters, in order
         for index, var in enumerate(func.params):
             name = self.name_of(var)
@@ -144,26 +151,29 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
                 dtype = _pointee_dtype(var)
                 ro = index in readonly
                 self.device[var] = (dtype, ro)
-                restrict = "" if str(var.name) in non_restrict else " __restrict"
-                qual = "const device" if ro else "device"
-                params.append(f"{qual} {msl_type(dtype)}*{restrict} {name} [[ buffer({index}) ]]")
+                params.append(artifact.BufferParam(index, name, msl_type(dtype), ro, str(var.name) not in non_restrict))
             elif self.signature == TVM_RUNTIME:
                 scalars.append((name, str(var.dtype)))
             else:
-                params.append(f"constant {msl_type(str(var.dtype))}& {name} [[ buffer({index}) ]]")
-        scalar_locals = self.argument_struct(scalars) if scalars else []
+                params.append(artifact.ScalarParam(index, name, msl_type(str(var.dtype))))
+        scalar_locals, members = self.argument_struct(scalars) if scalars else ([], ())
         if scalars:
-            params.append(f"constant {tvm_runtime_args.struct_name(self.name)}& {tvm_runtime_args.ARGS_PARAM} [[ buffer({len(params)}) ]]")
+            struct = tvm_runtime_args.struct_name(self.name)
+            params.append(artifact.ArgStructParam(len(params), tvm_runtime_args.ARGS_PARAM, struct, tvm_runtime_args.SLOT_BYTES * len(members), members))
         threads: int | None = 1  # None: a symbolic threadgroup size, no static bound to declare
+        block = [1, 1, 1]
         for tag, extent in attrs.get("thread_extent", {}).items():
             if str(tag).startswith("threadIdx"):
-                threads = threads * int(extent.value) if threads is not None and isinstance(extent, tir.IntImm) else None
+                static = isinstance(extent, tir.IntImm)
+                threads = threads * int(extent.value) if threads is not None and static else None
+                if static:
+                    block["xyz".index(str(tag)[-1])] = int(extent.value)
         self.threads = threads
 
         self.visit(func.body)
         for attr, ty, _ in POSITION_PARAMS:
             if attr in self.used_positions and attr not in POSITION_FUNCTIONS:
-                params.append(f"{ty} {self.position_names[attr]} [[{attr}]]")
+                params.append(artifact.PositionParam(self.position_names[attr], ty, attr))
         locals_ = scalar_locals + [
             f"const {ty} {self.position_names[attr]} = {POSITION_FUNCTIONS[attr]}({ty}());"
             for attr, ty, _ in POSITION_PARAMS
@@ -172,20 +182,38 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         headers = {"metal_stdlib", "metal_simdgroup"}
         if self.mpp_ops:
             headers.add("MetalPerformancePrimitives/MetalPerformancePrimitives.h")
-        bound = "" if threads is None else f", max_total_threads_per_threadgroup({threads})"
-        sig = f"[[kernel{bound}]] void {self.name}(\n  " + ",\n  ".join(params) + ") {"
+        record = artifact.KernelRecord(
+            name=self.name,
+            params=tuple(params),
+            block=None if threads is None else (block[0], block[1], block[2]),
+            max_total_threads=threads,
+            threadgroup_arrays=tuple(d for d in self.threadgroup_decls if isinstance(d, artifact.ThreadgroupArrayDecl)),
+            threadgroup_views=tuple(d for d in self.threadgroup_decls if isinstance(d, artifact.ThreadgroupViewDecl)),
+            thread_arrays=tuple(self.thread_array_decls),
+            tile_pointers=tuple(self.tile_pointer_decls.values()),
+            instructions=tuple(self.instructions),
+            prints=self.prints,
+        )
+        sig = record.opening() + "\n  " + ",\n  ".join(p.msl() for p in params) + ") {"
         body = ["  " + line for line in locals_ + self.prelude] + self.lines
-        return "\n".join([sig] + body + ["}", ""]), headers, self.helpers
+        return "\n".join([sig] + body + ["}", ""]), headers, self.helpers, record
 
-    def argument_struct(self, scalars: list[tuple[str, str]]) -> list[str]:
+    def uses_instruction(self, name: str) -> None:
+        """Record that the kernel runs the matrix instruction `name` (isa.REGISTRY)."""
+        if name not in self.instructions:
+            self.instructions.append(name)
+
+    def argument_struct(self, scalars: list[tuple[str, str]]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
         """TVM_RUNTIME: declare the kernel's argument struct (in the file header, before the
-        kernels) and return the body's first lines, which give each scalar its usual name."""
+        kernels); return the body's first lines, which give each scalar its usual name, and the
+        struct's members as (name, the dtype the runtime packs)."""
         slots = [(name, tvm_runtime_args.arg_slot(dtype, name, self.name)) for name, dtype in scalars]
         self.support_code[f"tvm_args {self.name}"] = tvm_runtime_args.struct_definition(self.name, slots)
-        return [
+        lines = [
             f"const {msl_type(dtype)} {name} = {tvm_runtime_args.read_expression(name, dtype, slot)};"
             for (name, dtype), (_, slot) in zip(scalars, slots)
         ]
+        return lines, tuple((name, slot.runtime_dtype) for name, slot in slots)
 
     # ---------------------------------------------------------------- statements
     def visit(self, stmt: Any) -> None:
@@ -226,7 +254,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             count *= int(dim)
         if scope in SHARED_SCOPES:
             self.threadgroup[var] = dtype
-            self.prelude.append(f"threadgroup {msl_type(dtype)} {name}[{count}];")
+            self.threadgroup_decls.append(artifact.ThreadgroupArrayDecl(name, msl_type(dtype), count))
+            self.prelude.append(self.threadgroup_decls[-1].msl())
             return
         if scope not in THREAD_SCOPES:
             raise CodegenError(f"buffer {buf.name} has storage scope {scope}, which Metal kernels cannot allocate")
@@ -236,13 +265,15 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         storage = self.matrix_storage(var)
         if storage is not None:  # a cooperative accumulator kept as an array: fp32 like the MPP destination
             self.thread_arrays[var] = "float32"
-            self.emit(f"float {name}[{count}];")
+            self.thread_array(artifact.ThreadArrayDecl(name, "float", count))
             return
+        # align: recorded by the pass that moves whole 16-byte vectors through the array
         align = int(stmt.annotations.get(THREAD_ARRAY_ALIGN_ATTR, 0)) if stmt.annotations else 0
-        if align:  # recorded by the pass that moves whole 16-byte vectors through the array
-            self.emit(f"alignas({align}) {msl_type(dtype)} {name}[{count}];")
-            return
-        self.emit(f"{msl_type(dtype)} {name}[{count}];")
+        self.thread_array(artifact.ThreadArrayDecl(name, msl_type(dtype), count, align))
+
+    def thread_array(self, decl: artifact.ThreadArrayDecl) -> None:
+        self.thread_array_decls.append(decl)
+        self.emit(decl.msl())
 
     def visit_DeclBuffer(self, stmt: Any) -> None:
         return None
@@ -272,7 +303,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
                     name, k = f"{var.name}{k}", k + 1
                 self.name_of.reserve(name)
                 self.name_of.bind(var, name)
-            self.emit(f"{self.space_of(var)} {msl_type(dtype)}* {self.name_of(var)} = {self.pointer(value)};")
+            decl = artifact.TilePointerDecl(self.name_of(var), msl_type(dtype), readonly, self.name_of(source))
+            self.tile_pointer_decls.setdefault(decl.name, decl)
+            self.emit(f"{decl.prefix()}{self.pointer(value)};")
             return
         if not (isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_HANDLE_ADD_BYTE_OFFSET):
             raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
@@ -281,12 +314,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             raise CodegenError(f"pointer {var.name} must point into threadgroup memory")
         dtype = _pointee_dtype(var)
         self.threadgroup[var] = dtype
-        ty = msl_type(dtype)
-        line = f"threadgroup {ty}* {self.name_of(var)} = (threadgroup {ty}*)({self.name_of(pool)} + {self.expr(offset)});"
-        count = self.view_elements.get(var)
-        if count is not None:  # the view's own extent: the emulator checks accesses against it
-            line += f"  // {count} elements"
-        self.prelude.append(line)
+        count = self.view_elements.get(var)  # the view's own extent: the emulator checks accesses against it
+        view = artifact.ThreadgroupViewDecl(self.name_of(var), msl_type(dtype), self.name_of(pool), self.expr(offset), count)
+        self.threadgroup_decls.append(view)
+        self.prelude.append(view.msl())
 
     def visit_For(self, stmt: Any) -> None:
         var = self.name_of(stmt.loop_var)
@@ -602,6 +633,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             name = str(args[0].value)
             if name in DEBUG_PRINT_EXTERNS:
                 check_printable(name, args[-1])
+                self.prints = True
             helper = EXTERN_HELPERS.get(name)
             if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
                 name, self.support_code[helper[0]] = helper
@@ -658,12 +690,12 @@ def _add_terms(e: Any) -> list[Any]:
     return [e]
 
 
-def print_kernel(func: Any, name: str, signature: str = STANDARD) -> tuple[str, set[str], set[str], dict[str, str]]:
+def print_kernel(func: Any, name: str, signature: str = STANDARD) -> tuple[str, set[str], set[str], dict[str, str], artifact.KernelRecord]:
     """(MSL text of one kernel function, the headers it includes, the math helpers it calls, other
-    helper functions and declarations it needs by name)."""
+    helper functions and declarations it needs by name, the kernel's record for the artifact)."""
     printer = KernelPrinter(func, name, signature)
-    text, headers, helpers = printer.print_kernel()
-    return text, headers, helpers, printer.support_code
+    text, headers, helpers, record = printer.print_kernel()
+    return text, headers, helpers, printer.support_code, record
 
 
 def _only_statement(stmt: Any) -> Any:

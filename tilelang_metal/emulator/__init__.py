@@ -63,7 +63,8 @@ _memo_lock = threading.Lock()
 
 def _unit(msl: str, checked: bool, instrument: str | None = None) -> tuple[KernelSignature, toolchain.SourceUnit]:
     rw = rewrite(msl, checked=checked, instrument=instrument)
-    driver = _generate_driver(rw.signature, checked=checked, prints=_calls_print(msl))
+    prints = rw.record.prints if rw.record is not None else _calls_print(msl)
+    driver = _generate_driver(rw.signature, checked=checked, prints=prints)
     return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
 
 

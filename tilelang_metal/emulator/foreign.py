@@ -1,6 +1,7 @@
 """The front door for MSL the plugin did not write (`compile_msl`): MLX's kernels, hand-written Metal.
 
-The plugin's own MSL has a fixed shape and signature.py parses it line by line. Foreign MSL is free
+The plugin's own MSL carries its artifact (codegen/artifact.py), whose records drive signature.py's
+rewrites (hand-written MSL in the printer's fixed shape is parsed there line by line). Foreign MSL is free
 C++: templates instantiated under a `[[host_name("...")]]`, parameters without `[[buffer(n)]]`
 (Metal numbers them in order), `constant` structs by reference, `[[function_constant(n)]]` globals,
 threadgroup arrays declared in kernels *and* in helper functions, address-space-qualified member

@@ -1,8 +1,11 @@
-"""Parsing of the kernel signature and the source rewrites that precede compilation.
+"""The kernel signature and the source rewrites that precede compilation.
 
-The printer's output has a fixed shape (docs/msl_contract.md): one `[[kernel]]` function, one
-parameter per line, device buffers as `[const] device T* __restrict NAME [[ buffer(i) ]]`, position
-attributes, and threadgroup arrays declared one per line as `threadgroup T NAME[COUNT];`. The
+MSL the plugin printed carries its artifact (codegen/artifact.py): the records of every parameter,
+threadgroup array, pool view, thread array and tile pointer. The rewrites are driven by those
+records: each declaration is found by the record's own spelling (what the printer wrote through it)
+and replaced; text that does not match its record is refused. MSL without an artifact (written by
+hand in the printer's shape, docs/msl_contract.md: one `[[kernel]]` function, one parameter per
+line, `threadgroup T NAME[COUNT];` declarations) is parsed from the text instead (`_parse_*`). The
 rewrites keep every line where it was, so compiler diagnostics point at the original MSL lines.
 """
 
@@ -11,6 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..codegen.artifact import (
+    ArgStructParam,
+    BufferParam,
+    KernelArtifact,
+    KernelRecord,
+    PositionParam,
+    ScalarParam,
+    ThreadgroupViewDecl,
+    find_artifact,
+)
 from ..dtypes import DTYPE_OF_MSL
 
 from .access_marks import mark_line
@@ -35,64 +48,6 @@ POSITION_ATTRIBUTES: dict[str, tuple[tuple[str, ...], int]] = {
 }
 
 _POSITION_TYPES = {"uint", "ushort", "int", "short"}
-
-
-@dataclass(frozen=True)
-class BufferParam:
-    index: int
-    name: str
-    elem_type: str  # MSL scalar type, e.g. "half"
-    is_const: bool
-
-    @property
-    def torch_dtype_name(self) -> str:
-        return DTYPE_OF_MSL[self.elem_type]
-
-    def describe(self) -> str:
-        const = "const " if self.is_const else ""
-        return f"parameter '{self.name}' (buffer {self.index}, {const}device {self.elem_type}*)"
-
-
-@dataclass(frozen=True)
-class ScalarParam:
-    """`constant T& NAME [[ buffer(i) ]]`: a by-value argument, passed as a pointer to its value."""
-
-    index: int
-    name: str
-    elem_type: str
-
-    @property
-    def torch_dtype_name(self) -> str:
-        return DTYPE_OF_MSL[self.elem_type]
-
-    def describe(self) -> str:
-        return f"parameter '{self.name}' (buffer {self.index}, constant {self.elem_type}&)"
-
-
-@dataclass(frozen=True)
-class ArgStructParam:
-    """`constant S& NAME [[ buffer(i) ]]` with `S` a struct of the file: the argument struct of TVM's
-    Metal runtime convention (codegen/tvm_runtime_args.py), one 8-byte slot per member. The caller
-    passes its bytes; the driver passes a pointer to them, as the runtime's setBytes does."""
-
-    index: int
-    name: str
-    struct_type: str
-    size: int  # bytes
-
-    @property
-    def torch_dtype_name(self) -> str:
-        return "uint8"
-
-    def describe(self) -> str:
-        return f"parameter '{self.name}' (buffer {self.index}, constant {self.struct_type}&, {self.size} bytes)"
-
-
-@dataclass(frozen=True)
-class PositionParam:
-    name: str
-    type: str  # uint3, uint, ushort, ...
-    attribute: str
 
 
 @dataclass(frozen=True)
@@ -257,6 +212,7 @@ def _matching_paren(source: str, open_pos: int) -> int:
 class RewrittenSource:
     signature: KernelSignature
     text: str  # same number of lines as the input, kernel part rewritten
+    record: KernelRecord | None = None  # the kernel's artifact record (None: hand-written MSL)
 
 
 INSTRUMENTS = ("counters", "racecheck")
@@ -297,10 +253,20 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     accesses (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
     if instrument is not None and (instrument not in INSTRUMENTS or not checked):
         raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
-    header = _parse_kernel_header(msl)
-    params, param_edits = _rewrite_params(msl, header, checked=checked)
-    body_start = header.close_pos + 1
-    body = _rewrite_declarations(msl, body_start, checked=checked, racecheck=instrument == "racecheck")
+    racecheck = instrument == "racecheck"
+    artifact = _artifact(msl)
+    if artifact is not None:  # printed by the plugin: its records say what to rewrite
+        record = _record_in(msl, artifact)
+        header = _located_header(msl, record)
+        params, param_edits = _located_params(msl, header, record, checked=checked)
+        body_start = header.close_pos + 1
+        body = _located_declarations(msl, body_start, record, checked=checked, racecheck=racecheck)
+    else:  # hand-written in the printer's shape: parsed from the text
+        record = None
+        header = _parse_kernel_header(msl)
+        params, param_edits = _rewrite_params(msl, header, checked=checked)
+        body_start = header.close_pos + 1
+        body = _rewrite_declarations(msl, body_start, checked=checked, racecheck=racecheck)
     out = _apply_edits(msl, [*header.edits, *param_edits, *body.edits])
     if instrument is not None:
         names = _instrumented_names(params, body)
@@ -313,7 +279,156 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
         threadgroup_arrays=tuple(body.threadgroup_arrays),
         threadgroup_views=tuple(body.threadgroup_views), thread_arrays=tuple(body.thread_arrays),
     )
-    return RewrittenSource(signature=sig, text=out)
+    return RewrittenSource(signature=sig, text=out, record=record)
+
+
+def _artifact(msl: str) -> KernelArtifact | None:
+    try:
+        return find_artifact(msl)
+    except ValueError as err:  # an artifact of another version, or damaged
+        raise EmulatorCompileError(str(err)) from None
+
+
+def _mismatch(record: KernelRecord, what: str, expected: str) -> EmulatorCompileError:
+    return EmulatorCompileError(
+        f"kernel {record.name}: its artifact records {what}, but the MSL has no `{expected}`: the MSL was edited after "
+        "tilelang_metal printed it; run edited MSL with tilelang_metal.emulator.compile_msl"
+    )
+
+
+def _record_in(msl: str, artifact: KernelArtifact) -> KernelRecord:
+    """The record of the one kernel `msl` holds (a per-kernel source carries the module's artifact)."""
+    present = [k for k in artifact.kernels if k.opening() in msl]
+    if not present:
+        raise EmulatorCompileError(
+            f"the MSL's artifact records kernels {', '.join(artifact.names) or '(none)'}, but none of them is in the source "
+            "as printed; run edited MSL with tilelang_metal.emulator.compile_msl"
+        )
+    if len(present) > 1:
+        names = ", ".join(k.name for k in present)
+        raise EmulatorCompileError(f"expected one kernel per file, found {len(present)}: {names} (emulator.split_kernels splits a module)")
+    return present[0]
+
+
+def _located_header(msl: str, record: KernelRecord) -> _KernelHeader:
+    """The kernel's opening line, found by its record's spelling; the attribute becomes `static`."""
+    start = msl.index(record.opening())
+    attr_end = msl.index("]]", start) + 2
+    name_start = msl.index(" void ", attr_end) + len(" void ")
+    open_pos = start + len(record.opening()) - 1
+    edits: list[_Edit] = [(start, attr_end, "static")]
+    cxx_name = "tlm_kernel_main" if record.name == "main" else record.name
+    if cxx_name != record.name:
+        edits.append((name_start, name_start + len(record.name), cxx_name))
+    return _KernelHeader(
+        name=record.name,
+        cxx_name=cxx_name,
+        max_total_threads=record.max_total_threads,
+        open_pos=open_pos,
+        close_pos=_matching_paren(msl, open_pos),
+        edits=tuple(edits),
+    )
+
+
+def _located_params(msl: str, header: _KernelHeader, record: KernelRecord, *, checked: bool) -> tuple[list[Param], list[_Edit]]:
+    """Each recorded parameter found in order by its spelling; nothing else may sit between them."""
+    edits: list[_Edit] = []
+    cursor = header.open_pos + 1
+    rest = []
+    for p in record.params:
+        text = p.msl()
+        at = msl.find(text, cursor, header.close_pos)
+        if at < 0:
+            raise _mismatch(record, f"parameter {p.name}", text)
+        rest.append(msl[cursor:at])
+        edits.append((at, at + len(text), _cxx_param(p, checked)))
+        cursor = at + len(text)
+    rest.append(msl[cursor : header.close_pos])
+    between = "".join(rest)
+    if between.replace(",", "").strip() or between.count(",") != max(len(record.params) - 1, 0):
+        raise _fail(f"kernel {record.name}: its parameter list holds more than its artifact records", msl, _line_of(msl, header.open_pos))
+    for expected, p in enumerate(record.bound):
+        if p.index != expected:
+            raise EmulatorCompileError(f"parameter '{p.name}' has [[ buffer({p.index}) ]]; buffer indices must be 0..n-1 in parameter order")
+    for p in record.params:
+        if isinstance(p, (BufferParam, ScalarParam)) and p.elem_type not in DTYPE_OF_MSL:
+            raise EmulatorCompileError(f"kernel {record.name}: parameter '{p.name}' has unsupported element type '{p.elem_type}'")
+        if isinstance(p, PositionParam):
+            _check_position(p, msl, None)
+    return list(record.params), edits
+
+
+def _body_lines(msl: str, body_start: int) -> dict[str, list[tuple[int, int, str]]]:
+    """Stripped body line -> [(1-based line, offset of the line, its text)]."""
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    offset = 0
+    for lineno, ln in enumerate(msl.splitlines(keepends=True), start=1):
+        start = offset
+        offset += len(ln)
+        if start >= body_start:
+            content = ln.rstrip("\r\n")
+            found.setdefault(content.strip(), []).append((lineno, start, content))
+    return found
+
+
+def _indent(content: str) -> str:
+    return content[: len(content) - len(content.lstrip())]
+
+
+def _located_declarations(msl: str, body_start: int, record: KernelRecord, *, checked: bool, racecheck: bool) -> _BodyDeclarations:
+    """The recorded threadgroup arrays, pool views, thread arrays and tile pointers, found by their
+    spelling and rewritten to shim calls."""
+    body = _BodyDeclarations()
+    lines = _body_lines(msl, body_start)
+
+    def sites(what: str, text: str, *, once: bool) -> list[tuple[int, int, str]]:
+        found = lines.get(text, [])
+        if not found or (once and len(found) > 1):
+            raise _mismatch(record, what, text) if not found else EmulatorCompileError(
+                f"kernel {record.name}: `{text}` is declared {len(found)} times; its artifact records it once")
+        for lineno, _, _ in found:
+            body.decl_lines.add(lineno)
+        return found
+
+    for slot, a in enumerate(record.threadgroup_arrays):
+        ((lineno, start, content),) = sites(f"threadgroup array {a.name}", a.msl(), once=True)
+        arr = ThreadgroupArray(slot=slot, name=a.name, elem_type=a.elem_type, count=str(a.count), line=lineno)
+        body.threadgroup_arrays.append(arr)
+        body.edits.append((start, start + len(content), _threadgroup_array_text(_indent(content), arr, "", checked=checked)))
+    views = []
+    for v in record.threadgroup_views:
+        ((lineno, start, content),) = sites(f"threadgroup view {v.name}", v.msl(), once=True)
+        views.append((_ViewSite(v, lineno, start, len(content), _indent(content))))
+    body.threadgroup_views = _threadgroup_views(views)
+    if checked:
+        body.edits.extend(_checked_view_edits(views, body.threadgroup_views))
+    for t in record.thread_arrays:
+        for lineno, start, content in sites(f"thread array {t.name}", t.msl(), once=False):
+            _record_thread_array(body, t.name, t.elem_type, t.count, "" if not t.align else f"alignas({t.align}) ",
+                                 lineno, start, content, racecheck=racecheck)
+    for tp in record.tile_pointers:
+        prefix = tp.prefix()
+        found = [site for text, group in lines.items() if text.startswith(prefix) and text.endswith(";") for site in group]
+        if not found:
+            raise _mismatch(record, f"tile pointer {tp.name}", prefix + "...;")
+        for lineno, start, content in found:
+            value = content.strip()[len(prefix) : -1]
+            body.edits.append((start, start + len(content), f"{_indent(content)}auto {tp.name} = {value};"))
+            body.device_pointers.add(tp.name)
+            body.decl_lines.add(lineno)
+    return body
+
+
+def _cxx_param(p: Param, checked: bool) -> str:
+    """The C++ form of a kernel parameter (the driver binds it, driver.py)."""
+    if isinstance(p, BufferParam):
+        const = "const " if p.is_const else ""
+        return f"tlm::checked_ptr<{const}{p.elem_type}> {p.name}" if checked else f"{const}{p.elem_type}* __restrict {p.name}"
+    if isinstance(p, ScalarParam):
+        return f"const {p.elem_type} {p.name}"
+    if isinstance(p, ArgStructParam):
+        return f"const {p.struct_type} {p.name}"
+    return f"{p.type} {p.name}"
 
 
 def _parse_kernel_header(msl: str) -> _KernelHeader:
@@ -399,10 +514,7 @@ def _buffer_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[Buf
         elem_type=elem,
         is_const=bool(bm.group("const") or bm.group("const2")),
     )
-    const = "const " if bp.is_const else ""
-    if checked:
-        return bp, f"tlm::checked_ptr<{const}{elem}> {bp.name}"
-    return bp, f"{const}{elem}* __restrict {bp.name}"
+    return bp, _cxx_param(bp, checked)
 
 
 def _scalar_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[ScalarParam, str] | None:
@@ -416,9 +528,9 @@ def _scalar_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[Sca
         if size is None:
             raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
         ap = ArgStructParam(index=int(sm.group("index")), name=sm.group("name"), struct_type=elem, size=size)
-        return ap, f"const {elem} {ap.name}"  # type: ignore[return-value]
+        return ap, _cxx_param(ap, checked)  # type: ignore[return-value]
     sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
-    return sp, f"const {elem} {sp.name}"
+    return sp, _cxx_param(sp, checked)
 
 
 _STRUCT_MEMBER_RE = re.compile(r"^(?P<type>[A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*(?P<array>\[\s*2\s*\])?\s*;$")
@@ -446,21 +558,23 @@ def _position_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[P
     pm = _POSITION_RE.match(text)
     if not pm:
         return None
-    attr_name = pm.group("attr")
-    if attr_name not in POSITION_ATTRIBUTES:
-        raise _fail(f"kernel parameter '{pm.group('name')}': unsupported attribute [[{attr_name}]]", msl, line)
-    ptype = pm.group("type")
-    base = ptype.rstrip("0123456789")
-    width = ptype[len(base) :]
-    if base not in _POSITION_TYPES or width not in ("", "2", "3"):
-        raise _fail(f"kernel parameter '{pm.group('name')}': unsupported type '{ptype}'", msl, line)
-    return PositionParam(name=pm.group("name"), type=ptype, attribute=attr_name), f"{ptype} {pm.group('name')}"
+    param = PositionParam(name=pm.group("name"), type=pm.group("type"), attribute=pm.group("attr"))
+    _check_position(param, msl, line)
+    return param, _cxx_param(param, checked)
+
+
+def _check_position(p: PositionParam, msl: str, line: int | None) -> None:
+    if p.attribute not in POSITION_ATTRIBUTES:
+        raise _fail(f"kernel parameter '{p.name}': unsupported attribute [[{p.attribute}]]", msl, line)
+    base = p.type.rstrip("0123456789")
+    if base not in _POSITION_TYPES or p.type[len(base) :] not in ("", "2", "3"):
+        raise _fail(f"kernel parameter '{p.name}': unsupported type '{p.type}'", msl, line)
 
 
 def _rewrite_declarations(msl: str, body_start: int, *, checked: bool, racecheck: bool) -> _BodyDeclarations:
     """Find the body's thread arrays, threadgroup arrays and pool views, and rewrite them to shim calls."""
     body = _BodyDeclarations()
-    views: list[tuple[re.Match[str], int, int, int]] = []
+    views: list[_ViewSite] = []
     offset = 0
     for lineno, ln in enumerate(msl.splitlines(keepends=True), start=1):
         start = offset
@@ -479,7 +593,10 @@ def _rewrite_declarations(msl: str, body_start: int, *, checked: bool, racecheck
             continue
         vm = _TG_VIEW_RE.match(content)
         if vm and any(a.name == vm.group("pool") for a in body.threadgroup_arrays):
-            views.append((vm, lineno, start, len(content)))
+            declared = _VIEW_EXTENT_RE.search(vm.group("tail") or "")
+            decl = ThreadgroupViewDecl(vm.group("name"), vm.group("type"), vm.group("pool"), vm.group("off").strip(),
+                                       int(declared.group(1)) if declared else None)
+            views.append(_ViewSite(decl, lineno, start, len(content), vm.group("indent"), vm.group("tail") or ""))
             body.decl_lines.add(lineno)
             continue
         _threadgroup_array(msl, content, lineno, start, body, checked=checked)
@@ -493,18 +610,23 @@ def _thread_array(content: str, lineno: int, start: int, body: _BodyDeclarations
     """Record a thread-private array declared on this line (racecheck: make it a tracked `tlm::local_array`)."""
     am = _THREAD_ARRAY_RE.match(content)
     count = _int_literal(am.group("count")) if am else None
-    size = type_bytes(am.group("type")) if am else None
-    if not (am and count is not None and size is not None):
+    if not (am and count is not None and type_bytes(am.group("type")) is not None):
         return False
-    arr = ThreadArray(am.group("name"), am.group("type"), count, count * size, lineno)
-    body.thread_arrays.append(arr)
-    body.decl_lines.add(lineno)
-    if racecheck and not arr.elem_type.startswith("simdgroup_"):
-        indent = content[: len(content) - len(content.lstrip())]
-        body.edits.append((start, start + len(content),
-                           f'{indent}{am.group("align") or ""}tlm::local_array<{arr.elem_type}, {count}> {arr.name}("{arr.name}");'))
-        body.tracked_locals.add(arr.name)
+    _record_thread_array(body, am.group("name"), am.group("type"), count, am.group("align") or "", lineno, start, content,
+                         racecheck=racecheck)
     return True
+
+
+def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, count: int, align: str, lineno: int,
+                         start: int, content: str, *, racecheck: bool) -> None:
+    """Note a thread array for the stack size (racecheck: make it a tracked `tlm::local_array`)."""
+    size = type_bytes(elem_type)
+    if size is not None:
+        body.thread_arrays.append(ThreadArray(name, elem_type, count, count * size, lineno))
+    body.decl_lines.add(lineno)
+    if racecheck and size is not None and not elem_type.startswith("simdgroup_"):
+        body.edits.append((start, start + len(content), f'{_indent(content)}{align}tlm::local_array<{elem_type}, {count}> {name}("{name}");'))
+        body.tracked_locals.add(name)
 
 
 def _threadgroup_array(msl: str, content: str, lineno: int, start: int, body: _BodyDeclarations, *,
@@ -520,33 +642,43 @@ def _threadgroup_array(msl: str, content: str, lineno: int, start: int, body: _B
             lineno,
         )
     body.decl_lines.add(lineno)
-    elem = dm.group("type")
     slot = len(body.threadgroup_arrays)
-    arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=elem, count=dm.group("count").strip(), line=lineno)
+    arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=dm.group("type"), count=dm.group("count").strip(), line=lineno)
     body.threadgroup_arrays.append(arr)
+    body.edits.append((start, start + len(content), _threadgroup_array_text(dm.group("indent"), arr, dm.group("tail"), checked=checked)))
+
+
+def _threadgroup_array_text(indent: str, arr: ThreadgroupArray, tail: str, *, checked: bool) -> str:
+    """A threadgroup array declaration as a slot of the shim's threadgroup memory."""
+    elem = arr.elem_type
     if checked:
-        rep = (
-            f'{dm.group("indent")}tlm::checked_ptr<{elem}> {arr.name} = '
-            f'tlm::threadgroup_array<{elem}>({slot}, ({arr.count}), "{arr.name}");{dm.group("tail")}'
-        )
-    else:
-        rep = (
-            f'{dm.group("indent")}{elem}* {arr.name} = '
-            f"tlm::threadgroup_array_raw<{elem}>({slot}, ({arr.count}));{dm.group('tail')}"
-        )
-    body.edits.append((start, start + len(content), rep))
+        return f'{indent}tlm::checked_ptr<{elem}> {arr.name} = tlm::threadgroup_array<{elem}>({arr.slot}, ({arr.count}), "{arr.name}");{tail}'
+    return f"{indent}{elem}* {arr.name} = tlm::threadgroup_array_raw<{elem}>({arr.slot}, ({arr.count}));{tail}"
 
 
-def _checked_view_edits(found: list[tuple[re.Match[str], int, int, int]], views: list[ThreadgroupView]) -> list[_Edit]:
+@dataclass(frozen=True)
+class _ViewSite:
+    """A pool view's declaration and where it sits in the source."""
+
+    decl: ThreadgroupViewDecl
+    line: int
+    start: int
+    length: int
+    indent: str
+    tail: str | None = None  # the text after the `;` (None: the record's own)
+
+
+def _checked_view_edits(found: list[_ViewSite], views: list[ThreadgroupView]) -> list[_Edit]:
     """Checked builds: each pool view becomes a bounds-checked `tlm::threadgroup_view`."""
     edits = []
-    for view_id, ((vm, _lineno, start, length), view) in enumerate(zip(found, views), start=1):
+    for view_id, (site, view) in enumerate(zip(found, views), start=1):
         end = -1 if view.end is None else view.end
+        tail = site.decl.tail() if site.tail is None else site.tail
         edits.append((
-            start,
-            start + length,
-            f'{vm.group("indent")}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>('
-            f'{view.pool}, ({view.offset}), {end}, "{view.name}", {view_id});{vm.group("tail")}',
+            site.start,
+            site.start + site.length,
+            f"{site.indent}tlm::checked_ptr<{view.elem_type}> {view.name} = tlm::threadgroup_view<{view.elem_type}>("
+            f'{view.pool}, ({view.offset}), {end}, "{view.name}", {view_id});{tail}',
         ))
     return edits
 
@@ -583,29 +715,24 @@ def _instrument_body(out: str, first_body_line: int, names: set[str], decl_lines
 _VIEW_EXTENT_RE = re.compile(r"//\s*(\d+) elements\b")
 
 
-def _threadgroup_views(found: list[tuple[re.Match[str], int, int, int]]) -> list[ThreadgroupView]:
-    """Each view's extent: the element count the printer writes after it (`// N elements`), else up
-    to where the next view of the same pool starts (by literal byte offset; views at the same offset,
-    whose lifetimes the storage planner overlapped, share the span up to the next one)."""
+def _threadgroup_views(found: list[_ViewSite]) -> list[ThreadgroupView]:
+    """Each view's extent: its own element count when declared (the printer writes it after the view,
+    `// N elements`), else up to where the next view of the same pool starts (by literal byte offset;
+    views at the same offset, whose lifetimes the storage planner overlapped, share the span up to
+    the next one)."""
     offsets: dict[str, set[int]] = {}
-    for vm, *_ in found:
-        off = _int_literal(vm.group("off"))
+    for site in found:
+        off = _int_literal(site.decl.offset)
         if off is not None:
-            offsets.setdefault(vm.group("pool"), set()).add(off)
+            offsets.setdefault(site.decl.pool, set()).add(off)
     views = []
-    for vm, lineno, _start, _len in found:
-        off = _int_literal(vm.group("off"))
-        later = [o for o in offsets.get(vm.group("pool"), ()) if off is not None and o > off]
-        declared = _VIEW_EXTENT_RE.search(vm.group("tail") or "")
-        elem_bytes = type_bytes(vm.group("type"))
-        if declared and off is not None and elem_bytes:
-            later = [off + int(declared.group(1)) * elem_bytes]
-        views.append(ThreadgroupView(
-            name=vm.group("name"),
-            elem_type=vm.group("type"),
-            pool=vm.group("pool"),
-            offset=vm.group("off").strip(),
-            end=min(later) if later else None,
-            line=lineno,
-        ))
+    for site in found:
+        v = site.decl
+        off = _int_literal(v.offset)
+        later = [o for o in offsets.get(v.pool, ()) if off is not None and o > off]
+        elem_bytes = type_bytes(v.elem_type)
+        if v.elements is not None and off is not None and elem_bytes:
+            later = [off + v.elements * elem_bytes]
+        views.append(ThreadgroupView(name=v.name, elem_type=v.elem_type, pool=v.pool, offset=v.offset,
+                                     end=min(later) if later else None, line=site.line))
     return views

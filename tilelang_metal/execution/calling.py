@@ -2,7 +2,9 @@
 
 `KernelCall` = the host signature (binding.py: argument checks, symbolic sizes, `out_idx`
 outputs) + the module's launches in host program order (launch.py: each kernel's arguments and
-grid from its own host call site). Adapters only say where tensors live and how one launch runs.
+grid from its own host call site), checked against the kernels' artifact records (the MSL's own
+account of each kernel's parameters and threadgroup size, codegen/artifact.py). Adapters only say
+where tensors live and how one launch runs.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host import base_kernel_adapter
+from ..codegen.artifact import STANDARD, BufferParam, KernelArtifact, KernelRecord, artifact_of
 from ..codegen.debug_print import refuse_debug_print
 from .binding import KERNEL_DTYPES, BoundCall, CallSignature, Device, poisoned, torch_dtype
 from .launch import KernelLaunch, LaunchShape, Workspace, kernel_launches, workspace_plan
@@ -23,10 +26,31 @@ class KernelCall:
         self.signature = CallSignature(func, result_idx)
         self.workspaces: list[Workspace] = workspace_plan(self.signature, host_mod)
         self.launches: list[KernelLaunch] = kernel_launches(self.signature, host_mod, device_mod)
+        self.records: dict[str, KernelRecord] = {}  # kernel name -> its artifact record (check_artifact)
         buffers = [arg for launch in self.launches for arg in launch.arguments if arg.is_buffer]
         self.signature.set_accesses(
             used={a.position for a in buffers}, written={a.position for a in buffers if a.written}  # type: ignore[misc]
         )
+
+    def check_artifact(self, artifact: KernelArtifact) -> None:
+        """Every host call site agrees with its kernel's record: the kernel exists, takes as many
+        [[ buffer(i) ]] arguments, a buffer where the host passes one, and a writable one where
+        the host's analysis says the kernel writes it."""
+        if artifact.convention != STANDARD:
+            raise ValueError(f"tilelang_metal: the MSL uses the {artifact.convention} convention; the plugin's adapters launch {STANDARD} kernels")
+        for launch in self.launches:
+            record = artifact.kernel(launch.kernel_name)
+            bound = record.bound
+            if len(bound) != len(launch.arguments):
+                raise ValueError(
+                    f"kernel {launch.kernel_name}: the MSL has {len(bound)} buffer parameters ({', '.join(p.name for p in bound)}), "
+                    f"the host call site passes {len(launch.arguments)}"
+                )
+            for arg, param in zip(launch.arguments, bound):
+                is_buffer = isinstance(param, BufferParam)
+                if arg.is_buffer != is_buffer or (is_buffer and arg.written and param.is_const):  # type: ignore[union-attr]
+                    raise ValueError(f"kernel {launch.kernel_name}: host argument {arg.name} does not fit MSL {param.describe()}")
+        self.records = {launch.kernel_name: artifact.kernel(launch.kernel_name) for launch in self.launches}
 
     def bind(self, args: tuple, device: Device, poison: bool) -> BoundCall:
         """Checked arguments, freshly allocated outputs and workspaces (poisoned: NaN / -1, so
@@ -47,8 +71,18 @@ class KernelCall:
         for launch in self.launches:
             shape = launch.shape(bound)
             if not shape.empty:
+                self.check_block(shape)
                 launch_one(launch, shape, bound)
         return bound.results()
+
+    def check_block(self, shape: LaunchShape) -> None:
+        """The host's threadgroup size is the one the kernel was printed for (when static)."""
+        record = self.records.get(shape.kernel_name)
+        if record is not None and record.block is not None and tuple(shape.block) != record.block:
+            raise ValueError(
+                f"kernel {shape.kernel_name}: the host launches threadgroups of {tuple(shape.block)} threads, "
+                f"the MSL was printed for {record.block}"
+            )
 
 
 class PluginKernelAdapter(base_kernel_adapter()):
@@ -69,6 +103,7 @@ class PluginKernelAdapter(base_kernel_adapter()):
         target: Any = None,
     ):
         self.kernel_global_source = kernel_source
+        self.artifact = artifact_of(kernel_source)  # one line for MSL the plugin did not print
         self._call_inputs = (func_or_mod, device_mod, host_mod)
         super().__init__(func_or_mod, params=params, result_idx=result_idx)
 
@@ -80,8 +115,9 @@ class PluginKernelAdapter(base_kernel_adapter()):
         if host_mod is None:
             raise ValueError("tilelang_metal: the adapter needs the lowered host module (artifact.host_mod)")
         if not self.shows_print_output:
-            refuse_debug_print(self.kernel_global_source, self.device.backend)
+            refuse_debug_print(self.artifact, self.device.backend)
         self.call = KernelCall(self.result_idx, func, device_mod, host_mod)
+        self.call.check_artifact(self.artifact)
         return self.make_runner()
 
     device: Device  # where the adapter's tensors live

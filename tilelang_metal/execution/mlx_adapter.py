@@ -125,7 +125,7 @@ class MLXKernelAdapter(PluginKernelAdapter):
             msl = split_kernels(self.kernel_global_source).get(kernel_name)
             if msl is None:
                 raise ValueError(f"kernel {kernel_name} is not in the module's MSL")
-            source = mlx_kernel_source(msl)
+            source = mlx_kernel_source(msl, self.artifact.kernel(kernel_name))
             mx = mlx_module()
             if source.needs_metal4 and mx.metal.is_available():
                 metal4_launch.check(kernel_name, metal4_launch.current("mlx"))
@@ -190,13 +190,8 @@ class MLXKernelAdapter(PluginKernelAdapter):
 
     def _written_positions(self) -> set[int]:
         written: set[int] = set()
-        for launch in self.call.launches:
+        for launch in self.call.launches:  # arity checked against the artifact (KernelCall.check_artifact)
             source = self.kernel_source(launch.kernel_name)
-            if len(source.params) != len(launch.arguments):
-                raise ValueError(
-                    f"kernel {launch.kernel_name}: the MSL has {len(source.params)} buffer parameters, the host call site "
-                    f"{len(launch.arguments)}"
-                )
             written |= {a.position for a, p in zip(launch.arguments, source.params) if p.written and a.position is not None}
         return written
 

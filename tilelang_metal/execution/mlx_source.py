@@ -12,23 +12,24 @@ parameter names to MLX's:
     auto n = tlm_mlx_n;                             // scalar: a 0-d MLX input (`constant T&`)
     uint3 blockIdx = uint3(threadgroup_position_in_grid);
 
-Threadgroup memory stays declared in the body, where MSL requires it (kernel scope).
+Threadgroup memory stays declared in the body, where MSL requires it (kernel scope). The
+parameters and where the kernel starts come from the kernel's artifact record (codegen/artifact.py),
+not from reading the signature; the header drops the artifact line (it describes the plugin's
+kernels, not the one MLX writes).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import Enum
 
+from ..codegen.artifact import BufferParam, KernelRecord, PositionParam, ScalarParam, strip_artifact
 from ..codegen.kernel_text import matching_bracket
-from ..emulator.signature import BufferParam, PositionParam, ScalarParam, rewrite
 
 PREFIX = "tlm_mlx_"
 AFTER = PREFIX + "after"  # input: the previous launch's `done`, so MLX orders the two launches
 DONE = PREFIX + "done"  # output: one element, never written; what later work waits on
 
-_KERNEL_START = re.compile(r"(\[\[\s*kernel\b(?:[^\]]|\](?!\]))*\]\]|\bkernel)\s+void\s+([A-Za-z_]\w*)\s*\(")
 MPP_INCLUDE = "MetalPerformancePrimitives"
 
 
@@ -89,28 +90,29 @@ def _matching(text: str, open_pos: int, open_ch: str, close_ch: str) -> int:
     return close
 
 
-def mlx_kernel_source(msl: str) -> MLXKernelSource:
-    """Split the source of ONE printed kernel (`emulator.split_kernels` gives one per kernel)."""
-    found = list(_KERNEL_START.finditer(msl))
-    if len(found) != 1:
-        raise ValueError(f"expected one kernel in the source, found {len(found)}")
-    start = found[0]
-    close = _matching(msl, start.end() - 1, "(", ")")
+def mlx_kernel_source(msl: str, record: KernelRecord) -> MLXKernelSource:
+    """Split the printed MSL of the kernel `record` describes (its module's source, or the kernel's
+    own from `emulator.split_kernels`) into MLX's header and body."""
+    start = msl.find(record.opening())
+    if start < 0 or msl.find(record.opening(), start + 1) >= 0:
+        raise ValueError(f"kernel {record.name}: its artifact's opening line `{record.opening()}` is not once in the source")
+    close = _matching(msl, start + len(record.opening()) - 1, "(", ")")
     open_brace = msl.index("{", close)
     end_brace = _matching(msl, open_brace, "{", "}")
-    signature = rewrite(msl, checked=False).signature  # the emulator's parser of the printer's fixed shape
     params: list[KernelParam] = []
     positions: list[PositionParam] = []
-    for p in signature.params:
+    for p in record.params:
         if isinstance(p, BufferParam):
             params.append(KernelParam(p.name, "buffer", p.elem_type, written=not p.is_const))
         elif isinstance(p, ScalarParam):
             params.append(KernelParam(p.name, "scalar", p.elem_type, written=False))
-        else:
+        elif isinstance(p, PositionParam):
             positions.append(p)
+        else:
+            raise ValueError(f"kernel {record.name}: {p.describe()} has no MLX form (TVM's argument struct)")
     return MLXKernelSource(
-        kernel_name=start.group(2),
-        header=msl[: start.start()],
+        kernel_name=record.name,
+        header=strip_artifact(msl[:start]),
         body=msl[open_brace + 1 : end_brace],
         params=tuple(params),
         positions=tuple(positions),

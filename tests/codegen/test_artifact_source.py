@@ -1,0 +1,173 @@
+"""The artifact the printer writes agrees with the MSL it prints, for kernels of every kind: the
+emulator's rewrite driven by the records gives the same signature and the same C++ as its parser of
+the hand-written printer shape run on the same text without the artifact. The records also say
+what the IR said (roles, instructions, limits), and the emulator refuses text that does not match
+its records."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tilelang
+import tilelang.language as T
+import torch
+
+from tilelang_metal import kernels as E
+from tilelang_metal.codegen import artifact as A
+from tilelang_metal.emulator import EmulatorCompileError, compile_kernel, split_kernels
+from tilelang_metal.emulator.signature import rewrite
+
+
+def lower(func, target) -> str:
+    return tilelang.lower(func, target=target).kernel_source
+
+
+def _atomics():
+    @T.prim_func
+    def main(I: T.Tensor((64,), "int32"), F: T.Tensor((96,), "float32"), H: T.Tensor((64,), "float16")):
+        with T.Kernel(2, threads=32):
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((64,), "float32")
+            S[tx] = T.float32(0)
+            T.atomic_add(I[tx], 1)
+            T.atomic_max(F[tx + 1], 2.0)
+            T.atomic_min(S[tx], 1.0)
+            T.atomic_add(H[tx], T.float16(1))
+            F[tx + 32] = S[tx]
+
+    return main
+
+
+def _two_kernels_with_scalars():
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(A_: T.Tensor((M, 16), "float32"), B: T.Tensor((M, 16), "float32"), alpha: T.float32, shift: T.int32):
+        with T.Kernel(T.ceildiv(M, 4), threads=64) as bx:
+            for i, j in T.Parallel(4, 16):
+                if bx * 4 + i < M:
+                    B[bx * 4 + i, j] = A_[bx * 4 + i, j] * alpha
+        with T.Kernel(T.ceildiv(M, 8), threads=(16, 8)) as bx:
+            tx, ty = T.get_thread_binding(0), T.get_thread_binding(1)
+            if bx * 8 + ty < M:
+                B[bx * 8 + ty, tx] = B[bx * 8 + ty, tx] + T.cast(shift, "float32")
+
+    return main
+
+
+def _kernels():
+    return {
+        "gemm_metal4": lambda: lower(E.gemm_direct_global(128, 128, 64), E.metal4_target()),
+        "gemm_shared_metal4": lambda: lower(E.gemm_shared(128, 128, 128), E.metal4_target()),
+        "gemm_metal_ragged": lambda: lower(E.gemm_shared(100, 72, 40), E.plain_metal_target()),
+        "row_sum": lambda: lower(E.reduce_rows(37, 100, "sum"), E.plain_metal_target()),
+        "atomics": lambda: lower(_atomics(), E.plain_metal_target()),
+        "two_kernels_dynamic_scalars": lambda: lower(_two_kernels_with_scalars(), E.plain_metal_target()),
+    }
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return {name: make() for name, make in _kernels().items()}
+
+
+def _without_artifact(text: str) -> str:
+    """The same text with the artifact line blanked (line numbers kept): what a hand-written copy is."""
+    out, n = re.subn(r"^// tilelang_metal\.artifact .*$", "// (no artifact)", text, flags=re.M)
+    assert n == 1
+    return out
+
+
+@pytest.mark.parametrize("name", list(_kernels()))
+def test_records_agree_with_the_printed_text(sources, name):
+    source = sources[name]
+    art = A.artifact_of(source)
+    per_kernel = split_kernels(source)
+    assert list(per_kernel) == list(art.names)  # one record per kernel, in the printed order
+    for kernel_name, text in per_kernel.items():
+        record = art.kernel(kernel_name)
+        for checked, instrument in ((True, None), (False, None), (True, "racecheck")):
+            by_record = rewrite(text, checked=checked, instrument=instrument)
+            by_text = rewrite(_without_artifact(text), checked=checked, instrument=instrument)
+            assert by_record.record == record and by_text.record is None
+            assert by_record.signature == by_text.signature, kernel_name
+            assert by_record.text.splitlines()[2:] == by_text.text.splitlines()[2:], kernel_name
+        # the records the text parser cannot see: const-ness per the IR, block, instructions
+        assert record.max_total_threads is None or record.block is None or record.block[0] * record.block[1] * record.block[2] == record.max_total_threads
+
+
+def test_records_say_what_the_ir_said(sources):
+    def kernel_of(name, kernel=None):
+        art = A.artifact_of(sources[name])
+        return art.kernel(kernel or art.names[0])
+
+    gemm = kernel_of("gemm_metal4")
+    assert [(p.name, p.elem_type, p.is_const) for p in gemm.buffers] == [("A", "half", True), ("B", "half", True), ("C", "half", False)]
+    assert gemm.instructions == ("matmul2d_16x32x16",) and gemm.block == (128, 1, 1) and not gemm.threadgroup_arrays
+    shared = kernel_of("gemm_shared_metal4")
+    assert shared.instructions == ("matmul2d_16x32x16",)
+    simd = kernel_of("gemm_metal_ragged")
+    assert simd.instructions == ("simdgroup_multiply_accumulate_8x8x8",)
+    pool = simd.threadgroup_arrays[0]
+    assert len(simd.threadgroup_arrays) == 1 and {v.pool for v in simd.threadgroup_views} == {pool.name}
+    assert all(v.elements is not None for v in simd.threadgroup_views)  # each view's own extent
+    assert any(t.elem_type == "simdgroup_float8x8" for t in simd.thread_arrays)
+    assert kernel_of("row_sum").instructions == ()
+    atomics = kernel_of("atomics")
+    assert [(a.name, a.elem_type, a.count) for a in atomics.threadgroup_arrays] == [("S", "float", 64)]
+    assert all(not p.is_const for p in atomics.buffers)
+    two = A.artifact_of(sources["two_kernels_dynamic_scalars"])
+    first, second = (two.kernel(n) for n in two.names)
+    assert len(two.kernels) == 2 and first.block == (64, 1, 1) and second.block == (16, 8, 1)
+    scalars = [(p.name, p.elem_type) for p in first.bound if isinstance(p, A.ScalarParam)]
+    assert ("alpha", "float") in scalars and ("M", "int") in scalars
+    assert ("shift", "int") in [(p.name, p.elem_type) for p in second.bound if isinstance(p, A.ScalarParam)]
+
+
+def test_the_emulator_reads_the_records_not_the_text(sources):
+    """A record that no longer matches the text (C recorded read-only) is refused, not re-parsed."""
+    text = split_kernels(sources["gemm_metal4"])["main_kernel"]
+    line = next(ln for ln in text.splitlines() if ln.startswith(A.MARK))
+    art = A.decode(line)
+    record = art.kernel("main_kernel")
+    params = tuple(p if p.name != "C" else A.BufferParam(p.index, p.name, p.elem_type, True) for p in record.params)
+    edited = A.KernelArtifact(art.convention, (A.KernelRecord(**{**record.__dict__, "params": params}),))
+    with pytest.raises(EmulatorCompileError, match=r"kernel main_kernel: its artifact records parameter C, but the MSL has no `const device half\* __restrict C"):
+        rewrite(text.replace(line, edited.line()), checked=True)
+    wrong_count = tuple(A.ThreadArrayDecl(t.name, t.elem_type, t.count + 1) for t in record.thread_arrays)
+    edited = A.KernelArtifact(art.convention, (A.KernelRecord(**{**record.__dict__, "thread_arrays": wrong_count}),))
+    with pytest.raises(EmulatorCompileError, match=r"its artifact records thread array A_frag.*compile_msl"):
+        rewrite(text.replace(line, edited.line()), checked=True)
+
+
+def test_printed_kernel_runs_from_its_artifact(sources):
+    """The adapters' route: one kernel of the module, compiled from its records, numerically right."""
+    text = split_kernels(sources["row_sum"])["main_kernel"]
+    kernel = compile_kernel(text)
+    record = A.artifact_of(text).kernel("main_kernel")
+    assert kernel.signature.bound == record.bound
+    x = torch.randn(37, 100)
+    out = torch.full((37,), float("nan"))
+    from tilelang_metal.kernels.reduce_rows import row_blocking
+
+    block_rows, _ = row_blocking(37, 100, 128)
+    by_name = {"X": x, "Out": out}
+    kernel.launch([by_name[p.name] for p in record.bound], (-(-37 // block_rows), 1, 1), record.block)
+    torch.testing.assert_close(out, x.sum(-1), rtol=1e-5, atol=1e-4)
+
+
+def test_launch_is_checked_against_the_records():
+    """The adapters hold each kernel's record: a host threadgroup size other than the printed one is
+    refused before the launch."""
+    import dataclasses
+
+    kernel = tilelang.compile(E.reduce_rows(37, 100, "sum"), out_idx=[-1], target=E.plain_metal_target(), execution_backend="emulator")
+    x = torch.randn(37, 100)
+    torch.testing.assert_close(kernel(x), x.sum(-1), rtol=1e-5, atol=1e-4)
+    call = kernel.adapter.call
+    record = call.records["main_kernel"]
+    assert record == A.artifact_of(kernel.get_kernel_source()).kernel("main_kernel")
+    call.records["main_kernel"] = dataclasses.replace(record, block=(64, 1, 1))
+    with pytest.raises(ValueError, match=r"kernel main_kernel: the host launches threadgroups of \(128, 1, 1\) threads, the MSL was printed for \(64, 1, 1\)"):
+        kernel(x)
