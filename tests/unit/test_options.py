@@ -172,3 +172,31 @@ def test_explain_prints_the_decisions_recorded_on_the_ir(capsys):
     assert cli.main(["lower", "--explain", "--path", "shared", "--target", "metal4", "--m", "64", "--n", "64", "--k", "32"]) in (0, None)
     printed = [line[3:] for line in capsys.readouterr().out.splitlines() if line.startswith("// ") and not line.startswith("// tilelang_metal")]
     assert printed == list(dict.fromkeys(on_ir))
+
+
+def test_one_compile_builds_its_options_once(clean_env, tmp_path):
+    """tilelang.compile with tilelang's kernel cache on: the cache key, the lowering and the printer
+    share one LoweringOptions, so a variable changed in between cannot split them."""
+    from tilelang import env
+
+    from tilelang_metal import options as options_module
+
+    built = []
+    from_settings = LoweringOptions.from_settings.__func__
+
+    def counting(cls, pass_configs=None):
+        built.append(pass_configs)
+        return from_settings(cls, pass_configs)
+
+    clean_env.setattr(options_module.LoweringOptions, "from_settings", classmethod(counting))
+    clean_env.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    clean_env.setenv("TILELANG_DISABLE_CACHE", "0")
+    was_enabled = env.is_cache_enabled()
+    env.enable_cache()
+    try:
+        kernel = tilelang.compile(E.gemm_shared(64, 64, 32), out_idx=[-1], target=E.metal4_target(), execution_backend="emulator",
+                                  pass_configs={kernel_options.PRECISE_MATH: True})
+    finally:
+        (env.enable_cache if was_enabled else env.disable_cache)()
+    assert len(built) == 1 and dict(built[0]) == {kernel_options.PRECISE_MATH: True}
+    assert stamped(kernel.artifact.device_mod.functions.values()) == LoweringOptions(precise_math=True)
