@@ -132,7 +132,7 @@ def current_options() -> LoweringOptions:
 
 
 @contextmanager
-def _entered(scope: _Scope) -> Iterator[LoweringOptions | None]:
+def _entered(scope: _Scope) -> Iterator[_Scope]:
     token = _current.set(scope)
     try:
         yield scope
