@@ -240,14 +240,14 @@ def _build(args: argparse.Namespace) -> Any:
     )
 
 
-def _with_decisions(fn: Any) -> tuple[Any, list[str]]:
-    """Run `fn` and return its result with the plan of every T.gemm it lowered (each plan once:
-    layout inference and lowering both plan the same GEMM)."""
-    from .gemm import recorded_plans
+def lowered_decisions(artifact: Any) -> list[str]:
+    """The decisions the lowering recorded on the IR (`ir_attrs.DECISIONS_ATTR`) of a lowered
+    kernel (`tilelang.lower`'s result): shared-staging bypass, register staging / K-prefetch turned
+    off for registers, the plan of every T.gemm, in the order they were taken."""
+    from .ir_attrs import decisions_of
 
-    with recorded_plans() as plans:
-        result = fn()
-    return result, list(dict.fromkeys(plan.describe() for plan in plans))
+    funcs = [f for mod in (artifact.host_mod, artifact.device_mod) if mod is not None for f in mod.functions.values()]
+    return decisions_of(funcs)
 
 
 def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -258,15 +258,12 @@ def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
 
     func = _build(args)
     target = resolve_target(_target(args.target))
-
-    def lower() -> str:
-        with pass_context(), target:  # T.copy / T.Parallel lowering needs the target in scope
-            return tilelang.lower(func, target=target).kernel_source
-
-    source, decisions = _with_decisions(lower)
+    with pass_context(), target:  # T.copy / T.Parallel lowering needs the target in scope
+        artifact = tilelang.lower(func, target=target)
+    decisions = lowered_decisions(artifact)
     if args.path == "auto":
         decisions = args.choice.describe() + decisions
-    return source, decisions
+    return artifact.kernel_source, decisions
 
 
 def _inputs(args: argparse.Namespace) -> tuple[list[Any], Any]:

@@ -6,9 +6,11 @@ next lowering / launch (tests use `monkeypatch.setenv`). A bad value raises `Con
 line naming the variable and the values it accepts. This module imports nothing heavy (no
 tilelang, no torch): `import tilelang_metal` and the CLI's `--help` stay cheap.
 
-Settings that change the generated MSL (`changes_codegen=True`) are returned by
-`codegen_settings()`, which the plugin folds into tilelang's kernel-cache key and the per-function
-JIT memo, so a kernel lowered under one value is never served under another.
+The settings that change how a kernel is lowered or printed are read once per lowering, into a frozen
+`LoweringOptions` (options.py); no lowering module calls these accessors. Those that change the
+generated MSL (`changes_codegen=True`) make up the options' `key()`, which the plugin folds into
+tilelang's kernel-cache key and the per-function JIT memo, so a kernel lowered under one value is
+never served under another.
 """
 
 from __future__ import annotations
@@ -291,13 +293,3 @@ def emulator_stack_kb() -> int:
     """Upper limit of a GPU thread's fiber stack in KiB (the stack is sized from the kernel's thread
     arrays up to this limit); 0 means the emulator's default limit."""
     return _integer(PREFIX + "EMULATOR_STACK_KB", 0) or 0
-
-
-# One entry per setting with changes_codegen=True (tests/unit/test_config.py checks they agree).
-_CODEGEN_ACCESSORS = {PREFIX + "FRAGMENT_CT": fragment_ct, PREFIX + "STAGING_BYPASS": staging_bypass, PREFIX + "K_PREFETCH": k_prefetch_mode, PREFIX + "REGISTER_STAGING": register_staging_mode,
-                       PREFIX + "RELAXED_PRECISION": relaxed_precision, PREFIX + "PRECISE_MATH": precise_math}
-
-
-def codegen_settings() -> dict[str, str]:
-    """The current values of every setting that changes generated code (part of kernel identity)."""
-    return {name: str(accessor()) for name, accessor in _CODEGEN_ACCESSORS.items()}

@@ -102,3 +102,60 @@ def declared_element_counts(body: Any) -> dict[Any, int]:
         else:
             out[node.buffer.data] = max(count, out.get(node.buffer.data, 0))
     return out
+
+
+# Function attribute: the lowering's decisions `python -m tilelang_metal lower --explain` prints, in
+# the order they were taken (an array of one-line texts): the shared-staging bypass, register staging
+# and K-prefetch turned off for registers, and the plan of every T.gemm.
+DECISIONS_ATTR = "tilelang_metal.decisions"
+# Function attribute: why the shared-staging bypass kept a T.gemm's staging (for the threadgroup-memory refusal).
+STAGING_KEPT_ATTR = "tilelang_metal.staging_kept"
+# AttrStmt key around a lowered T.gemm body: the decisions its lowering took (an array of texts); the
+# pipeline moves them into DECISIONS_ATTR right after LowerTileOp (`collect_decisions`).
+DECISION_MARK = "tilelang_metal.decision"
+
+
+def with_decisions(func: Any, texts: list[str], key: str = DECISIONS_ATTR) -> Any:
+    """`func` with `texts` appended to its decision record `key` (each text once)."""
+    if not texts:
+        return func
+    before = [str(t) for t in func.attrs[key]] if func.attrs is not None and key in func.attrs else []
+    return func.with_attr(key, tvm.runtime.convert(list(dict.fromkeys(before + [str(t) for t in texts]))))
+
+
+def mark_decisions(lowered: Any, texts: list[str]) -> Any:
+    """`lowered` (a Stmt, or a PrimFunc whose body LowerTileOp inlines) carrying `texts` as a DECISION_MARK."""
+    if not texts:
+        return lowered
+    if isinstance(lowered, tir.PrimFunc):
+        return lowered.with_body(mark_decisions(lowered.body, texts))
+    return tir.AttrStmt(tvm.runtime.convert([str(t) for t in texts]), DECISION_MARK, tir.const(0, "int32"), lowered)
+
+
+def collect_decisions(func: Any) -> Any:
+    """Every DECISION_MARK of `func`'s body moved into its DECISIONS_ATTR (in program order), the marks removed."""
+    texts: list[str] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.AttrStmt) and node.attr_key == DECISION_MARK:
+            texts.extend(str(t) for t in node.node)
+
+    tvm.tirx.stmt_functor.pre_order_visit(func.body, lambda node: visit(node) is None)
+    if not texts:
+        return func
+
+    def strip(node: Any) -> Any:
+        return node.body if node.attr_key == DECISION_MARK else None
+
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, strip, [vocab.TIRX_ATTRSTMT])
+    return with_decisions(func.with_body(body), texts)
+
+
+def decisions_of(funcs: Any) -> list[str]:
+    """The decisions recorded on these PrimFuncs (a lowered module's functions), each once."""
+    found: list[str] = []
+    for func in funcs:
+        attrs = getattr(func, "attrs", None)
+        if attrs is not None and DECISIONS_ATTR in attrs:
+            found += [str(t) for t in attrs[DECISIONS_ATTR]]
+    return list(dict.fromkeys(found))

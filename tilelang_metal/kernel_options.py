@@ -4,16 +4,13 @@ settings (config.py) that give their defaults.
     tilelang.compile(func, target=..., pass_configs={"tilelang_metal.relaxed_precision": True})
 
 TVM accepts only pass-config keys registered in C++ (an unknown key fails when tilelang builds its
-PassContext), so `_host` takes the plugin's keys out of `pass_configs` first and holds them here
-while the kernel is lowered and printed. tilelang's kernel-cache key still sees the whole
-`pass_configs`, so kernels compiled under different options are cached apart.
+PassContext), so `_host` takes the plugin's keys out of `pass_configs` first (`split_pass_configs`);
+they become part of the kernel's `LoweringOptions` (options.py), which is what the lowering reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import Any
 
 from . import config
@@ -23,11 +20,6 @@ NAMESPACE = "tilelang_metal."
 RELAXED_PRECISION = NAMESPACE + "relaxed_precision"  # True / False / "auto" (config.relaxed_precision)
 PRECISE_MATH = NAMESPACE + "precise_math"  # True / False (config.precise_math)
 PASS_CONFIG_KEYS = (RELAXED_PRECISION, PRECISE_MATH)
-
-# 16-bit float inputs: what relaxed_precision="auto" lets the matrix units compute relaxed.
-_SHORT_FLOATS = ("float16", "bfloat16")
-
-_active: ContextVar[Mapping[str, Any]] = ContextVar("tilelang_metal_pass_configs", default={})
 
 
 def _relaxed_value(value: Any) -> str:
@@ -60,35 +52,3 @@ def split_pass_configs(pass_configs: Mapping[Any, Any] | None) -> tuple[dict[str
         else:
             raise ConfigError(f"pass_configs key {name!r} is not a tilelang_metal option: use one of {', '.join(PASS_CONFIG_KEYS)}")
     return ours, rest
-
-
-@contextmanager
-def kernel_options(options: Mapping[str, Any]) -> Iterator[None]:
-    """The plugin's pass configs of the kernel being compiled (from `split_pass_configs`)."""
-    token = _active.set(dict(options))
-    try:
-        yield
-    finally:
-        _active.reset(token)
-
-
-def relaxed_precision_mode() -> str:
-    """`auto`, `on` or `off`: the kernel's pass config, else TILELANG_METAL_RELAXED_PRECISION."""
-    chosen = _active.get().get(RELAXED_PRECISION)
-    return chosen if chosen is not None else config.relaxed_precision()
-
-
-def matmul_relaxed(a_dtype: str, b_dtype: str) -> bool:
-    """The `relaxed_precision` flag of a matmul2d descriptor with these input types. `auto` keeps
-    float32 exact (Apple's default is exact; relaxed lets the implementation trade accuracy for
-    speed) and lets 16-bit inputs run relaxed, as MLX's kernels do."""
-    mode = relaxed_precision_mode()
-    if mode == "auto":
-        return str(a_dtype) in _SHORT_FLOATS and str(b_dtype) in _SHORT_FLOATS
-    return mode == "on"
-
-
-def precise_math() -> bool:
-    """The kernel's pass config, else TILELANG_METAL_PRECISE_MATH."""
-    chosen = _active.get().get(PRECISE_MATH)
-    return chosen if chosen is not None else config.precise_math()

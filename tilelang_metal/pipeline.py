@@ -22,8 +22,9 @@ the in-tree Metal pipeline, and why:
 from __future__ import annotations
 
 
-from . import config
 from . import gemm as gemm_metal
+from .ir_attrs import STAGING_KEPT_ATTR, collect_decisions
+from .options import LoweringOptions, lowering, lowering_scope, stamp, stamped
 from .codegen.build import build_metal, build_metal_runtime
 from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
@@ -33,6 +34,7 @@ from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
+from .transform.function_pass import per_function_pass
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
 from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
@@ -57,13 +59,16 @@ def lower_metal(mod: object, target: object) -> object:
     such kernels fail with "Target context required" unless the caller wraps `with target:`)."""
     from .host import Target
 
-    if Target.current(allow_none=True) is not None:
-        return _lower_metal_passes(mod, target)
-    with Target(target) if not isinstance(target, Target) else target:
-        return _lower_metal_passes(mod, target)
+    # The options are built once here (or were, by the compile that called tilelang.lower) and stay
+    # current until the passes end: the GEMM hooks LayoutInference / LowerTileOp call read them.
+    with lowering_scope() as options:
+        if Target.current(allow_none=True) is not None:
+            return _lower_metal_passes(mod, target, options)
+        with Target(target) if not isinstance(target, Target) else target:
+            return _lower_metal_passes(mod, target, options)
 
 
-def _lower_metal_passes(mod: object, target: object) -> object:
+def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -> object:
     tl, tirx, s_tir = stock_passes()  # tilelang.transform, tvm.tirx.transform, tvm.s_tir.transform
 
     cfg = pipeline_options()
@@ -75,9 +80,8 @@ def _lower_metal_passes(mod: object, target: object) -> object:
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
-    with gemm_metal.recorded_plans() as staging_decisions:
-        mod = BypassSharedStaging(mod, target)  # plugin: staging-only shared operands -> direct-global T.gemm
-    threadgroup_buffers.staging_kept = [d.reason for d in staging_decisions if getattr(d, "action", None) == "keep"]
+    mod = BypassSharedStaging(mod, target, options)  # plugin: staging-only shared operands -> direct-global T.gemm
+    threadgroup_buffers.staging_kept = [str(r) for f in _prim_funcs(mod) if f.attrs is not None and STAGING_KEPT_ATTR in f.attrs for r in f.attrs[STAGING_KEPT_ATTR]]
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
         mod = tl.LetInline()(mod)
@@ -96,13 +100,13 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     threadgroup_buffers.record_declared(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
     threadgroup_buffers.record_pipelined(mod)
-    mod = MarkRegisterStaging(mod, target)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
+    mod = MarkRegisterStaging(mod, target, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    shared_fragments = fragments_needing_simdgroup(mod, target, config.fragment_ct())  # plugin
-    group_plans = fragment_group_plans(mod, target, config.fragment_ct())  # plugin: fragments that meet element-wise agree
+    shared_fragments = fragments_needing_simdgroup(mod, target, options.fragment_ct)  # plugin
+    group_plans = fragment_group_plans(mod, target, options.fragment_ct)  # plugin: fragments that meet element-wise agree
     with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
         mod = infer_layouts(mod, _conflict_message)  # tilelang's LayoutInference, its internal errors in one line
@@ -110,6 +114,7 @@ def _lower_metal_passes(mod: object, target: object) -> object:
         cfg.LayoutVisual(mod)
         mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
         mod = tl.LowerTileOp()(mod)
+    mod = per_function_pass("tilelang_metal.CollectDecisions", collect_decisions)(mod)  # plugin: the GEMM plans onto the function (--explain)
     mod = tl.VerifyReducerConsumed()(mod)
 
     mod = tl.DecoupleTypeCast()(mod)
@@ -165,7 +170,13 @@ def _lower_metal_passes(mod: object, target: object) -> object:
     mod = CheckThreadgroupResources(mod, threadgroup_buffers)  # plugin: 32 KiB of threadgroup memory (names each buffer), 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
-    return mod
+    return per_function_pass("tilelang_metal.StampOptions", lambda func: stamp(func, options))(mod)  # plugin: the codegen prints under these
+
+
+def _prim_funcs(mod: object) -> list:
+    from .host import tir
+
+    return [f for f in mod.functions.values() if isinstance(f, tir.PrimFunc)]
 
 
 def _conflict_message(mod: object, first: str, second: str) -> str:
@@ -209,12 +220,21 @@ def legalize_for_msl(mod: object) -> object:
 
 
 
+def _module_options(mod: object):
+    """The options `mod` was lowered with (stamped by lower_metal), current while it is finalized
+    and printed; a module that did not come through lower_metal gets the open compile's, or new ones."""
+    options = stamped(_prim_funcs(mod))
+    return lowering(options) if options is not None else lowering_scope()
+
+
 def codegen_build(mod: object, target: object) -> object:
     """The device codegen hook (tilelang's build_without_compile): the late passes, then the MSL source module."""
-    return build_metal(finalize_for_codegen(mod), target)
+    with _module_options(mod):
+        return build_metal(finalize_for_codegen(mod), target)
 
 
 def codegen_build_runtime(mod: object, target: object) -> object:
     """The device codegen hook with device compile (execution_backend="tvm_ffi"): the late passes,
     then TVM's Metal runtime module."""
-    return build_metal_runtime(finalize_for_codegen(mod), target)
+    with _module_options(mod):
+        return build_metal_runtime(finalize_for_codegen(mod), target)

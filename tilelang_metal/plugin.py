@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from . import config, kernel_options
+from . import kernel_options, options
 from . import host as _host
 from . import gemm as gemm_metal
 from .pipeline import codegen_build, codegen_build_runtime
@@ -64,9 +64,14 @@ def _runtime_codegen_via_global(mod: Any, target: Any) -> Any:
 
 
 def _pass_config_scope(pass_configs: Any) -> tuple[dict, Any]:
-    """tilelang's pass configs without the plugin's, and a scope holding the plugin's (kernel_options.py)."""
-    ours, rest = kernel_options.split_pass_configs(pass_configs)
-    return rest, kernel_options.kernel_options(ours)
+    """tilelang's pass configs without the plugin's, and the options scope the kernel is lowered in
+    (options.py: the plugin's pass configs over the settings)."""
+    _, rest = kernel_options.split_pass_configs(pass_configs)
+    return rest, options.compile_scope(pass_configs)
+
+
+def _options_key() -> str:
+    return options.current_options().key()
 
 
 def _make_emulator_adapter(**kwargs: Any) -> Any:
@@ -117,7 +122,8 @@ def build_hooks() -> _host.HostHooks:
         codegen_build=codegen_build,
         codegen_build_runtime=codegen_build_runtime,
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
-        codegen_settings=config.codegen_settings,
+        options_scope=options.compile_scope,
+        options_key=_options_key,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
         unavailable_hint=unavailable_hint,

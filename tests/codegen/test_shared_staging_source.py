@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import pytest
+import tilelang
 import tilelang.language as T
-from gemm_support import lower_source
 
 from tilelang_metal import kernels as E
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.gemm import recorded_plans
+from tilelang_metal.cli import lowered_decisions
+from tilelang_metal.host import resolve_target
+from tilelang_metal.host.passes import pass_context
 
 
 def _lower(func, target) -> tuple[str, list[str]]:
-    with recorded_plans() as plans:
-        source = lower_source(func, target)
-    return source, list(dict.fromkeys(p.describe() for p in plans))
+    """The MSL and the decisions the lowering recorded on the IR (what --explain prints)."""
+    with pass_context(), resolve_target(target) as t:
+        artifact = tilelang.lower(func, target=t)
+    return artifact.kernel_source, lowered_decisions(artifact)
 
 
 def _standard(M=256, N=256, K=96, stages=3, bk=32):

@@ -12,10 +12,9 @@ import torch
 
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import racecheck
-from tilelang_metal.gemm import recorded_plans
+from tilelang_metal.cli import lowered_decisions
 from tilelang_metal.host import resolve_target
 from tilelang_metal.host.passes import pass_context
-from tilelang_metal.register_budget import RegisterDecision
 
 M, N, K = 64, 128, 40  # one 64x128 tile, K ragged over 16-deep steps
 
@@ -24,9 +23,9 @@ def _lower(func, which, setting, value):
     target = resolve_target(E.metal4_target() if which == "metal4" else E.plain_metal_target())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(setting, value)
-        with recorded_plans() as plans, pass_context(), target:
-            source = tilelang.lower(func, target=target).kernel_source
-    return source, [p for p in plans if isinstance(p, RegisterDecision)]
+        with pass_context(), target:
+            artifact = tilelang.lower(func, target=target)
+    return artifact.kernel_source, [d for d in lowered_decisions(artifact) if " off for registers: " in d]  # on the IR (--explain)
 
 
 def _staged(dtype, block_k=16):
@@ -46,7 +45,7 @@ def test_staging_over_budget_is_off_and_named():
     source, decisions = _lower(_staged("float32"), "metal4", "TILELANG_METAL_REGISTER_STAGING", "1")
     assert "staged_" not in source
     (decision,) = decisions
-    text = decision.describe()
+    text = decision
     assert text.startswith("register staging off for registers") and "about 149 of 128" in text and "=force" in text
     forced, none = _lower(_staged("float32"), "metal4", "TILELANG_METAL_REGISTER_STAGING", "force")
     assert "staged_float32" in forced and not none
@@ -75,7 +74,7 @@ def test_k_prefetch_over_budget_is_off_and_named():
         return E.gemm_direct_global(M, N, 64, 64, 128, dtype=dtype, out_dtype="float32", threads=128)
 
     source, decisions = _lower(direct("float32"), "metal4", "TILELANG_METAL_K_PREFETCH", "1")
-    assert "_next" not in source and len({d.describe() for d in decisions}) == 1
-    assert decisions[0].feature == "K-prefetch" and "about 170 of 128" in decisions[0].describe()
+    assert "_next" not in source and len(decisions) == 1
+    assert decisions[0].startswith("K-prefetch off for registers") and "about 170 of 128" in decisions[0]
     assert "_next" in _lower(direct("float32"), "metal4", "TILELANG_METAL_K_PREFETCH", "force")[0]
     assert "_next" in _lower(direct("float16"), "metal4", "TILELANG_METAL_K_PREFETCH", "1")[0]

@@ -107,17 +107,6 @@ def test_settings_are_read_per_call(clean_env):
     assert config.emulator_cache() == Path.home() / "somewhere"
 
 
-def test_codegen_settings_cover_exactly_the_settings_that_change_codegen(clean_env):
-    changing = {s.name for s in config.SETTINGS.values() if s.changes_codegen}
-    assert set(config.codegen_settings()) == changing == {
-        "TILELANG_METAL_FRAGMENT_CT", "TILELANG_METAL_STAGING_BYPASS", "TILELANG_METAL_K_PREFETCH", "TILELANG_METAL_REGISTER_STAGING",
-        "TILELANG_METAL_RELAXED_PRECISION", "TILELANG_METAL_PRECISE_MATH",
-    }
-    on = config.codegen_settings()
-    clean_env.setenv("TILELANG_METAL_FRAGMENT_CT", "0")
-    assert config.codegen_settings() != on
-
-
 def test_no_environment_reads_outside_config():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -7,6 +7,7 @@ import pytest
 
 from tilelang_metal import intrinsics
 from tilelang_metal.codegen.printer import print_kernel
+from tilelang_metal.options import LoweringOptions, lowering
 from tilelang_metal.errors import CodegenError
 from tilelang_metal.host import tir, tvm
 from tilelang_metal.ir_attrs import THREAD_ARRAY_ALIGN_ATTR
@@ -48,7 +49,8 @@ def stores(func) -> list:
 
 
 def msl(func) -> str:
-    return print_kernel(func, "k")[0]
+    with lowering(LoweringOptions()):  # the printer reads the lowering's options (default settings here)
+        return print_kernel(func, "k")[0]
 
 
 def test_aligned_16_byte_copy_becomes_one_uint4_move():

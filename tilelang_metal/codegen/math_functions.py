@@ -42,7 +42,7 @@ _IEEE_PRECISE = {"ieee_fdiv": "divide", "ieee_frcp": "divide", "ieee_fsqrt": "sq
 
 _FLOAT_VECTORS = ("float", "float2", "float3", "float4")
 
-# Precise math (kernel_options.precise_math): float32 functions with a `metal::precise::` variant
+# Precise math (LoweringOptions.precise_math): float32 functions with a `metal::precise::` variant
 # the printer uses, so their accuracy does not depend on the runtime's fast-math option.
 PRECISE_FUNCTIONS = frozenset("acos asin atan atan2 cos cosh exp exp2 exp10 log log2 log10 pow rsqrt sin sinh sqrt tan tanh".split())
 # NaN / infinity tests as bit tests: fast math lets the compiler assume no NaN or infinity exists.

@@ -17,7 +17,6 @@ from typing import Any
 from .. import intrinsics
 from ..host import tir
 from ..errors import CodegenError
-from ..kernel_options import matmul_relaxed
 from ..isa import MatrixInstruction
 from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
 from .artifact import ThreadArrayDecl
@@ -69,10 +68,10 @@ class MatrixPrinting:
 
     def mpp_op(self, inst: MatrixInstruction, a_dtype: str, b_dtype: str) -> str:
         """The kernel-scope matmul2d object of this instruction and precision (declared once). Its
-        descriptor is exact unless `kernel_options.matmul_relaxed` allows relaxed precision for
+        descriptor is exact unless the lowering's `LoweringOptions.matmul_relaxed` allows relaxed precision for
         these input types (float32 inputs stay exact by default)."""
         self.uses_instruction(inst.name)
-        key = (inst.name, matmul_relaxed(a_dtype, b_dtype))
+        key = (inst.name, self.options.matmul_relaxed(a_dtype, b_dtype))
         if key in self.mpp_ops:
             index = self.mpp_ops.index(key)
             return "__ct_op" if index == 0 else f"__ct_op{index}"

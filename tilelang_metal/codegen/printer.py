@@ -12,7 +12,7 @@ from typing import Any
 from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from .. import intrinsics
 from ..errors import CodegenError
-from ..kernel_options import precise_math
+from ..options import current_options
 from ..ir_attrs import (
     LANE_ID_ATTR,
     POSITION_NAMES_ATTR,
@@ -89,7 +89,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
-        self.precise_math = precise_math()  # float32 math as metal::precise:: calls (docs/math.md)
+        self.options = current_options()  # the lowering's options (options.py), fixed for the whole kernel
+        self.precise_math = self.options.precise_math  # float32 math as metal::precise:: calls (docs/math.md)
         self.mpp_ops: list[tuple[str, bool]] = []  # (instruction name, relaxed) of each matmul2d object
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
 from ..host import layout_is_row_major, make_fragment_layout, tvm
 from ..errors import GemmLoweringError
+from ..ir_attrs import mark_decisions
 from ..isa import SIMD_WIDTH, MatrixInstruction
+from ..options import current_options
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     COOPERATIVE_TENSOR,
@@ -100,8 +101,9 @@ def fragment_group_plans(plans: dict) -> Iterator[None]:
 
 @contextlib.contextmanager
 def recorded_plans() -> Iterator[list[Any]]:
-    """Collect the decisions of this thread's lowering inside the block (CLI --explain): a `GemmPlan`
-    per T.gemm, and the other passes' decisions (`record`), such as the shared-staging bypass's."""
+    """Observe the `GemmPlan` objects this thread's lowerings make inside the block (tests read their
+    partitions and instructions). The decisions `--explain` prints are on the lowered IR
+    (`ir_attrs.DECISIONS_ATTR`); nothing of the lowering reads this list."""
     plans: list[Any] = []
     stack = getattr(_recorders, "stack", None)
     if stack is None:
@@ -114,7 +116,7 @@ def recorded_plans() -> Iterator[list[Any]]:
 
 
 def record(decision: Any) -> None:
-    """Add a decision (anything with `describe()`) to every active `recorded_plans()` list."""
+    """Add a plan to every active `recorded_plans()` list."""
     for plans in getattr(_recorders, "stack", ()):
         plans.append(decision)
 
@@ -131,6 +133,7 @@ def _threads(thread_bounds: Any) -> int:
 
 
 def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
+    options = current_options()  # the lowering's, fixed before LayoutInference called this hook
     problem = GemmProblem.from_node(node)
     threads = _threads(thread_bounds)
     shared_with_simdgroup = problem.C.buffer.data in getattr(_lowering, "simdgroup_fragments", frozenset())
@@ -142,7 +145,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         threads=threads,
         policy=problem.policy,
         has_metal4=has_metal4(target),
-        route_fragments_to_cooperative_tensor=config.fragment_ct() and not shared_with_simdgroup,  # read per lowering
+        route_fragments_to_cooperative_tensor=options.fragment_ct and not shared_with_simdgroup,
         features=target_features(target),
     )
     if shared_with_simdgroup:
@@ -182,7 +185,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     result = GemmPlan(problem, selection, part, dataflow, threads)
     record(result)
-    if config.debug():
+    if options.debug:
         logger.warning("tilelang_metal: %s", result.describe())
     else:
         logger.debug("%s", result.describe())
@@ -236,4 +239,5 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         body = lower_simdgroup(problem, gp.instruction, gp.partition, analyzer, thread_index)
     # every device access of the body is guarded or proven in bounds, under conditions the mark holds
     # (legalize_unguarded proves them in context, then tilelang's safe-memory pass skips the body)
-    return mark_guarded(body, assumptions(analyzer))
+    # the plan goes on the IR with the body (ir_attrs.DECISION_MARK), for `--explain`
+    return mark_decisions(mark_guarded(body, assumptions(analyzer)), [gp.describe()])

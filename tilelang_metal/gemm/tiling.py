@@ -17,6 +17,8 @@ from ..selection import Partition
 from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem
 from .. import config
+from ..ir_attrs import mark_decisions
+from ..options import current_options
 from ..register_budget import RegisterDecision, gemm_registers
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from .edge_split import interior_condition, uniform_branch
@@ -116,7 +118,7 @@ class SimdgroupTiling:
         """K-prefetch asked for, direct-global operands, two K steps or more, and (unless forced) the
         register estimate with the second operand set within the budget."""
         p = self.p
-        mode = config.k_prefetch_mode()
+        mode = current_options().k_prefetch
         if mode == config.OFF or p.A.scope not in GLOBAL_SCOPES or p.B.scope not in GLOBAL_SCOPES or self.whole_k_steps < 2:
             return False
         if mode == config.FORCE:
@@ -126,9 +128,7 @@ class SimdgroupTiling:
                                  acc_dtype=acc_dtype, shared=False, prefetch=True)
         if with_it.fits:
             return True
-        from . import record  # the package's decision log (cli --explain)
-
-        record(RegisterDecision("K-prefetch", f"T.gemm {p.M}x{p.N}x{p.K} on {self.part.simdgroups} simdgroups", config.PREFIX + "K_PREFETCH", with_it))
+        self.decisions.append(RegisterDecision("K-prefetch", f"T.gemm {p.M}x{p.N}x{p.K} on {self.part.simdgroups} simdgroups", config.PREFIX + "K_PREFETCH", with_it).describe())
         return False
 
     def build(self, name: str) -> Any:
@@ -137,6 +137,7 @@ class SimdgroupTiling:
         b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
         acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
         self.next_frags = None  # the second operand set of the register prefetch (gemm/prefetch.py)
+        self.decisions: list[str] = []  # for --explain, on the IR with the body (ir_attrs.DECISION_MARK)
         if self._prefetch_applies():
             self.next_frags = (
                 local_buffer(self.names[0] + "_next", self.rows * self.inst.left_elems, p.A.dtype),
@@ -152,4 +153,4 @@ class SimdgroupTiling:
             self._check_bounds()
             body = uniform_branch(interior, inside, self._body(a_frag, b_frag, acc))
         allocs = [a_frag, b_frag] + list(self.next_frags or ()) + ([acc.buffer] if acc.owned else [])
-        return as_block_func(body, allocs, name)
+        return mark_decisions(as_block_func(body, allocs, name), self.decisions)

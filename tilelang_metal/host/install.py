@@ -155,10 +155,11 @@ def _swap_target_hooks(normalizer: Callable[..., Any], detector: Callable[..., A
     record.restores.append(restore)
 
 
-def _swap_cache_key(identity: dict[str, str], codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
-    """Metal kernels compiled while the plugin is active get the plugin's identity and the current
-    codegen settings in their cache key (tilelang's key knows nothing about which backend, under
-    which settings, lowered a kernel). Settings are read per key, so an env change takes effect."""
+def _swap_cache_key(identity: dict[str, str], options_scope: Callable[[Any], Any], options_key: Callable[[], str], record: _Installed) -> None:
+    """Metal kernels compiled while the plugin is active get the plugin's identity and the key of
+    the compile's lowering options in their cache key (tilelang's key knows nothing about which
+    backend, under which options, lowered a kernel). Inside `KernelCache.cached` (`_swap_compile_scope`)
+    these are the options the kernel is then lowered with."""
     from tilelang.cache.kernel_cache import KernelCache
 
     original = KernelCache.__dict__["_generate_key"]
@@ -168,15 +169,33 @@ def _swap_cache_key(identity: dict[str, str], codegen_settings: Callable[[], dic
         kind = getattr(getattr(target, "kind", None), "name", str(target))
         if "metal" not in str(kind):
             return key
-        stamp = json.dumps({**identity, "codegen": codegen_settings()}, sort_keys=True)
+        pass_configs = kwargs.get("pass_configs", rest[1] if len(rest) > 1 else None)
+        with options_scope(pass_configs):
+            stamp = json.dumps({**identity, "options": options_key()}, sort_keys=True)
         return hashlib.sha256((key + stamp).encode()).hexdigest()
 
     _swap_attr(KernelCache, "_generate_key", generate_key, record)
 
 
-def _swap_jit_memo(codegen_settings: Callable[[], dict[str, str]], record: _Installed) -> None:
-    """`@tilelang.jit` functions memoize kernels by call arguments only. Keep one memo per value of
-    the codegen settings, so a kernel lowered under one value is never returned under another."""
+def _swap_compile_scope(options_scope: Callable[[Any], Any], record: _Installed) -> None:
+    """`KernelCache.cached` (every `tilelang.compile`) runs in one options scope: the cache key and
+    the lowering of a miss use the same lowering options, built once."""
+    from tilelang.cache.kernel_cache import KernelCache
+
+    original = KernelCache.__dict__["cached"]
+
+    @functools.wraps(original)
+    def cached(self, *args, **kwargs):
+        with options_scope(kwargs.get("pass_configs")):
+            return original(self, *args, **kwargs)
+
+    _swap_attr(KernelCache, "cached", cached, record)
+
+
+def _swap_jit_memo(options_scope: Callable[[Any], Any], options_key: Callable[[], str], record: _Installed) -> None:
+    """`@tilelang.jit` functions memoize kernels by call arguments only. Keep one memo per key of
+    the lowering options, so a kernel lowered under one value is never returned under another; the
+    call runs in that options scope, so a compile it triggers lowers under the same options."""
     jit_module = importlib.import_module("tilelang.jit")
     jit_impl = jit_module.JITImpl
     original = jit_impl.__dict__["__call__"]
@@ -184,16 +203,17 @@ def _swap_jit_memo(codegen_settings: Callable[[], dict[str, str]], record: _Inst
 
     @functools.wraps(original)
     def call(self, *args, **kwargs):
-        stamp = json.dumps(codegen_settings(), sort_keys=True)
-        state = self.__dict__
-        seen = state.get("_tilelang_metal_settings")
-        if seen != stamp:
-            if seen is not None:  # first call under a new value: park the old memo, take this value's
-                memos = state.setdefault("_tilelang_metal_memos", {})
-                memos[seen] = (self._kernel_cache, self._call_form_cache)
-                self._kernel_cache, self._call_form_cache = memos.pop(stamp, None) or ({}, new_call_form_cache())
-            state["_tilelang_metal_settings"] = stamp
-        return original(self, *args, **kwargs)
+        with options_scope(getattr(self, "pass_configs", None)):
+            stamp = options_key()
+            state = self.__dict__
+            seen = state.get("_tilelang_metal_settings")
+            if seen != stamp:
+                if seen is not None:  # first call under a new value: park the old memo, take this value's
+                    memos = state.setdefault("_tilelang_metal_memos", {})
+                    memos[seen] = (self._kernel_cache, self._call_form_cache)
+                    self._kernel_cache, self._call_form_cache = memos.pop(stamp, None) or ({}, new_call_form_cache())
+                state["_tilelang_metal_settings"] = stamp
+            return original(self, *args, **kwargs)
 
     _swap_attr(jit_impl, "__call__", call, record)
 
@@ -237,9 +257,9 @@ def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Ins
 
 def _swap_pass_configs(scope: Callable[[Any], tuple[Any, Any]], record: _Installed) -> None:
     """The plugin's own `pass_configs` keys (`tilelang_metal.*`) never reach TVM's PassContext, which
-    refuses keys not registered in C++: `scope` splits them off and returns a context manager that
-    holds them while tilelang lowers and prints the kernel. Kernel-cache keys are computed before,
-    from the whole dict."""
+    refuses keys not registered in C++: `scope` splits them off and returns the options scope the
+    kernel is lowered and printed in (the one the kernel cache opened, when it did). Kernel-cache
+    keys are computed before, from the whole dict."""
     kernel_module = importlib.import_module("tilelang.jit.kernel")
     jit_kernel = kernel_module.JITKernel
     original = jit_kernel.__dict__["_compile_artifact"]
@@ -355,7 +375,8 @@ class HostHooks:
     codegen_build: Callable[..., Any]
     codegen_build_runtime: Callable[..., Any]  # the device codegen of execution_backend="tvm_ffi"
     cache_identity: dict[str, str]
-    codegen_settings: Callable[[], dict[str, str]]  # current values of the settings that change MSL
+    options_scope: Callable[[Any], Any]  # pass_configs -> the compile's options scope (a context manager)
+    options_key: Callable[[], str]  # inside that scope: the key of its lowering options
     error_types: tuple[type, ...]  # plugin exceptions that must cross TVM's FFI with their own type
     adapters: dict[str, Callable[..., Any]]  # execution backend name -> adapter factory
     unavailable_hint: Callable[[str], str | None] = lambda name: None  # why a backend is unavailable here
@@ -380,8 +401,9 @@ def install(hooks: HostHooks) -> bool:
             original_infer = get_global_func(GEMM_INFER_LAYOUT_GLOBAL)
             _swap_global(GEMM_LOWER_GLOBAL, hooks.gemm_lower(original_lower), record)
             _swap_global(GEMM_INFER_LAYOUT_GLOBAL, hooks.gemm_infer_layout(original_infer), record)
-            _swap_cache_key(hooks.cache_identity, hooks.codegen_settings, record)
-            _swap_jit_memo(hooks.codegen_settings, record)
+            _swap_cache_key(hooks.cache_identity, hooks.options_scope, hooks.options_key, record)
+            _swap_compile_scope(hooks.options_scope, record)
+            _swap_jit_memo(hooks.options_scope, hooks.options_key, record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
             _swap_pass_configs(hooks.pass_config_scope, record)

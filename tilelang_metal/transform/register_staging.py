@@ -40,6 +40,8 @@ from ..selection import select_inst, warp_partition
 from ..target import has_metal4
 from .kernel_launches import kernels
 from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
+from ..ir_attrs import with_decisions
+from ..options import LoweringOptions
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from .ir_query import find_nodes
@@ -186,7 +188,7 @@ def _copy_elements(loop: Any) -> dict[str, int]:
     return out
 
 
-def loop_registers(loop: Any, threads: int, metal4: bool) -> RegisterEstimate | None:
+def loop_registers(loop: Any, threads: int, metal4: bool, fragment_ct: bool) -> RegisterEstimate | None:
     """The register estimate of a pipelined loop with register staging: the T.gemm calls in its body
     (accumulators and operand fragments as GemmMetal would plan them) plus the staging array; None
     when a copy's size is not a constant (nothing to compare)."""
@@ -200,7 +202,7 @@ def loop_registers(loop: Any, threads: int, metal4: bool) -> RegisterEstimate | 
     for f in sites:
         c_scope = str(f.c_buffer.scope())
         selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, has_metal4=metal4,
-                                route_fragments_to_cooperative_tensor=config.fragment_ct())
+                                route_fragments_to_cooperative_tensor=fragment_ct)
         part = warp_partition(selection, c_scope, f.policy, f.m, f.n, threads // SIMD_WIDTH)
         if part is None:
             continue  # GemmMetal refuses it with its own message
@@ -223,27 +225,26 @@ def _loop_threads(func: Any) -> dict[Any, int]:
     return found
 
 
-def _fits(loop: Any, threads: int | None, metal4: bool, names: list[str]) -> bool:
-    """Whether staging this loop keeps the register estimate within the budget; records the decision
-    for `--explain` when it does not."""
+def _fits(loop: Any, threads: int | None, metal4: bool, names: list[str], options: LoweringOptions, decisions: list[str]) -> bool:
+    """Whether staging this loop keeps the register estimate within the budget; adds the decision
+    for `--explain` to `decisions` when it does not."""
     if threads is None or threads % SIMD_WIDTH:
         return True  # no estimate: staging as before (a GEMM refuses such a launch itself)
-    estimate = loop_registers(loop, threads, metal4)
+    estimate = loop_registers(loop, threads, metal4, options.fragment_ct)
     if estimate is None or estimate.fits:
         return True
-    from .. import gemm as gemm_metal  # the decision log (cli --explain)
-
     subject = f"the pipelined loop over {loop.loop_var.name} (copies into {', '.join(names)})"
-    gemm_metal.record(register_budget.RegisterDecision("register staging", subject, config.PREFIX + "REGISTER_STAGING", estimate))
+    decisions.append(register_budget.RegisterDecision("register staging", subject, config.PREFIX + "REGISTER_STAGING", estimate).describe())
     return False
 
 
-def mark_function(func: Any, target: Any = None) -> Any:
-    mode = config.register_staging_mode()
+def mark_function(func: Any, target: Any, options: LoweringOptions) -> Any:
+    mode = options.register_staging
     if mode == config.OFF:
         return func
     threads_of = _loop_threads(func) if mode == config.FIT else {}
     metal4 = target is not None and has_metal4(target)
+    decisions: list[str] = []  # on the function for --explain (ir_attrs.DECISIONS_ATTR)
 
     def postorder(node: Any) -> Any:
         if PIPELINE_STAGES_ATTR not in node.annotations:
@@ -251,18 +252,19 @@ def mark_function(func: Any, target: Any = None) -> Any:
         names = _stageable(node)
         if not names:
             return None
-        if mode == config.FIT and not _fits(node, threads_of.get(node.loop_var), metal4, names):
+        if mode == config.FIT and not _fits(node, threads_of.get(node.loop_var), metal4, names, options, decisions):
             return None
         annotations = dict(node.annotations.items())
         annotations[STAGED_BUFFERS_ATTR] = names
         return tir.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
 
-    return func.with_body(tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR]))
+    body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR])
+    return with_decisions(func.with_body(body), decisions)
 
 
-def MarkRegisterStaging(mod: Any, target: Any = None) -> Any:
+def MarkRegisterStaging(mod: Any, target: Any, options: LoweringOptions) -> Any:
     """Mark the pipelined loops whose copies may split (see `mark_function`), on every PrimFunc."""
-    return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, target))(mod)
+    return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, target, options))(mod)
 
 
 # ---------------------------------------------------------------------------------------------

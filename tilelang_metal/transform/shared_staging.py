@@ -19,7 +19,8 @@ the `KEEP_STAGING_ATTR` attribute):
   memory, with fewer `T.Pipelined` stages if that is what it takes; only when even one stage does not
   fit does the `T.gemm` load its simdgroup matrices straight from device memory.
 A pipelined loop left without staging copies loses its pipelining annotation. Every decision is
-recorded for `--explain` (`gemm.recorded_plans()`).
+recorded on the function for `--explain` (`ir_attrs.DECISIONS_ATTR`; the reasons a staging is kept
+also in `ir_attrs.STAGING_KEPT_ATTR`, for the threadgroup-memory refusal).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import config
-from .. import gemm as gemm_metal
+from ..ir_attrs import STAGING_KEPT_ATTR, with_decisions
+from ..options import LoweringOptions
 from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
@@ -247,28 +248,36 @@ def _rewrite(body: Any, bypass: list[tuple[Any, list[_Staging]]], stages: dict[A
     return tvm.tirx.stmt_functor.ir_transform(body, None, unpipeline, [vocab.TIRX_FOR]) if bypass else body
 
 
-def bypass_function(func: Any, target: Any) -> Any:
+def bypass_function(func: Any, target: Any, options: LoweringOptions) -> Any:
+    """`func` with its staging-only operands bypassed where the rules above say so, and every
+    decision on it (`_decide`)."""
+    decisions: list[StagingDecision] = []
+    new = _bypass(func, target, options.staging_bypass, decisions.append)
+    kept = [d.reason for d in decisions if d.action == "keep"]
+    return with_decisions(with_decisions(new, [d.describe() for d in decisions]), kept, STAGING_KEPT_ATTR)
+
+
+def _bypass(func: Any, target: Any, enabled: bool, record: Any) -> Any:
     kernel = _Kernel(func.body)
     found = _candidates(kernel)
     if not found:
         return func
     metal4 = has_metal4(target)
-    enabled = config.staging_bypass()
     if func.attrs is not None and KEEP_STAGING_ATTR in func.attrs and bool(func.attrs[KEEP_STAGING_ATTR]):
         for gemm_stmt, _, _ in found:
-            gemm_metal.record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", f"the kernel sets {KEEP_STAGING_ATTR}"))
+            record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", f"the kernel sets {KEEP_STAGING_ATTR}"))
         return func
     bypass: list[tuple[Any, list[_Staging]]] = []
     stages: dict[Any, int] = {}
     ready = [(g, st) for g, _, st in found if not isinstance(st, str)]
     for gemm_stmt, _, st in found:
         if isinstance(st, str):
-            gemm_metal.record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", st))
+            record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", st))
     if not ready:
         return func
     if not enabled:
         for g, _ in ready:
-            gemm_metal.record(StagingDecision(_gemm_name(g.value), "keep", "TILELANG_METAL_STAGING_BYPASS=0"))
+            record(StagingDecision(_gemm_name(g.value), "keep", "TILELANG_METAL_STAGING_BYPASS=0"))
         return func
     if metal4:
         bypass = ready
@@ -277,27 +286,27 @@ def bypass_function(func: Any, target: Any) -> Any:
         current = _staged_bytes(kernel, {d: n for d, (_, n) in _pipelined_copies(kernel.body).items()})
         if current <= THREADGROUP_MEMORY_BYTES:
             for g, _ in ready:
-                gemm_metal.record(StagingDecision(_gemm_name(g.value), "keep", f"plain metal target (simdgroup matrices reuse the staged tiles) and the staging fits 32 KiB ({current} bytes)"))
+                record(StagingDecision(_gemm_name(g.value), "keep", f"plain metal target (simdgroup matrices reuse the staged tiles) and the staging fits 32 KiB ({current} bytes)"))
             return func
         cuts = _fewest_cuts(kernel)
         if cuts is not None:
             stages = {loop: n for loop, n in cuts.items() if n != pipeline_stages(loop)}
             detail = ", ".join(f"num_stages {pipeline_stages(loop)} -> {n}" for loop, n in cuts.items())
             for g, _ in ready:
-                gemm_metal.record(StagingDecision(_gemm_name(g.value), "fewer_stages", f"plain metal target; the staging needs {current} bytes of threadgroup memory > 32 KiB; {detail}"))
+                record(StagingDecision(_gemm_name(g.value), "fewer_stages", f"plain metal target; the staging needs {current} bytes of threadgroup memory > 32 KiB; {detail}"))
             return func.with_body(_rewrite(func.body, [], stages))
         bypass = ready
         reason = "plain metal target and the staging does not fit 32 KiB even with one pipeline stage; simdgroup matrices load from device memory"
     for g, _ in bypass:
-        gemm_metal.record(StagingDecision(_gemm_name(g.value), "bypass", reason))
+        record(StagingDecision(_gemm_name(g.value), "bypass", reason))
     return func.with_body(_rewrite(func.body, bypass, stages))
 
 
-def BypassSharedStaging(mod: Any, target: Any) -> Any:
+def BypassSharedStaging(mod: Any, target: Any, options: LoweringOptions) -> Any:
     updates = {}
     for gvar, func in mod.functions.items():
         if isinstance(func, tir.PrimFunc):
-            new = bypass_function(func, target)
+            new = bypass_function(func, target, options)
             if not new.same_as(func):
                 updates[gvar] = new
     for gvar, func in updates.items():
