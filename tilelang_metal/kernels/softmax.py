@@ -43,6 +43,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "float32", out_dtype: str | No
             rescale = T.alloc_fragment((block_rows,), ACCUM)
             denominator = T.alloc_fragment((block_rows,), ACCUM)
             T.fill(denominator, 0)
+            T.fill(row_max, 0)  # read only from the second column block on; filled so no read precedes a write
             for cb in T.serial(col_blocks):
                 for i, j in T.Parallel(block_rows, block_cols):
                     r = T.min(bx * block_rows + i, rows - 1)  # rows past the end repeat the last row, never stored
