@@ -143,3 +143,22 @@ def test_thread_local_line_of_only_nans_reduces_to_nan(width):
     for k, (kind, source) in enumerate((("max", a), ("min", a), ("max", a.abs()))):
         torch.testing.assert_close(r[k], fmax_fold(source, 1, kind), rtol=0, atol=0, equal_nan=True, msg=f"kind {k}")
     assert r[:, 1].isnan().all()
+
+
+def test_cummax_follows_the_nan_rule_from_the_first_element():
+    """T.cummax is the prefix fold of fmax: NaNs are ignored, and positions before the first number of
+    a line are NaN (they were -inf: the scan started from the identity). torch.cummax propagates
+    NaN instead, so the reference is the fold."""
+    kernel = rk.scans(8, 16, 64, "float32")
+    torch.manual_seed(5)
+    a = torch.randn(8, 16)
+    a[0, :3] = math.nan  # leading NaNs
+    a[1, 7] = math.nan  # one in the middle
+    a[2, :] = math.nan  # only NaNs
+    a[3, 0] = math.nan
+    a[3, 1] = -math.inf  # a NaN, then -inf
+    c1, c0, x = (torch.empty(8, 16) for _ in range(3))
+    kernel(a, c1, c0, x)
+    want = torch.stack([functools.reduce(torch.fmax, a[:, : j + 1].unbind(1)) for j in range(16)], 1)
+    torch.testing.assert_close(x, want, rtol=0, atol=0, equal_nan=True)
+    assert x[0, :3].isnan().all() and x[2].isnan().all() and x[3, 1] == -math.inf
