@@ -102,7 +102,11 @@ def test_row_blocking_covers_wide_and_narrow_rows():
         (lambda: kernels.reduce_rows(4, 0), r"row sum needs rows >= 1 and cols >= 1"),
         (lambda: kernels.reduce_rows(4, 4, "mean"), r"reduce_rows kind='mean' is not supported; use one of sum, max"),
         (lambda: kernels.softmax(4, 4, dtype="int8"), r"softmax dtype='int8' is not supported"),
-        (lambda: kernels.softmax(4, 4, threads=100), r"threads=100 must be a multiple of 32"),
+        (lambda: kernels.softmax(4, 4, threads=100), r"threads=100 must be a power of two from 32 to 1024"),
+        # 96 and 160 are whole simdgroups but do not split the power-of-two blocks: row sum / max of 3x33
+        # failed in layout inference with advice to pad a tile the caller does not own
+        (lambda: kernels.reduce_rows(3, 33, "sum", threads=96), r"threads=96 must be a power of two.*use 128 or 256"),
+        (lambda: kernels.softmax(5, 7, threads=160), r"threads=160 must be a power of two"),
     ],
 )
 def test_bad_requests_are_one_line_errors(call, message):

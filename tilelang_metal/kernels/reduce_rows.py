@@ -46,8 +46,10 @@ def check_rows(rows: int, cols: int, dtype: str, threads: int, what: str) -> Non
         raise ValueError(f"{what} needs rows >= 1 and cols >= 1 (got {rows}x{cols}); an empty row has no {what} result")
     if dtype not in DTYPES:
         raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
-    if threads <= 0 or threads % 32 or threads > 1024:
-        raise ValueError(f"{what} threads={threads} must be a multiple of 32 up to 1024 (one simdgroup is 32 threads); use 128 or 256")
+    if threads < 32 or threads > 1024 or threads & (threads - 1):
+        # row_blocking's blocks are powers of two: other thread counts (96, 160) do not split them evenly
+        raise ValueError(f"{what} threads={threads} must be a power of two from 32 to 1024 (whole simdgroups splitting "
+                         "power-of-two blocks evenly); use 128 or 256")
 
 
 def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float32", out_dtype: str | None = None, threads: int = 128) -> Any:
