@@ -22,7 +22,6 @@ which `python -m tilelang_metal lower --explain` prints.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
+from .sizes import integer_sizes
 from .split_k import effective_splits, gemm_split_k
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
@@ -109,20 +109,6 @@ def _resolve_target(target: Any, on: Chip) -> tuple[str, str]:
     return name, f"target {name}, from the given Target's keys"
 
 
-def _sizes(M: Any, N: Any, K: Any) -> tuple[int, int, int]:
-    """M, N, K as Python ints: any integer type (numpy's, a 0-d integer tensor) is taken by value;
-    bools, floats and other objects are refused in one line."""
-    sizes = []
-    for name, value in (("M", M), ("N", N), ("K", K)):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            sizes.append(operator.index(value))
-        except TypeError:
-            raise ValueError(f"matmul {name}={value!r} must be an integer (a {type(value).__name__} was given); pass int({name})") from None
-    return sizes[0], sizes[1], sizes[2]
-
-
 def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
     for name, value in (("M", M), ("N", N), ("K", K)):
         if value < 1:
@@ -168,7 +154,7 @@ def matmul_config(
     name of `roofline.CHIPS` or a `Chip` (default: this Mac's, else M5); `target`: "metal4",
     "metal" or a Target (default: metal4 on M5 and newer, else metal)."""
     out_dtype = out_dtype or dtype
-    M, N, K = _sizes(M, N, K)
+    M, N, K = integer_sizes("matmul", M=M, N=N, K=K)
     _check(M, N, K, dtype, out_dtype)
     on, chip_reason = _resolve_chip(chip)
     target_name, target_reason = _resolve_target(target, on)

@@ -27,7 +27,7 @@ from .reduce_rows import ACCUM, DTYPES, check_rows, row_blocking
 def softmax(rows: int, cols: int, *, dtype: str = "float32", out_dtype: str | None = None, threads: int = 128) -> Any:
     """`Y (rows, cols) = softmax(X (rows, cols), dim=-1)` as a `T.prim_func` (compile with `out_idx=[-1]`)."""
     out_dtype = out_dtype or dtype
-    check_rows(rows, cols, dtype, threads, "softmax")
+    rows, cols, threads = check_rows(rows, cols, dtype, threads, "softmax")
     if out_dtype not in DTYPES:
         raise ValueError(f"softmax out_dtype={out_dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     block_rows, block_cols = row_blocking(rows, cols, threads)
