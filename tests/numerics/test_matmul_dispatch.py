@@ -90,6 +90,9 @@ def test_split_count_is_capped_by_slice_length():
     [
         (lambda: matmul_config(4, 4, 0), r"matmul needs K >= 1 \(got K=0\); C = A @ B over an empty K is all zeros: use torch.zeros"),
         (lambda: matmul_config(0, 4, 4), r"matmul needs M >= 1 \(got M=0\)"),
+        # a float or bool size is refused as such (a float was told "needs M >= 1 (got M=64.0)")
+        (lambda: matmul_config(64.0, 4, 4), r"matmul M=64.0 must be an integer \(a float was given\); pass int\(M\)"),
+        (lambda: matmul_config(4, True, 4), r"matmul N=True must be an integer"),
         (lambda: matmul_config(4, 4, 4, "int8"), r"matmul dtype='int8' is not supported; use one of float16, bfloat16, float32"),
         (lambda: matmul_config(4, 4, 4, chip="M9"), r"unknown Apple chip 'M9'"),
         (lambda: matmul_config(4, 4, 4, target="cuda"), r"matmul target='cuda' is not supported"),
@@ -101,6 +104,16 @@ def test_bad_requests_are_one_line_errors(call, message):
     with pytest.raises(ValueError, match=message) as err:
         call()
     assert "\n" not in str(err.value)
+
+
+def test_integer_sizes_of_any_integer_type_are_taken_by_value():
+    """numpy integers (shapes read from arrays) and 0-d integer tensors choose what the int would; they
+    were refused with the misleading "matmul needs M >= 1 (got M=3)"."""
+    import numpy as np
+
+    want = matmul_config(3, 200, 72, chip="M4")
+    assert matmul_config(np.int64(3), np.int32(200), torch.tensor(72), chip="M4") == want
+    assert type(matmul_config(np.int64(3), 200, 72, chip="M4").M) is int
 
 
 # ----------------------------------------------------------------------------- numerics per route

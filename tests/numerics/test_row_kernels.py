@@ -102,9 +102,25 @@ def test_row_blocking_covers_wide_and_narrow_rows():
         (lambda: kernels.reduce_rows(4, 0), r"row sum needs rows >= 1 and cols >= 1"),
         (lambda: kernels.reduce_rows(4, 4, "mean"), r"reduce_rows kind='mean' is not supported; use one of sum, max"),
         (lambda: kernels.softmax(4, 4, dtype="int8"), r"softmax dtype='int8' is not supported"),
-        (lambda: kernels.softmax(4, 4, threads=100), r"threads=100 must be a multiple of 32"),
+        (lambda: kernels.softmax(4, 4, threads=100), r"threads=100 must be a power of two from 32 to 1024"),
+        # 96 and 160 are whole simdgroups but do not split the power-of-two blocks: row sum / max of 3x33
+        # failed in layout inference with advice to pad a tile the caller does not own
+        (lambda: kernels.reduce_rows(3, 33, "sum", threads=96), r"threads=96 must be a power of two.*use 128 or 256"),
+        (lambda: kernels.softmax(5, 7, threads=160), r"threads=160 must be a power of two"),
+        # sizes that are not integers: were an AttributeError on bit_length, or for a bool a TVM dump
+        (lambda: kernels.softmax(3.0, 7), r"softmax rows=3.0 must be an integer \(a float was given\); pass int\(rows\)"),
+        (lambda: kernels.reduce_rows(3, True, "sum"), r"row sum cols=True must be an integer"),
     ],
 )
 def test_bad_requests_are_one_line_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_numpy_integer_sizes_build_the_same_kernel():
+    """numpy integers (shapes read from arrays) were refused with "'numpy.int64' object has no
+    attribute 'bit_length'"; they now build what the ints build."""
+    import numpy as np
+
+    assert kernels.softmax(np.int64(5), np.int32(37)).script() == kernels.softmax(5, 37).script()
+    assert kernels.reduce_rows(np.int64(6), np.int64(1), "max", threads=np.int64(64)).script() == kernels.reduce_rows(6, 1, "max", threads=64).script()

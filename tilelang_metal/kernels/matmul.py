@@ -29,6 +29,7 @@ from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
+from .sizes import integer_sizes
 from .split_k import effective_splits, gemm_split_k
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
@@ -110,7 +111,7 @@ def _resolve_target(target: Any, on: Chip) -> tuple[str, str]:
 
 def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
     for name, value in (("M", M), ("N", N), ("K", K)):
-        if not isinstance(value, int) or value < 1:
+        if value < 1:
             hint = ("C = A @ B over an empty K is all zeros: use torch.zeros((M, N)) instead of a kernel" if name == "K"
                     else "a matrix with no rows or columns has nothing to compute")
             raise ValueError(f"matmul needs {name} >= 1 (got {name}={value!r}); {hint}")
@@ -153,6 +154,7 @@ def matmul_config(
     name of `roofline.CHIPS` or a `Chip` (default: this Mac's, else M5); `target`: "metal4",
     "metal" or a Target (default: metal4 on M5 and newer, else metal)."""
     out_dtype = out_dtype or dtype
+    M, N, K = integer_sizes("matmul", M=M, N=N, K=K)
     _check(M, N, K, dtype, out_dtype)
     on, chip_reason = _resolve_chip(chip)
     target_name, target_reason = _resolve_target(target, on)

@@ -19,6 +19,8 @@ from typing import Any
 
 import tilelang.language as T
 
+from .sizes import integer_sizes
+
 ACCUM = "float32"
 DTYPES = ("float16", "bfloat16", "float32")
 KINDS = ("sum", "max")
@@ -41,13 +43,18 @@ def row_blocking(rows: int, cols: int, threads: int) -> tuple[int, int]:
     return block_rows, block_cols
 
 
-def check_rows(rows: int, cols: int, dtype: str, threads: int, what: str) -> None:
+def check_rows(rows: int, cols: int, dtype: str, threads: int, what: str) -> tuple[int, int, int]:
+    """(rows, cols, threads) as Python ints, or a one-line ValueError naming the bad request."""
+    rows, cols, threads = integer_sizes(what, rows=rows, cols=cols, threads=threads)
     if rows <= 0 or cols <= 0:
         raise ValueError(f"{what} needs rows >= 1 and cols >= 1 (got {rows}x{cols}); an empty row has no {what} result")
     if dtype not in DTYPES:
         raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
-    if threads <= 0 or threads % 32 or threads > 1024:
-        raise ValueError(f"{what} threads={threads} must be a multiple of 32 up to 1024 (one simdgroup is 32 threads); use 128 or 256")
+    if threads < 32 or threads > 1024 or threads & (threads - 1):
+        # row_blocking's blocks are powers of two: other thread counts (96, 160) do not split them evenly
+        raise ValueError(f"{what} threads={threads} must be a power of two from 32 to 1024 (whole simdgroups splitting "
+                         "power-of-two blocks evenly); use 128 or 256")
+    return rows, cols, threads
 
 
 def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float32", out_dtype: str | None = None, threads: int = 128) -> Any:
@@ -55,7 +62,7 @@ def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float3
     if kind not in KINDS:
         raise ValueError(f"reduce_rows kind={kind!r} is not supported; use one of {', '.join(KINDS)}")
     out_dtype = out_dtype or dtype
-    check_rows(rows, cols, dtype, threads, f"row {kind}")
+    rows, cols, threads = check_rows(rows, cols, dtype, threads, f"row {kind}")
     if out_dtype not in DTYPES:
         raise ValueError(f"row {kind} out_dtype={out_dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     block_rows, block_cols = row_blocking(rows, cols, threads)

@@ -27,7 +27,7 @@ from .reduce_rows import ACCUM, DTYPES, check_rows, row_blocking
 def softmax(rows: int, cols: int, *, dtype: str = "float32", out_dtype: str | None = None, threads: int = 128) -> Any:
     """`Y (rows, cols) = softmax(X (rows, cols), dim=-1)` as a `T.prim_func` (compile with `out_idx=[-1]`)."""
     out_dtype = out_dtype or dtype
-    check_rows(rows, cols, dtype, threads, "softmax")
+    rows, cols, threads = check_rows(rows, cols, dtype, threads, "softmax")
     if out_dtype not in DTYPES:
         raise ValueError(f"softmax out_dtype={out_dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     block_rows, block_cols = row_blocking(rows, cols, threads)
@@ -43,6 +43,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "float32", out_dtype: str | No
             rescale = T.alloc_fragment((block_rows,), ACCUM)
             denominator = T.alloc_fragment((block_rows,), ACCUM)
             T.fill(denominator, 0)
+            T.fill(row_max, 0)  # read only from the second column block on; filled so no read precedes a write
             for cb in T.serial(col_blocks):
                 for i, j in T.Parallel(block_rows, block_cols):
                     r = T.min(bx * block_rows + i, rows - 1)  # rows past the end repeat the last row, never stored

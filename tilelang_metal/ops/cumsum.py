@@ -12,7 +12,7 @@ from typing import Any
 
 from ..host import tile_region, tir, tvm
 from ..errors import MetalLoweringError
-from .reduce import accumulator_dtype, combine, identity
+from .reduce import accumulator_dtype, combine, identity, is_seeded
 
 
 def _line_indices(mins: list[Any], extents: list[int], dim: int, line: Any, k: Any) -> list[Any]:
@@ -66,7 +66,14 @@ def lower_cumsum(call: Any, name: str, tx: Any, threads: int) -> tuple[Any, list
         step = tir.SeqStmt(
             [tir.BufferStore(acc, total, [0]), tir.BufferStore(dst.buffer, out, _line_indices(dst.mins, extents, dim, line, pos))]
         )
-        return tir.SeqStmt([tir.BufferStore(acc, identity(kind, acc_dtype), [0]), tir.For(k, 0, length, tir.ForKind.SERIAL, step)])
+        # a float running max starts from the line's first element (combining it with itself changes
+        # nothing), so leading NaNs scan to NaN as the NaN rule's fmax prefix fold does; -inf would win
+        start = _first(line) if is_seeded(kind, acc_dtype) else identity(kind, acc_dtype)
+        return tir.SeqStmt([tir.BufferStore(acc, start, [0]), tir.For(k, 0, length, tir.ForKind.SERIAL, step)])
+
+    def _first(line: Any) -> Any:
+        value = tir.BufferLoad(src.buffer, _line_indices(src.mins, extents, dim, line, length - 1 if reverse else 0))
+        return tir.Cast(acc_dtype, value) if str(value.dtype) != acc_dtype else value
 
     rounds = -(-lines // threads)
     round_var = tir.Var("scan_round", "int32")

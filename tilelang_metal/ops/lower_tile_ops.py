@@ -92,7 +92,19 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
     if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
         return stmt
     tx, threads = _thread_x(launch)
+    # Scratch of the ops lowered so far and not yet allocated, and for each block being visited the
+    # length of `pending` when it was entered: a block allocates only the scratch of the ops inside
+    # it. (Taking all of `pending` at the next block to finish would put an op's scratch into a
+    # later sibling block, e.g. a GEMM's, when the op sits in a loop outside any block of its own;
+    # PlanAndUpdateBufferAllocationLocation then allocated it a second time where it is used:
+    # "buffer r_part has already been defined, the Stmt is not SSA".)
     pending: list[Any] = []
+    entered: list[int] = []
+
+    def preorder(node: Any) -> Any:
+        if isinstance(node, tir.SBlock):
+            entered.append(len(pending))
+        return None
 
     def postorder(node: Any) -> Any:
         if isinstance(node, tir.Evaluate):
@@ -107,15 +119,19 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
                 return None
             pending.extend(buffers)
             return stmt
-        if isinstance(node, tir.SBlock) and pending:
-            allocs = list(node.alloc_buffers) + pending
-            pending.clear()
+        if isinstance(node, tir.SBlock):
+            start = entered.pop()
+            inside = pending[start:]
+            if not inside:
+                return None
+            del pending[start:]
+            allocs = list(node.alloc_buffers) + inside
             return tir.SBlock(
                 node.iter_vars, node.reads, node.writes, node.name_hint, node.body, node.init, allocs, node.match_buffers, node.annotations
             )
         return None
 
-    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, None, postorder, [vocab.TIRX_EVALUATE, vocab.TIRX_SBLOCK])
+    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, preorder, postorder, [vocab.TIRX_EVALUATE, vocab.TIRX_SBLOCK])
     if pending:
         raise MetalLoweringError("internal: tile-op scratch buffers found no enclosing block")
     return lowered

@@ -162,6 +162,13 @@ def _is_float(dtype: str) -> bool:
     return tvm.DataType(dtype).type_code in (tvm.DataTypeCode.FLOAT, tvm.DataTypeCode.BFLOAT)
 
 
+def is_seeded(kind: str, acc_dtype: str) -> bool:
+    """Whether a fold of `kind` starts from its first element instead of the identity: float max /
+    min / absmax, so that a line of only NaNs gives NaN (maxNum returns the non-NaN operand, so an
+    identity would win) and no infinity is written."""
+    return kind in ("max", "min", "absmax") and _is_float(acc_dtype)
+
+
 def combine(kind: str, acc: Any, value: Any) -> Any:
     if kind in ("sum", "abssum"):
         return acc + value
@@ -446,12 +453,15 @@ def lower_fragment_reduce(
     part = tir.decl_buffer((count,), acc_dtype, op.dst.name + "_part", scope="local")
     buffers = [part]
     tx_rel = tx - src.thread_min if src.thread_min else tx
-    # A float max/min starts from the thread's first element, not from an infinite identity: under
-    # Metal's fast math the compiler may assume no infinities (kernels/attention.py, MASKED_SCORE). Threads
-    # outside the source layout fold nothing and keep the identity for the exchange.
-    seeded = op.kind in ("max", "min") and _is_float(acc_dtype) and src.threads_used >= block_threads
+    # A float max / min / absmax starts from the thread's first element, not from the identity: under
+    # Metal's fast math the compiler may assume no infinities (kernels/attention.py, MASKED_SCORE), and
+    # with maxNum an identity would win over a line of only NaNs (-inf, +inf or 0 instead of NaN).
+    # Threads outside the source layout fold nothing and keep the identity; no group of the exchange
+    # holds one of them next to a thread of the layout.
+    seeded = is_seeded(op.kind, acc_dtype)
     init = identity(op.kind, acc_dtype)
-    stmts = [] if seeded else [serial(count, lambda j: tir.BufferStore(part, init, [j]), "red_j")]
+    outside = src.threads_used < block_threads
+    stmts = [] if seeded and not outside else [serial(count, lambda j: tir.BufferStore(part, init, [j]), "red_j")]
 
     # 1. local fold over the source elements this thread holds
     def local_body(dvars: list[Any]) -> Any:
@@ -481,7 +491,7 @@ def lower_fragment_reduce(
                 fold = tir.SeqStmt([fold, rest])
         else:
             fold = serial(plan.local_count, step, "red_c", unrolled=True)
-        if src.threads_used < block_threads:
+        if outside:
             # threads outside the source layout hold no element: they would fold uninitialized registers
             fold = tir.IfThenElse(tx_rel < src.threads_used, fold, None)
         return fold
@@ -518,28 +528,30 @@ def lower_local_reduce(op: ReduceCall) -> Any:
     loop_vars = [tir.Var(f"red_i{k}", "int32") for k in range(len(dst_shape))]
     acc = tir.decl_buffer((1,), acc_dtype, op.dst.name + "_acc", scope="local")
     old = tir.BufferLoad(op.dst, loop_vars)
+    extent = int(op.src.shape[op.dim])
+    seeded = op.clear and is_seeded(op.kind, acc_dtype)  # from the first element, as lower_fragment_reduce
     start = identity(op.kind, acc_dtype) if op.clear else element("sum", old, acc_dtype)
 
-    def step(r: Any) -> Any:
+    def source(r: Any) -> Any:
         if len(op.src.shape) == 1:
             indices = [r]
         elif keepdim:
             indices = list(loop_vars[: op.dim]) + [r] + list(loop_vars[op.dim + 1 :])
         else:
             indices = list(loop_vars[: op.dim]) + [r] + list(loop_vars[op.dim :])
-        value = element(op.kind, tir.BufferLoad(op.src, indices), acc_dtype)
-        return tir.BufferStore(acc, combine(op.kind, tir.BufferLoad(acc, [0]), value), [0])
+        return element(op.kind, tir.BufferLoad(op.src, indices), acc_dtype)
+
+    def step(r: Any) -> Any:
+        return tir.BufferStore(acc, combine(op.kind, tir.BufferLoad(acc, [0]), source(r + 1 if seeded else r)), [0])
 
     result: Any = tir.BufferLoad(acc, [0])
     if str(op.dst.dtype) != acc_dtype:
         result = tir.Cast(str(op.dst.dtype), result)
-    body: Any = tir.SeqStmt(
-        [
-            tir.BufferStore(acc, start, [0]),
-            serial(int(op.src.shape[op.dim]), step, "red_r", unrolled=True),
-            tir.BufferStore(op.dst, result, loop_vars),
-        ]
-    )
+    stmts = [tir.BufferStore(acc, source(tir.const(0, "int32")) if seeded else start, [0])]
+    if extent > int(seeded):
+        stmts.append(serial(extent - int(seeded), step, "red_r", unrolled=True))
+    stmts.append(tir.BufferStore(op.dst, result, loop_vars))
+    body: Any = tir.SeqStmt(stmts)
     for k in reversed(range(len(loop_vars))):
         body = tir.For(loop_vars[k], 0, dst_shape[k], tir.ForKind.UNROLLED, body)
     return body, [acc]
