@@ -65,6 +65,7 @@ struct fiber_t {
   uint32_t index;
   worker* w;
   uint32_t pred_depth;  // open `if` blocks (counters)
+  uint32_t quiet;       // open trace_quiet scopes (foreign counters: a shim helper counts its own accesses)
   uint32_t tg_epoch;    // threadgroup barriers passed that order threadgroup memory (racecheck)
   uint32_t dev_epoch;   // ... that order device memory
   access atomic;        // racecheck: the memory of the last atomic object pointer formed
@@ -525,6 +526,7 @@ void run_group(worker& w, uint64_t g) {
   if (w.tg_writer && w.arena_used) std::memset(w.tg_writer, 0, sizeof(uint16_t) * w.arena_used);
   for (uint32_t i = 0; i < L->nthreads; ++i) {
     w.fibers[i].pred_depth = 0;
+    w.fibers[i].quiet = 0;
     w.fibers[i].tg_epoch = 0;
     w.fibers[i].dev_epoch = 0;
     w.fibers[i].atomic = access{};
@@ -985,6 +987,60 @@ void on_access(const access& a) noexcept {
   }
 }
 
+namespace {
+// Counts one traced access (foreign counters) where it lands: a traced device buffer of the launch
+// or the running threadgroup's threadgroup memory; anything else (thread memory, the stack, the
+// shim's scratch, constant-space arguments) is not memory traffic the counters describe.
+inline void count_traced(worker& w, const void* addr, uint64_t bytes, bool store) noexcept {
+  const char* p = static_cast<const char*>(addr);
+  const unsigned char* a = reinterpret_cast<const unsigned char*>(addr);
+  if (a >= w.arena && a < w.arena + w.arena_used) {
+    if (store) {
+      ++w.counts[c_threadgroup_store_instructions];
+      w.counts[c_threadgroup_store_bytes] += bytes;
+    } else {
+      ++w.counts[c_threadgroup_load_instructions];
+      w.counts[c_threadgroup_load_bytes] += bytes;
+    }
+    return;
+  }
+  const launch_params& lp = *w.L->p;
+  for (uint32_t i = 0; i < lp.nguards; ++i) {
+    const guard_region& g = lp.guards[i];
+    if (!g.traced || p < g.data || p >= g.data + g.bytes) continue;
+    if (store) {
+      ++w.counts[c_device_store_instructions];
+      w.counts[c_device_store_bytes] += bytes;
+    } else {
+      ++w.counts[c_device_load_instructions];
+      w.counts[c_device_load_bytes] += bytes;
+      w.counts[c_narrow_device_loads] += bytes <= 2;
+    }
+    return;
+  }
+}
+
+// The worker running a kernel fiber in counters mode, or null (tracing hooks also fire outside
+// launches: the driver's tlm_param_info runs instrumented code from Python).
+inline worker* tracing_worker() noexcept {
+  worker* w = tl_w;
+  return w && w->cur && w->L->mode == imode::counters ? w : nullptr;
+}
+
+inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
+  worker* w = tracing_worker();
+  if (w && w->cur->quiet == 0) count_traced(*w, addr, bytes, store);
+}
+}  // namespace
+
+void traced_access(const void* addr, uint64_t bytes, bool store) noexcept {
+  if (worker* w = tracing_worker()) count_traced(*w, addr, bytes, store);
+}
+
+void trace_quiet(int delta) noexcept {
+  if (worker* w = tracing_worker()) w->cur->quiet += static_cast<uint32_t>(delta);
+}
+
 void atomic_target(const access& a) noexcept {
   worker& w = *tl_w;
   w.cur->atomic = a;
@@ -1245,3 +1301,45 @@ extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers
 extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, void* data, uint64_t seed) {
   tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), data, seed};
 }
+
+// Memory tracing of foreign kernels' counters flavour (foreign.py builds it with clang's
+// -fsanitize=thread instrumentation, at -O0, without atomics and function entry/exit): the
+// instrumentation calls these for every load and store the kernel's source makes (by value: one
+// call per scalar or whole vector / struct read or written) and for memcpy / memmove / memset (struct
+// copies). No thread sanitizer runtime is linked: these are the only definitions.
+#define TLM_TRACE_SIZE(n)                                                                                          \
+  extern "C" void __tsan_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                                  \
+  extern "C" void __tsan_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                                  \
+  extern "C" void __tsan_unaligned_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                        \
+  extern "C" void __tsan_unaligned_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                        \
+  extern "C" void __tsan_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                         \
+  extern "C" void __tsan_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                         \
+  extern "C" void __tsan_unaligned_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }               \
+  extern "C" void __tsan_unaligned_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }
+TLM_TRACE_SIZE(1)
+TLM_TRACE_SIZE(2)
+TLM_TRACE_SIZE(4)
+TLM_TRACE_SIZE(8)
+TLM_TRACE_SIZE(16)
+#undef TLM_TRACE_SIZE
+extern "C" void __tsan_read_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, false); }
+extern "C" void __tsan_write_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, true); }
+extern "C" void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+  tlm::rt::traced_hook(s, n, false);
+  tlm::rt::traced_hook(d, n, true);
+  return std::memcpy(d, s, n);
+}
+extern "C" void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+  tlm::rt::traced_hook(s, n, false);
+  tlm::rt::traced_hook(d, n, true);
+  return std::memmove(d, s, n);
+}
+extern "C" void* __tsan_memset(void* d, int c, unsigned long n) {
+  tlm::rt::traced_hook(d, n, true);
+  return std::memset(d, c, n);
+}
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
+extern "C" void __tsan_ignore_thread_begin() {}
+extern "C" void __tsan_ignore_thread_end() {}
