@@ -712,6 +712,7 @@ def compile_msl(
 # ---------------------------------------------------------------- launch
 
 _PAGE = mmap.PAGESIZE
+_ABSENT_TRACED_BYTES = 4096  # zeros behind an absent buffer in the traced counters build (see launch)
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_NONE = 0
@@ -863,6 +864,13 @@ class ForeignKernel:
                     b, (raw, tensor) = by_buffer[p.buffer]
                     names.append(p.name.encode())
                     nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
+                elif self.memory_traced:
+                    # The traced build is -O0: it evaluates reads the optimizer (and Metal's) drops as
+                    # dead, e.g. MLX's steel GEMM reads the absent addmm_params to build an epilogue it
+                    # never applies. Here an absent buffer reads as zeros and is not counted; the
+                    # plain and racecheck builds keep the error below.
+                    raw, nbytes = bytes(_ABSENT_TRACED_BYTES), _ABSENT_TRACED_BYTES
+                    names.append(f"{p.name} (absent: function_constant({p.function_constant}) is false)".encode())
                 else:  # absent: no bytes, so any access faults on the guard page and names why
                     raw, nbytes = b"", 0
                     names.append(f"{p.name} (absent: function_constant({p.function_constant}) is false)".encode())

@@ -139,6 +139,7 @@ struct worker {
   uint32_t* bar_waiters;
   simd_state* simd;
   unsigned char* arena;  // threadgroup memory of the running threadgroup
+  bool owns_arena;       // mapped by setup_worker (else a slice of the launch's traced arenas)
   size_t arena_used;
   int64_t slot_off[kMaxSlots];
   uint64_t slot_bytes[kMaxSlots];
@@ -157,6 +158,17 @@ struct worker {
 };
 
 thread_local worker* tl_w = nullptr;
+
+// Counters launches: where traced accesses can count (every worker's threadgroup memory, one
+// mapping; the launch's guarded device buffers). The tracing hooks test an address against these
+// before touching thread-local state, so the many accesses of the stack cost a few compares.
+struct trace_window {
+  uintptr_t arenas = 0;
+  size_t arenas_bytes = 0;
+  const guard_region* guards = nullptr;
+  uint32_t nguards = 0;
+};
+trace_window g_trace;
 
 // ---------------------------------------------------------------- errors
 
@@ -438,7 +450,10 @@ bool setup_worker(worker& w, launch_state* L) {
   w.stack_span = span;
   w.page = page;
   w.stacks = static_cast<char*>(map_anon(w.stacks_bytes));
-  w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
+  if (!w.arena) {  // counters launches hand every worker a slice of one mapping (g_trace)
+    w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
+    w.owns_arena = true;
+  }
   w.fibers = alloc_array<fiber_t>(n);
   w.rq = alloc_array<uint32_t>(n);
   w.bar_waiters = alloc_array<uint32_t>(n);
@@ -501,7 +516,7 @@ void teardown_worker(worker& w) {
   std::free(w.tg_shadow);
   std::free(w.tg_writer);
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
-  if (w.arena) munmap(w.arena, kArenaCapacity);
+  if (w.arena && w.owns_arena) munmap(w.arena, kArenaCapacity);
 }
 
 void run_group(worker& w, uint64_t g) {
@@ -1028,6 +1043,13 @@ inline worker* tracing_worker() noexcept {
 }
 
 inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  bool inside = a - g_trace.arenas < g_trace.arenas_bytes;
+  for (uint32_t i = 0; !inside && i < g_trace.nguards; ++i) {
+    const guard_region& g = g_trace.guards[i];
+    inside = g.traced && a - reinterpret_cast<uintptr_t>(g.data) < g.bytes;
+  }
+  if (!inside) return;
   worker* w = tracing_worker();
   if (w && w->cur->quiet == 0) count_traced(*w, addr, bytes, store);
 }
@@ -1261,10 +1283,14 @@ int launch(const launch_params& p) noexcept {
     return fail("emulator: out of memory");
   }
   std::memset(static_cast<void*>(workers), 0, sizeof(worker) * nworkers);
+  unsigned char* arenas = nullptr;
+  if (L->mode == imode::counters) arenas = static_cast<unsigned char*>(map_anon(nworkers * kArenaCapacity));
   for (uint64_t i = 0; i < nworkers; ++i) {
     args[i] = worker_arg{L, &workers[i]};
     workers[i].claim = UINT64_MAX;
+    if (arenas) workers[i].arena = arenas + i * kArenaCapacity;
   }
+  if (arenas) g_trace = trace_window{reinterpret_cast<uintptr_t>(arenas), nworkers * kArenaCapacity, p.guards, p.nguards};
   L->workers = workers;
   L->nworkers = nworkers;
   if (L->ngroups > 0) {
@@ -1281,6 +1307,10 @@ int launch(const launch_params& p) noexcept {
   if (!L->has_error && L->has_race) {
     if (p.error && p.error_len) std::snprintf(p.error, p.error_len, "%s", L->race);
     rc = 2;  // a race or uninitialized read (racecheck)
+  }
+  if (arenas) {
+    g_trace = trace_window{};
+    munmap(arenas, nworkers * kArenaCapacity);
   }
   std::free(L->order);
   for (shadow_cell* sh : L->dev_shadow) std::free(sh);
