@@ -968,19 +968,11 @@ void race_access(worker& w, const access& a, bool reads) {
   }
 }
 
-}  // namespace
 
-void on_access(const access& a) noexcept {
-  worker& w = *tl_w;
-  if (w.L->mode == imode::racecheck) {
-    race_access(w, a, (a.flags & access_store) == 0);
-    return;
-  }
-  if (w.L->mode != imode::counters) return;
-  const uint64_t bytes = static_cast<uint64_t>(a.lanes) * a.elem_bytes;
-  const bool store = (a.flags & access_store) != 0;
-  if (a.kind == space_kind::device_memory) {
-    const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
+// One counted access of `bytes` bytes (counters): plugin kernels' marked accesses and foreign
+// kernels' traced ones. Thread memory is not counted.
+inline void count_memory(worker& w, space_kind kind, uint64_t bytes, bool store, bool predicated) noexcept {
+  if (kind == space_kind::device_memory) {
     if (store) {
       ++w.counts[c_device_store_instructions];
       w.counts[c_device_store_bytes] += bytes;
@@ -991,7 +983,7 @@ void on_access(const access& a) noexcept {
       w.counts[c_predicated_device_loads] += predicated;
       w.counts[c_narrow_device_loads] += bytes <= 2;
     }
-  } else if (a.kind == space_kind::threadgroup_memory) {
+  } else if (kind == space_kind::threadgroup_memory) {
     if (store) {
       ++w.counts[c_threadgroup_store_instructions];
       w.counts[c_threadgroup_store_bytes] += bytes;
@@ -1001,6 +993,18 @@ void on_access(const access& a) noexcept {
     }
   }
 }
+}  // namespace
+
+void on_access(const access& a) noexcept {
+  worker& w = *tl_w;
+  if (w.L->mode == imode::racecheck) {
+    race_access(w, a, (a.flags & access_store) == 0);
+    return;
+  }
+  if (w.L->mode != imode::counters) return;
+  const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
+  count_memory(w, a.kind, static_cast<uint64_t>(a.lanes) * a.elem_bytes, (a.flags & access_store) != 0, predicated);
+}
 
 namespace {
 // Counts one traced access (foreign counters) where it lands: a traced device buffer of the launch
@@ -1009,29 +1013,11 @@ namespace {
 inline void count_traced(worker& w, const void* addr, uint64_t bytes, bool store) noexcept {
   const char* p = static_cast<const char*>(addr);
   const unsigned char* a = reinterpret_cast<const unsigned char*>(addr);
-  if (a >= w.arena && a < w.arena + w.arena_used) {
-    if (store) {
-      ++w.counts[c_threadgroup_store_instructions];
-      w.counts[c_threadgroup_store_bytes] += bytes;
-    } else {
-      ++w.counts[c_threadgroup_load_instructions];
-      w.counts[c_threadgroup_load_bytes] += bytes;
-    }
-    return;
-  }
+  if (a >= w.arena && a < w.arena + w.arena_used) return count_memory(w, space_kind::threadgroup_memory, bytes, store, false);
   const launch_params& lp = *w.L->p;
   for (uint32_t i = 0; i < lp.nguards; ++i) {
     const guard_region& g = lp.guards[i];
-    if (!g.traced || p < g.data || p >= g.data + g.bytes) continue;
-    if (store) {
-      ++w.counts[c_device_store_instructions];
-      w.counts[c_device_store_bytes] += bytes;
-    } else {
-      ++w.counts[c_device_load_instructions];
-      w.counts[c_device_load_bytes] += bytes;
-      w.counts[c_narrow_device_loads] += bytes <= 2;
-    }
-    return;
+    if (g.traced && p >= g.data && p < g.data + g.bytes) return count_memory(w, space_kind::device_memory, bytes, store, false);
   }
 }
 
