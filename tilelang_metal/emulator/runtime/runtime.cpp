@@ -1029,6 +1029,7 @@ inline worker* tracing_worker() noexcept {
 }
 
 inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
+  if (bytes == 0) return;  // an empty memcpy / memset
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   bool inside = a - g_trace.arenas < g_trace.arenas_bytes;
   for (uint32_t i = 0; !inside && i < g_trace.nguards; ++i) {
@@ -1270,7 +1271,16 @@ int launch(const launch_params& p) noexcept {
   }
   std::memset(static_cast<void*>(workers), 0, sizeof(worker) * nworkers);
   unsigned char* arenas = nullptr;
-  if (L->mode == imode::counters) arenas = static_cast<unsigned char*>(map_anon(nworkers * kArenaCapacity));
+  // foreign kernels' counters launches (device buffers in a guard table): the traced build's hooks read g_trace
+  if (L->mode == imode::counters && p.guards) {
+    arenas = static_cast<unsigned char*>(map_anon(nworkers * kArenaCapacity));
+    if (!arenas) {  // without it nothing would count: an error, not zeros
+      std::free(workers), std::free(args), std::free(threads), std::free(started);
+      std::free(L->order);
+      delete L;
+      return fail("emulator: out of memory mapping threadgroup memory for the counters");
+    }
+  }
   for (uint64_t i = 0; i < nworkers; ++i) {
     args[i] = worker_arg{L, &workers[i]};
     workers[i].claim = UINT64_MAX;
