@@ -129,3 +129,27 @@ def test_without_clang_memory_counts_are_left_out_with_the_reason(monkeypatch):
     got = k.counters([torch.randn(32), torch.randn(32)], (1, 1, 1), (32, 1, 1))
     assert not set(MEMORY_COUNTERS) & set(got)  # absent, not 0
     assert got["threadgroup_barriers"] == 0
+
+
+ATOMIC = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void tally(const device int* a [[buffer(0)]], device int* hist [[buffer(1)]],
+                  uint i [[thread_position_in_grid]]) {
+  atomic_fetch_add_explicit((device atomic_int*)(hist + (a[i] & 3)), 1, memory_order_relaxed);
+}
+"""
+
+
+@needs_clang
+def test_atomics_are_not_traced_where_the_plugin_counts_the_atomic_access():
+    """The documented difference: the atomic read-modify-write is left out of the traced counts; the
+    plugin's marks count the atomic object's access as one device load."""
+    a = torch.arange(32, dtype=torch.int32)
+    foreign = compile_msl(ATOMIC.replace("kernel void", "[[kernel]] void"), "tally")
+    hist = torch.zeros(4, dtype=torch.int32)
+    got = foreign.counters([a, hist], (1, 1, 1), (32, 1, 1))
+    assert hist.tolist() == [8, 8, 8, 8]  # it ran
+    plugin = launch_counters(ATOMIC, [a, torch.zeros(4, dtype=torch.int32)], (1, 1, 1), (32, 1, 1)).total
+    assert (got["device_load_instructions"], got["device_store_instructions"]) == (32, 0)  # a[i] only
+    assert (plugin["device_load_instructions"], plugin["device_store_instructions"]) == (64, 0)
