@@ -11,7 +11,8 @@ ratio of each count per FLOP to MLX's.
     python benchmark/compare_mlx.py --dry-run --out /tmp/cmp          # anywhere (the emulator)
     python benchmark/compare_mlx.py --dry-run --out /tmp/cmp --only gemm-nn-fp16-4096
 
-Counts are the emulator's (docs/emulator.md, Counters): device_bytes is loads + stores,
+Counts are the emulator's (docs/emulator.md, Counters; MLX's memory traffic is traced from its own
+loads and stores, Foreign MSL, with clang only: n/a with g++): device_bytes is loads + stores,
 threadgroup_bytes loads + stores, barriers are threadgroup barriers, matrix_ops every matrix
 instruction (an 8x8x8 simdgroup op and a 16x32x16 matmul2d count one each). On a Mac the same
 problems are timed with bench_gemm.py / bench_attention.py; this script compares structure only.
@@ -47,7 +48,8 @@ RATIO_COLUMNS = ("device_bytes", "device_load_ops", "narrow_device_loads", "thre
 
 def summarize(total: dict[str, float]) -> dict[str, float | None]:
     """The table's columns from one launch's (or a model's) counter totals; None where the counts do
-    not include that kind (foreign kernels' memory accesses, where the emulator does not count them)."""
+    not include that kind (MLX's memory traffic when the emulator builds with g++: foreign kernels'
+    accesses are traced only with clang, `foreign.memory_counts_unavailable()`)."""
     from tilelang_metal.emulator.instrument import MATRIX_COUNTER_NAMES
 
     def pair(a: str, b: str) -> float | None:
@@ -232,14 +234,16 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None
         "# The plugin and MLX, side by side (emulator counts at full size, from proxies)", "",
         f"{len(rows)} rows in {seconds:.0f} s. Counts per problem at its full size (benchmark/count_models.py); "
         "`x_vs_mlx` = the plugin's count per FLOP over MLX's (below 1: the plugin does less). Structure, not time.", "",
-        "| problem | class | impl | verified | rel err | device bytes | load ops | narrow loads | tg bytes | barriers | matrix ops | load ops vs MLX | barriers vs MLX | config |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| problem | class | impl | verified | rel err | device bytes | load ops | narrow loads | tg bytes | barriers | matrix ops "
+        "| load ops vs MLX | narrow vs MLX | tg bytes vs MLX | barriers vs MLX | config |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['problem']} | {r['chip_class']} | {r['implementation']} | {'yes' if r['verified'] else 'NO'} | {r.get('max_rel_err', '')} | "
                      f"{r.get('device_bytes', '')} | {r.get('device_load_ops', '')} | {r.get('narrow_device_loads', '')} | "
                      f"{r.get('threadgroup_bytes', '')} | {r.get('barriers', '')} | {r.get('matrix_ops', '')} | "
-                     f"{r.get('device_load_ops_vs_mlx', '')} | {r.get('barriers_vs_mlx', '')} | {r['config']} |")
+                     f"{r.get('device_load_ops_vs_mlx', '')} | {r.get('narrow_device_loads_vs_mlx', '')} | "
+                     f"{r.get('threadgroup_bytes_vs_mlx', '')} | {r.get('barriers_vs_mlx', '')} | {r['config']} |")
     (out / "compare_mlx.md").write_text("\n".join(lines) + "\n")
 
 

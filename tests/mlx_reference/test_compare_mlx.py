@@ -7,6 +7,8 @@ import csv
 
 from bench_support import load_benchmark
 
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
+
 PROBLEMS = "softmax-4096,row-sum-4096,decode-d128-4k"
 
 
@@ -27,6 +29,14 @@ def test_dry_run_verifies_both_implementations(mlx_include, tmp_path):
     plugin = {r["problem"]: r for r in rows if r["implementation"] == "plugin"}
     assert all(float(plugin[p]["device_load_ops"]) > 0 for p in plugin)  # the plugin's memory counters are there
     assert "| decode-d128-4k | steel | mlx | yes |" in (tmp_path / "compare_mlx.md").read_text()
+    mlx = [r for r in rows if r["implementation"] == "mlx"]
+    if memory_counts_unavailable() is None:  # MLX's memory traffic traced (clang): every ratio computed
+        assert all(float(r[c]) > 0 for r in mlx for c in ("device_bytes", "device_load_ops", "device_store_ops"))
+        for r in plugin.values():
+            assert float(r["device_load_ops_vs_mlx"]) > 0 and float(r["device_bytes_vs_mlx"]) > 0, r
+    else:
+        assert all(r["device_load_ops"] == "n/a" for r in mlx)
+        assert all(r["device_load_ops_vs_mlx"] == "" for r in plugin.values())
 
 
 def test_a_failing_implementation_is_a_row_and_the_exit_status(mlx_include, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ import torch
 
 import mlx_gemm as mg
 from tilelang_metal.emulator import EmulatorRuntimeError
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
 
 TOLERANCE = {torch.float32: (1e-5, 1e-4), torch.float16: (2e-3, 2e-2), torch.bfloat16: (1.6e-2, 1e-1)}
 
@@ -82,6 +83,13 @@ def test_steel_gemm_passes_the_race_check_and_counts_its_matrix_operations(mlx_i
     # 2 x 2 threadgroups, each ceil(71 / 16) = 5 K steps of 16 = 2 fragments of 8 over a 64 x 64 tile of
     # 8 x 8 x 8 multiply-accumulates (one count per simdgroup operation)
     assert counts["simdgroup_multiply_accumulate_8x8x8"] == 4 * 5 * 2 * (64 // 8) * (64 // 8)
+    if memory_counts_unavailable() is None:  # traced memory (clang)
+        # every K step stages a 64 x 16 tile of A and a 16 x 64 tile of B in threadgroup memory (float),
+        # edge tiles included (zero-filled); each output is written once; nothing is narrow in fp32
+        assert counts["threadgroup_store_bytes"] == 4 * 5 * (64 * 16 + 16 * 64) * 4
+        assert (counts["device_store_instructions"], counts["device_store_bytes"]) == (M * N, 4 * M * N)
+        assert counts["device_load_bytes"] >= 4 * (M * K * 2 + K * N * 2)  # each panel read by 2 tiles
+        assert counts["narrow_device_loads"] == 0
 
 
 # split-K: bm = 16 below M = 40, bn = 32 from N = 40, bk = 16; partitions: next_power_of_2 of

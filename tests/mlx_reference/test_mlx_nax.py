@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
+
 sys.path.insert(0, str(Path(__file__).parent))
 import mlx_nax  # noqa: E402
 
@@ -98,6 +100,17 @@ def test_gemm_fused_nax_counts_matmul2d_runs(mlx_include):
     a, b = _operands(M, N, K, False, False, torch.float16)
     counts = mlx_nax.gemm_fused_nax_launch(mlx_include, a, b).counters()
     assert counts["matmul2d_16x32x16"] == math.ceil(M / 32) * math.ceil(N / 32) * 4 * math.ceil(K / 32)
+    if memory_counts_unavailable() is None:  # traced memory (clang)
+        # each active simdgroup reads the in-range rows of its 32-row A panel and columns of its 32-column
+        # B panel over all of K, element by element (NAXFrag load / load_safe: `src[r * str_x + c + j]`,
+        # 2-byte loads), and writes each of its in-range outputs once
+        row_blocks = [min(32, M - r) for r in range(0, M, 32)]
+        col_blocks = [min(32, N - c) for c in range(0, N, 32)]
+        elements = K * sum(rows + cols for rows in row_blocks for cols in col_blocks)
+        assert counts["device_load_instructions"] == counts["narrow_device_loads"] == elements
+        assert counts["device_load_bytes"] == 2 * elements
+        assert (counts["device_store_instructions"], counts["device_store_bytes"]) == (M * N, 2 * M * N)
+        assert counts["threadgroup_load_bytes"] == counts["threadgroup_store_bytes"] == 0  # no staging
 
 
 # ---------------------------------------------------------------- attention

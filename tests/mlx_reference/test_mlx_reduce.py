@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
+
 from mlx_reduce import col_reduce, row_reduce
 
 # Sums only in float32: MLX reduces float16 / bfloat16 in their own type (reduce.cpp,
@@ -83,6 +85,9 @@ def test_reductions_pass_the_race_check(mlx_include):
     # a simd_any (MLX's NaN check for floats) and a simd_max
     assert counts["threadgroup_barriers"] == 3
     assert counts["simd_collectives"] == 3 * 8 * 4 * 2
+    if memory_counts_unavailable() is None:  # traced memory (clang): every input read once, one result per column
+        assert (counts["device_load_instructions"], counts["device_load_bytes"]) == (100 * 67, 4 * 100 * 67)
+        assert (counts["device_store_instructions"], counts["device_store_bytes"]) == (67, 4 * 67)
     x = torch.randn(41, 301, generator=torch.Generator().manual_seed(5))
     launch = row_reduce(x, (1,), "sum", include=mlx_include)[1]
     _check(launch.racecheck(seeds=(0, 1)), x, (1,), "sum")

@@ -415,6 +415,14 @@ class ForeignParam:
     def describe(self) -> str:
         return f"parameter '{self.name}' (buffer {self.buffer}, `{self.text}`)"
 
+    @property
+    def space(self) -> str | None:
+        """The binding's address space as written (`device` or `constant`), None for a position attribute."""
+        if self.attribute is not None:
+            return None
+        m = _ADDRESS_SPACE_RE.search(_PARAM_ATTR_LIST_RE.sub("", self.text))
+        return m.group(1) if m else None
+
 
 _PARAM_ATTR_LIST_RE = re.compile(r"\[\[(?P<body>.*?)\]\]")
 _PARAM_ATTR_RE = re.compile(r"^\s*(?P<attr>[A-Za-z_]\w*)\s*(?:\(\s*(?P<arg>[^()]*?)\s*\))?\s*$")
@@ -682,6 +690,9 @@ def compile_msl(
     main = closure.files["main.metal"].text
     extra = tuple(sorted((rel, t.text) for rel, t in closure.files.items() if rel != "main.metal"))
     flags = (*PREDEFINES, *(f"-I{d}" for d in closure.include_dirs))
+    traced = instrument == "counters" and toolchain.memory_trace_unavailable() is None
+    if traced:
+        flags += toolchain.MEMORY_TRACE_FLAGS
     safe = re.sub(r"\W", "_", kernel_name)[:40]
     unit = toolchain.SourceUnit(safe, source, main, driver, extra_files=extra, extra_flags=flags)
     key = hashlib.sha256((unit.text + repr(extra) + repr(flags) + str(instrument)).encode()).hexdigest()
@@ -692,7 +703,8 @@ def compile_msl(
         return hit
     lib = toolchain.kernel_library(unit, True, instrument)
     kernel = ForeignKernel(kernel_name, callee, params, lib, unit, instrument,
-                           source=source, include_dirs=tuple(str(d) for d in include_dirs), constants=constants)
+                           source=source, include_dirs=tuple(str(d) for d in include_dirs), constants=constants,
+                           memory_traced=traced)
     with _compile_lock:
         _memo[memo_key] = kernel
     return kernel
@@ -701,6 +713,7 @@ def compile_msl(
 # ---------------------------------------------------------------- launch
 
 _PAGE = mmap.PAGESIZE
+_ABSENT_TRACED_BYTES = 4096  # zeros behind an absent buffer in the traced counters build (see launch)
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_NONE = 0
@@ -708,7 +721,8 @@ _PROT_NONE = 0
 
 class _GuardRegion(ctypes.Structure):
     _fields_ = [("lo", ctypes.c_void_p), ("hi", ctypes.c_void_p), ("data", ctypes.c_void_p),
-                ("bytes", ctypes.c_uint64), ("name", ctypes.c_char_p), ("buffer", ctypes.c_int32)]
+                ("bytes", ctypes.c_uint64), ("name", ctypes.c_char_p), ("buffer", ctypes.c_int32),
+                ("traced", ctypes.c_int32)]
 
 
 class _Guarded:
@@ -744,7 +758,8 @@ class ForeignKernel:
     `constant T&`); `grid` counts threadgroups (MTLCommandEncoder.dispatchThreadgroups)."""
 
     def __init__(self, name: str, callee: str, params: list[ForeignParam], library: Path, unit: toolchain.SourceUnit,
-                 instrument: str | None, *, source: str, include_dirs: tuple[str, ...], constants: dict) -> None:
+                 instrument: str | None, *, source: str, include_dirs: tuple[str, ...], constants: dict,
+                 memory_traced: bool = False) -> None:
         from .kernel import _load
 
         self.name = name
@@ -753,6 +768,7 @@ class ForeignKernel:
         self.library_path = library
         self.unit = unit
         self.instrument = instrument
+        self.memory_traced = memory_traced  # counters flavour built with memory tracing (MEMORY_COUNTERS count)
         self._rebuild = (source, include_dirs, constants)
         self._lib = _load(library)
         self._lib.tlm_param_info.restype = ctypes.c_int
@@ -849,6 +865,13 @@ class ForeignKernel:
                     b, (raw, tensor) = by_buffer[p.buffer]
                     names.append(p.name.encode())
                     nbytes = len(raw) if raw is not None else tensor.numel() * tensor.element_size()
+                elif self.memory_traced:
+                    # The traced build is -O0: it evaluates reads the optimizer (and Metal's) drops as
+                    # dead, e.g. MLX's steel GEMM reads the absent addmm_params to build an epilogue it
+                    # never applies. Here an absent buffer reads as zeros and is not counted; the
+                    # plain and racecheck builds keep the error below.
+                    raw, nbytes = bytes(_ABSENT_TRACED_BYTES), _ABSENT_TRACED_BYTES
+                    names.append(f"{p.name} (absent: function_constant({p.function_constant}) is false)".encode())
                 else:  # absent: no bytes, so any access faults on the guard page and names why
                     raw, nbytes = b"", 0
                     names.append(f"{p.name} (absent: function_constant({p.function_constant}) is false)".encode())
@@ -858,7 +881,8 @@ class ForeignKernel:
                     ctypes.memmove(region.address, raw, nbytes)
                 elif nbytes:
                     ctypes.memmove(region.address, tensor.data_ptr(), nbytes)
-                table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], p.buffer)
+                table[i] = _GuardRegion(region.guard_lo, region.guard_hi, region.address, nbytes, names[i], p.buffer,
+                                        int(p.enabled and p.space == "device"))
             n = len(regions)
             ptrs = (ctypes.c_void_p * max(n, 1))(*[r.address for r in regions])
             counts = (ctypes.c_int64 * max(n, 1))(*[r.nbytes for r in regions])
@@ -887,9 +911,11 @@ class ForeignKernel:
                 r.close()
 
     def counters(self, args: Sequence[Any], grid: Sequence[int], block: Sequence[int]) -> dict[str, int]:
-        """Synchronisation and simdgroup counts of one launch (totals). Memory traffic is not counted
-        for foreign kernels (their accesses do not go through the emulator's checked pointers), so
-        those counters are left out rather than reported as 0."""
+        """Counts of one launch (totals): barriers, simd collectives, matrix instructions and, when the
+        compiler can trace memory (clang; `memory_counts_unavailable()` says why not), the memory
+        traffic of MEMORY_COUNTERS, counted from the kernel's own loads and stores by address (see
+        docs/emulator.md, "Foreign MSL"). Counters the emulator cannot count for foreign MSL are left
+        out rather than reported as 0: predicated accesses always, memory traffic without clang."""
         from .instrument import _MODE_COUNTERS, COUNTER_NAMES
         from .kernel import _dims
 
@@ -899,7 +925,8 @@ class ForeignKernel:
             ngroups *= d
         rows = (ctypes.c_uint64 * max(1, ngroups * len(COUNTER_NAMES)))()
         k.launch(args, grid, block, _instrumentation=(_MODE_COUNTERS, ctypes.addressof(rows), 0))
-        total = dict.fromkeys(_FOREIGN_COUNTERS, 0)
+        names = _FOREIGN_COUNTERS + (MEMORY_COUNTERS if k.memory_traced else ())
+        total = dict.fromkeys(names, 0)
         for gi in range(ngroups):
             for i, name in enumerate(COUNTER_NAMES):
                 if name in total:
@@ -943,3 +970,14 @@ class ForeignKernel:
 
 
 _FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives") + tuple(inst.counter for inst in COUNTED)
+# Memory traffic, counted for foreign kernels when the compiler can trace it (memory_counts_unavailable).
+MEMORY_COUNTERS = (
+    "device_load_instructions", "device_load_bytes", "device_store_instructions", "device_store_bytes",
+    "threadgroup_load_instructions", "threadgroup_load_bytes", "threadgroup_store_instructions",
+    "threadgroup_store_bytes", "narrow_device_loads",
+)
+
+
+def memory_counts_unavailable() -> str | None:
+    """Why ForeignKernel.counters leaves memory traffic out with this emulator compiler, or None."""
+    return toolchain.memory_trace_unavailable()

@@ -241,6 +241,29 @@ def format_diagnostics(unit: SourceUnit, stderr: str, build_dir: Path) -> str:
     return text
 
 
+# Memory tracing of foreign kernels' counters flavour (foreign.py): clang's thread-sanitizer
+# instrumentation reports every load, store and memcpy / memmove / memset to the runtime's __tsan_*
+# hooks (runtime.cpp; no sanitizer runtime is linked). -O0, so the accesses are the source's: one per
+# scalar or whole vector / struct value read or written (at -O2 SROA splits a `half4` copy into lanes
+# and GVN / LICM drop repeated loads). Atomics and function entry/exit are not instrumented; reads
+# followed by a write of the same address are (a `+=` is a load and a store).
+MEMORY_TRACE_FLAGS = (
+    "-O0", "-fsanitize=thread", "-DTLM_TRACE_MEMORY",
+    "-mllvm", "-tsan-instrument-atomics=0",
+    "-mllvm", "-tsan-instrument-func-entry-exit=0",
+    "-mllvm", "-tsan-instrument-read-before-write=1",
+)
+
+
+def memory_trace_unavailable() -> str | None:
+    """Why foreign kernels' memory traffic cannot be counted with this compiler, or None if it can."""
+    cxx = compiler()
+    if "clang" not in compiler_identity(cxx).lower():
+        return (f"foreign kernels' memory traffic is counted only when the emulator builds with clang (clang++-19; "
+                f"this compiler is {compiler_identity(cxx)}): set TILELANG_METAL_EMULATOR_CXX=clang++-19")
+    return None
+
+
 INSTRUMENT_DEFINES = {None: [], "counters": ["-DTLM_COUNTERS"], "racecheck": ["-DTLM_RACECHECK"]}
 
 

@@ -65,6 +65,7 @@ struct fiber_t {
   uint32_t index;
   worker* w;
   uint32_t pred_depth;  // open `if` blocks (counters)
+  uint32_t quiet;       // open trace_quiet scopes (foreign counters: a shim helper counts its own accesses)
   uint32_t tg_epoch;    // threadgroup barriers passed that order threadgroup memory (racecheck)
   uint32_t dev_epoch;   // ... that order device memory
   access atomic;        // racecheck: the memory of the last atomic object pointer formed
@@ -138,6 +139,7 @@ struct worker {
   uint32_t* bar_waiters;
   simd_state* simd;
   unsigned char* arena;  // threadgroup memory of the running threadgroup
+  bool owns_arena;       // mapped by setup_worker (else a slice of the launch's traced arenas)
   size_t arena_used;
   int64_t slot_off[kMaxSlots];
   uint64_t slot_bytes[kMaxSlots];
@@ -156,6 +158,17 @@ struct worker {
 };
 
 thread_local worker* tl_w = nullptr;
+
+// Counters launches: where traced accesses can count (every worker's threadgroup memory, one
+// mapping; the launch's guarded device buffers). The tracing hooks test an address against these
+// before touching thread-local state, so the many accesses of the stack cost a few compares.
+struct trace_window {
+  uintptr_t arenas = 0;
+  size_t arenas_bytes = 0;
+  const guard_region* guards = nullptr;
+  uint32_t nguards = 0;
+};
+trace_window g_trace;
 
 // ---------------------------------------------------------------- errors
 
@@ -437,7 +450,10 @@ bool setup_worker(worker& w, launch_state* L) {
   w.stack_span = span;
   w.page = page;
   w.stacks = static_cast<char*>(map_anon(w.stacks_bytes));
-  w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
+  if (!w.arena) {  // counters launches hand every worker a slice of one mapping (g_trace)
+    w.arena = static_cast<unsigned char*>(map_anon(kArenaCapacity));
+    w.owns_arena = true;
+  }
   w.fibers = alloc_array<fiber_t>(n);
   w.rq = alloc_array<uint32_t>(n);
   w.bar_waiters = alloc_array<uint32_t>(n);
@@ -500,7 +516,7 @@ void teardown_worker(worker& w) {
   std::free(w.tg_shadow);
   std::free(w.tg_writer);
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
-  if (w.arena) munmap(w.arena, kArenaCapacity);
+  if (w.arena && w.owns_arena) munmap(w.arena, kArenaCapacity);
 }
 
 void run_group(worker& w, uint64_t g) {
@@ -525,6 +541,7 @@ void run_group(worker& w, uint64_t g) {
   if (w.tg_writer && w.arena_used) std::memset(w.tg_writer, 0, sizeof(uint16_t) * w.arena_used);
   for (uint32_t i = 0; i < L->nthreads; ++i) {
     w.fibers[i].pred_depth = 0;
+    w.fibers[i].quiet = 0;
     w.fibers[i].tg_epoch = 0;
     w.fibers[i].dev_epoch = 0;
     w.fibers[i].atomic = access{};
@@ -951,19 +968,11 @@ void race_access(worker& w, const access& a, bool reads) {
   }
 }
 
-}  // namespace
 
-void on_access(const access& a) noexcept {
-  worker& w = *tl_w;
-  if (w.L->mode == imode::racecheck) {
-    race_access(w, a, (a.flags & access_store) == 0);
-    return;
-  }
-  if (w.L->mode != imode::counters) return;
-  const uint64_t bytes = static_cast<uint64_t>(a.lanes) * a.elem_bytes;
-  const bool store = (a.flags & access_store) != 0;
-  if (a.kind == space_kind::device_memory) {
-    const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
+// One counted access of `bytes` bytes (counters): plugin kernels' marked accesses and foreign
+// kernels' traced ones. Thread memory is not counted.
+inline void count_memory(worker& w, space_kind kind, uint64_t bytes, bool store, bool predicated) noexcept {
+  if (kind == space_kind::device_memory) {
     if (store) {
       ++w.counts[c_device_store_instructions];
       w.counts[c_device_store_bytes] += bytes;
@@ -974,7 +983,7 @@ void on_access(const access& a) noexcept {
       w.counts[c_predicated_device_loads] += predicated;
       w.counts[c_narrow_device_loads] += bytes <= 2;
     }
-  } else if (a.kind == space_kind::threadgroup_memory) {
+  } else if (kind == space_kind::threadgroup_memory) {
     if (store) {
       ++w.counts[c_threadgroup_store_instructions];
       w.counts[c_threadgroup_store_bytes] += bytes;
@@ -983,6 +992,62 @@ void on_access(const access& a) noexcept {
       w.counts[c_threadgroup_load_bytes] += bytes;
     }
   }
+}
+}  // namespace
+
+void on_access(const access& a) noexcept {
+  worker& w = *tl_w;
+  if (w.L->mode == imode::racecheck) {
+    race_access(w, a, (a.flags & access_store) == 0);
+    return;
+  }
+  if (w.L->mode != imode::counters) return;
+  const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
+  count_memory(w, a.kind, static_cast<uint64_t>(a.lanes) * a.elem_bytes, (a.flags & access_store) != 0, predicated);
+}
+
+namespace {
+// Counts one traced access (foreign counters) where it lands: a traced device buffer of the launch
+// or the running threadgroup's threadgroup memory; anything else (thread memory, the stack, the
+// shim's scratch, constant-space arguments) is not memory traffic the counters describe.
+inline void count_traced(worker& w, const void* addr, uint64_t bytes, bool store) noexcept {
+  const char* p = static_cast<const char*>(addr);
+  const unsigned char* a = reinterpret_cast<const unsigned char*>(addr);
+  if (a >= w.arena && a < w.arena + w.arena_used) return count_memory(w, space_kind::threadgroup_memory, bytes, store, false);
+  const launch_params& lp = *w.L->p;
+  for (uint32_t i = 0; i < lp.nguards; ++i) {
+    const guard_region& g = lp.guards[i];
+    if (g.traced && p >= g.data && p < g.data + g.bytes) return count_memory(w, space_kind::device_memory, bytes, store, false);
+  }
+}
+
+// The worker running a kernel fiber in counters mode, or null (tracing hooks also fire outside
+// launches: the driver's tlm_param_info runs instrumented code from Python).
+inline worker* tracing_worker() noexcept {
+  worker* w = tl_w;
+  return w && w->cur && w->L->mode == imode::counters ? w : nullptr;
+}
+
+inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
+  if (bytes == 0) return;  // an empty memcpy / memset
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  bool inside = a - g_trace.arenas < g_trace.arenas_bytes;
+  for (uint32_t i = 0; !inside && i < g_trace.nguards; ++i) {
+    const guard_region& g = g_trace.guards[i];
+    inside = g.traced && a - reinterpret_cast<uintptr_t>(g.data) < g.bytes;
+  }
+  if (!inside) return;
+  worker* w = tracing_worker();
+  if (w && w->cur->quiet == 0) count_traced(*w, addr, bytes, store);
+}
+}  // namespace
+
+void traced_access(const void* addr, uint64_t bytes, bool store) noexcept {
+  if (worker* w = tracing_worker()) count_traced(*w, addr, bytes, store);
+}
+
+void trace_quiet(int delta) noexcept {
+  if (worker* w = tracing_worker()) w->cur->quiet += static_cast<uint32_t>(delta);
 }
 
 void atomic_target(const access& a) noexcept {
@@ -1205,10 +1270,23 @@ int launch(const launch_params& p) noexcept {
     return fail("emulator: out of memory");
   }
   std::memset(static_cast<void*>(workers), 0, sizeof(worker) * nworkers);
+  unsigned char* arenas = nullptr;
+  // foreign kernels' counters launches (device buffers in a guard table): the traced build's hooks read g_trace
+  if (L->mode == imode::counters && p.guards) {
+    arenas = static_cast<unsigned char*>(map_anon(nworkers * kArenaCapacity));
+    if (!arenas) {  // without it nothing would count: an error, not zeros
+      std::free(workers), std::free(args), std::free(threads), std::free(started);
+      std::free(L->order);
+      delete L;
+      return fail("emulator: out of memory mapping threadgroup memory for the counters");
+    }
+  }
   for (uint64_t i = 0; i < nworkers; ++i) {
     args[i] = worker_arg{L, &workers[i]};
     workers[i].claim = UINT64_MAX;
+    if (arenas) workers[i].arena = arenas + i * kArenaCapacity;
   }
+  if (arenas) g_trace = trace_window{reinterpret_cast<uintptr_t>(arenas), nworkers * kArenaCapacity, p.guards, p.nguards};
   L->workers = workers;
   L->nworkers = nworkers;
   if (L->ngroups > 0) {
@@ -1225,6 +1303,10 @@ int launch(const launch_params& p) noexcept {
   if (!L->has_error && L->has_race) {
     if (p.error && p.error_len) std::snprintf(p.error, p.error_len, "%s", L->race);
     rc = 2;  // a race or uninitialized read (racecheck)
+  }
+  if (arenas) {
+    g_trace = trace_window{};
+    munmap(arenas, nworkers * kArenaCapacity);
   }
   std::free(L->order);
   for (shadow_cell* sh : L->dev_shadow) std::free(sh);
@@ -1245,3 +1327,45 @@ extern "C" __attribute__((visibility("default"))) const char* tlm_runtime_fibers
 extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, void* data, uint64_t seed) {
   tlm::rt::g_instrument = tlm::rt::instrument_config{static_cast<tlm::rt::imode>(mode), data, seed};
 }
+
+// Memory tracing of foreign kernels' counters flavour (foreign.py builds it with clang's
+// -fsanitize=thread instrumentation, at -O0, without atomics and function entry/exit): the
+// instrumentation calls these for every load and store the kernel's source makes (by value: one
+// call per scalar or whole vector / struct read or written) and for memcpy / memmove / memset (struct
+// copies). No thread sanitizer runtime is linked: these are the only definitions.
+#define TLM_TRACE_SIZE(n)                                                                                          \
+  extern "C" void __tsan_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                                  \
+  extern "C" void __tsan_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                                  \
+  extern "C" void __tsan_unaligned_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                        \
+  extern "C" void __tsan_unaligned_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                        \
+  extern "C" void __tsan_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                         \
+  extern "C" void __tsan_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                         \
+  extern "C" void __tsan_unaligned_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }               \
+  extern "C" void __tsan_unaligned_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }
+TLM_TRACE_SIZE(1)
+TLM_TRACE_SIZE(2)
+TLM_TRACE_SIZE(4)
+TLM_TRACE_SIZE(8)
+TLM_TRACE_SIZE(16)
+#undef TLM_TRACE_SIZE
+extern "C" void __tsan_read_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, false); }
+extern "C" void __tsan_write_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, true); }
+extern "C" void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+  tlm::rt::traced_hook(s, n, false);
+  tlm::rt::traced_hook(d, n, true);
+  return std::memcpy(d, s, n);
+}
+extern "C" void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+  tlm::rt::traced_hook(s, n, false);
+  tlm::rt::traced_hook(d, n, true);
+  return std::memmove(d, s, n);
+}
+extern "C" void* __tsan_memset(void* d, int c, unsigned long n) {
+  tlm::rt::traced_hook(d, n, true);
+  return std::memset(d, c, n);
+}
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
+extern "C" void __tsan_ignore_thread_begin() {}
+extern "C" void __tsan_ignore_thread_end() {}

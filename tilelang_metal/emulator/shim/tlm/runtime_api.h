@@ -29,6 +29,7 @@ struct guard_region {
   uint64_t bytes;
   const char* name;
   int32_t buffer;
+  int32_t traced;  // a `device` binding: traced accesses inside [data, data + bytes) count (foreign counters)
 };
 
 // Runs one GPU thread: generated per kernel by the Python driver generator.
@@ -148,6 +149,15 @@ void predicate_exit() noexcept;
 
 // threadgroup_barrier with its mem_flags (racecheck: opens a new epoch per ordered memory kind).
 void threadgroup_barrier_flags(unsigned mem_flags) noexcept;
+
+// Foreign kernels' counters flavour with memory tracing (TLM_TRACE_MEMORY: built with clang's
+// -fsanitize=thread instrumentation at -O0, foreign.py): every load, store and memcpy of the kernel
+// reaches the runtime by address and size, and counts when it lands in a traced device buffer or in
+// the running threadgroup's threadgroup memory. Shim helpers that access memory on the kernel's
+// behalf silence the tracing (`trace_quiet`) and report their access as the plugin's counters count
+// it (`traced_access`: one access of `bytes` bytes).
+void traced_access(const void* addr, uint64_t bytes, bool store) noexcept;
+void trace_quiet(int delta) noexcept;
 
 // Counters, one row per threadgroup (names in tilelang_metal/emulator/instrument.py, same order).
 enum counter : uint32_t {

@@ -45,9 +45,23 @@ namespace tlm_detail {
 template <class P> TLM_INLINE P for_store(const P& p) { return p; }
 template <class T> TLM_INLINE tlm::checked_ptr<T> for_store(const tlm::checked_ptr<T>& p) { return p.w(); }
 
-// A lane's `n` adjacent elements at element offset i: one access (counted once).
-template <class E> TLM_INLINE E* run_at(E* p, int64_t i, int) { return p + i; }
-template <class T> TLM_INLINE T* run_at(const tlm::checked_ptr<T>& p, int64_t i, int n) { return p.span(i, n); }
+// A lane's `n` adjacent elements at element offset i: one access (counted once). Through a raw
+// pointer (foreign MSL) in a memory-traced build, the access is reported here as one of n elements
+// and the element-wise copy that follows runs inside a `quiet` scope, so it is not traced again.
+template <class E> TLM_INLINE E* run_at(E* p, int64_t i, [[maybe_unused]] int n, [[maybe_unused]] bool store) {
+#ifdef TLM_TRACE_MEMORY
+  tlm::rt::traced_access(p + i, sizeof(E) * static_cast<uint64_t>(n), store);
+#endif
+  return p + i;
+}
+template <class T> TLM_INLINE T* run_at(const tlm::checked_ptr<T>& p, int64_t i, int n, bool) { return p.span(i, n); }
+
+struct quiet {
+#ifdef TLM_TRACE_MEMORY
+  quiet() { tlm::rt::trace_quiet(1); }
+  ~quiet() { tlm::rt::trace_quiet(-1); }
+#endif
+};
 
 // Linear element offset of matrix position (r, c) in memory (origin = (column, row) of the source).
 TLM_INLINE int64_t sg_offset(int r, int c, uint64_t stride, ulong2 origin, bool transpose) {
@@ -74,7 +88,8 @@ TLM_INLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t ele
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = L::row(lane), c = L::col(lane);
   if (!transpose_matrix) {  // the lane's elements are adjacent in memory: one access
-    auto* q = tlm_detail::run_at(src, tlm_detail::sg_offset(r, c, elements_per_row, matrix_origin, false), L::elems);
+    auto* q = tlm_detail::run_at(src, tlm_detail::sg_offset(r, c, elements_per_row, matrix_origin, false), L::elems, false);
+    tlm_detail::quiet counted_above;
     for (int j = 0; j < L::elems; ++j) d.elems.e_[j] = static_cast<T>(q[j]);
     return;
   }
@@ -89,7 +104,8 @@ TLM_INLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint6
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = L::row(lane), c = L::col(lane);
   if (!transpose_matrix) {  // the lane's elements are adjacent in memory: one access
-    auto* q = tlm_detail::run_at(tlm_detail::for_store(dst), tlm_detail::sg_offset(r, c, elements_per_row, matrix_origin, false), L::elems);
+    auto* q = tlm_detail::run_at(tlm_detail::for_store(dst), tlm_detail::sg_offset(r, c, elements_per_row, matrix_origin, false), L::elems, true);
+    tlm_detail::quiet counted_above;
     for (int j = 0; j < L::elems; ++j) q[j] = static_cast<std::remove_reference_t<decltype(q[j])>>(s.elems.e_[j]);
     return;
   }
