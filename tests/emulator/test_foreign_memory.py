@@ -109,12 +109,13 @@ struct Params { int n; };
 
 
 @needs_clang
-def test_a_struct_copy_is_one_access_and_constant_space_is_not_traffic():
+def test_a_struct_copy_is_one_access_per_16_bytes_and_constant_space_is_not_traffic():
     n = 24
     pairs, out = torch.randn(32, 8), torch.zeros(32, 4)
     k = compile_msl(STRUCTS, "structs")
     got = k.counters([pairs, out, n.to_bytes(4, "little"), torch.tensor([2.0])], (1, 1, 1), (32, 1, 1))
-    assert (got["device_load_instructions"], got["device_load_bytes"]) == (n, 32 * n)  # one Pair per thread
+    # one 32-byte Pair per thread: one source access, two 16-byte instructions
+    assert (got["device_load_instructions"], got["device_load_bytes"]) == (2 * n, 32 * n)
     assert (got["device_store_instructions"], got["device_store_bytes"]) == (n, 16 * n)
     assert got["narrow_device_loads"] == 0
 
@@ -153,3 +154,31 @@ def test_atomics_are_not_traced_where_the_plugin_counts_the_atomic_access():
     plugin = launch_counters(ATOMIC, [a, torch.zeros(4, dtype=torch.int32)], (1, 1, 1), (32, 1, 1)).total
     assert (got["device_load_instructions"], got["device_store_instructions"]) == (32, 0)  # a[i] only
     assert (plugin["device_load_instructions"], plugin["device_store_instructions"]) == (64, 0)
+
+
+# A 32-byte struct copy (as MLX's BlockLoader reads a row of 16 halves) is two instructions on the GPU,
+# whose widest load or store per thread is 16 bytes; a 16-byte one is one.
+WIDE = """
+#include <metal_stdlib>
+using namespace metal;
+struct row32 { uchar v[32]; };
+struct row16 { uchar v[16]; };
+[[kernel]] void wide(const device uchar* a [[buffer(0)]], device uchar* b [[buffer(1)]], uint i [[thread_position_in_threadgroup]]) {
+  threadgroup row32 t[32];
+  t[i] = *(const device row32*)(a + 32 * i);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  *(device row16*)(b + 16 * i) = *(threadgroup row16*)((threadgroup uchar*)t + 16 * i);
+}
+"""
+
+
+@needs_clang
+def test_an_access_wider_than_16_bytes_counts_one_instruction_per_16_bytes():
+    threads = 32
+    a, b = torch.arange(1024, dtype=torch.uint8), torch.zeros(512, dtype=torch.uint8)
+    got = compile_msl(WIDE, "wide").counters([a, b], (1, 1, 1), (threads, 1, 1))
+    assert got["device_load_instructions"] == 2 * threads and got["device_load_bytes"] == 32 * threads
+    assert got["threadgroup_store_instructions"] == 2 * threads and got["threadgroup_store_bytes"] == 32 * threads
+    assert got["threadgroup_load_instructions"] == threads and got["device_store_instructions"] == threads
+    assert got["narrow_device_loads"] == 0
+    assert torch.equal(b, a[:512])

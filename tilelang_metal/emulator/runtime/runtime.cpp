@@ -971,24 +971,30 @@ void race_access(worker& w, const access& a, bool reads) {
 
 // One counted access of `bytes` bytes (counters): plugin kernels' marked accesses and foreign
 // kernels' traced ones. Thread memory is not counted.
+// The widest access one Apple GPU load or store instruction makes per thread: 4 components of 32 bits
+// (Dougall Johnson, Apple G13 GPU Architecture Reference: device_load / device_store). A wider
+// access in the source (a 32-byte struct copy, as MLX's BlockLoader makes) is that many instructions.
+constexpr uint64_t widest_access_bytes = 16;
+
 inline void count_memory(worker& w, space_kind kind, uint64_t bytes, bool store, bool predicated) noexcept {
+  const uint64_t ops = bytes <= widest_access_bytes ? 1 : (bytes + widest_access_bytes - 1) / widest_access_bytes;
   if (kind == space_kind::device_memory) {
     if (store) {
-      ++w.counts[c_device_store_instructions];
+      w.counts[c_device_store_instructions] += ops;
       w.counts[c_device_store_bytes] += bytes;
-      w.counts[c_predicated_device_stores] += predicated;
+      w.counts[c_predicated_device_stores] += predicated ? ops : 0;
     } else {
-      ++w.counts[c_device_load_instructions];
+      w.counts[c_device_load_instructions] += ops;
       w.counts[c_device_load_bytes] += bytes;
-      w.counts[c_predicated_device_loads] += predicated;
+      w.counts[c_predicated_device_loads] += predicated ? ops : 0;
       w.counts[c_narrow_device_loads] += bytes <= 2;
     }
   } else if (kind == space_kind::threadgroup_memory) {
     if (store) {
-      ++w.counts[c_threadgroup_store_instructions];
+      w.counts[c_threadgroup_store_instructions] += ops;
       w.counts[c_threadgroup_store_bytes] += bytes;
     } else {
-      ++w.counts[c_threadgroup_load_instructions];
+      w.counts[c_threadgroup_load_instructions] += ops;
       w.counts[c_threadgroup_load_bytes] += bytes;
     }
   }
