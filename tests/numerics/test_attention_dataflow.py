@@ -89,6 +89,17 @@ def test_attention_matches_sdpa_under_racecheck(config):
     check_forward(*config)
 
 
+@pytest.mark.slow
+def test_direct_runtime_length_bshd_gqa():
+    """A runtime sequence length through the strided bshd views (their strides hold the length):
+    one kernel, lengths 1 (one key, 63 masked), 64 (one whole block) and 100."""
+    kernel = forward("metal4", 4, 2, None, 64, True)
+    for seq in (1, 64, 100):
+        q, k, v = inputs(4, 2, seq, 64, "float16", "bshd", seed=seq)
+        out = racecheck(kernel, q, k, v)
+        torch.testing.assert_close(out.float(), sdpa(q, k, v, True, "bshd"), atol=4e-3, rtol=4e-3)
+
+
 def test_dataflow_follows_the_target():
     assert attention_dataflow(metal4_target()) == DIRECT
     assert attention_dataflow(plain_metal_target()) == STAGED

@@ -219,6 +219,16 @@ def flash_attention_program(
             return tensor[b, start : start + count, h, :]
         return tensor[b, h, start : start + count, :]
 
+    @T.macro
+    def mask_scores(S, query_pos, first_key):
+        """Scores of keys past the end (and, causal, after the query) become MASKED_SCORE."""
+        for i, j in T.Parallel(block_m, block_n):
+            key = first_key + j
+            if causal:
+                S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
+            else:
+                S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+
     @T.prim_func
     def main(
         Q: T.Tensor(q_shape, dtype),
@@ -258,12 +268,7 @@ def flash_attention_program(
                     # K^T and V straight from device memory (keys past the end read 0 and are masked)
                     T.gemm(Q_frag, K_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], S, transpose_B=True,
                            clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    for i, j in T.Parallel(block_m, block_n):
-                        key = kb * block_n + j
-                        if causal:
-                            S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
-                        else:
-                            S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+                    mask_scores(S, query_pos, kb * block_n)
                     softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                     T.gemm(P, V_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
             else:
@@ -274,12 +279,7 @@ def flash_attention_program(
                     T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared[:, 0:head_dim])
                     T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared[:, 0:head_dim])
                     T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    for i, j in T.Parallel(block_m, block_n):
-                        key = kb * block_n + j
-                        if causal:
-                            S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
-                        else:
-                            S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+                    mask_scores(S, query_pos, kb * block_n)
                     softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                     T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
