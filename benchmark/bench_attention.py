@@ -44,7 +44,7 @@ FULL_SHAPES = tuple(
     for (b, h, s, d) in ((4, 32, 1024, 128), (1, 32, 4096, 128), (4, 32, 2048, 64), (8, 16, 512, 64))
     for causal in (False, True)
 )
-DRY_SHAPES = (Shape(1, 2, 128, 64, False), Shape(1, 2, 128, 64, True), Shape(1, 1, 64, 128, False))  # d128: smaller blocks
+DRY_SHAPES = (Shape(1, 2, 128, 64, False), Shape(1, 2, 128, 64, True), Shape(1, 1, 64, 128, False))
 
 
 def case_of(shape: Shape, dtype: str) -> dict[str, Any]:
@@ -91,16 +91,27 @@ def plugin_builder() -> Any:
 BLOCK_CHOICES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 32))  # (block_m, block_n), largest first
 
 
+def run_target(args: argparse.Namespace) -> Any:
+    """The target the plugin's kernel is built for: --target in a dry run, this Mac's Metal otherwise."""
+    if not args.dry_run:
+        return "metal"
+    from tilelang_metal import kernels as examples
+
+    return examples.metal4_target() if args.target == "metal4" else examples.plain_metal_target()
+
+
 def blocks_for(shape: Shape, dtype: str, args: argparse.Namespace) -> tuple[int, int]:
-    """--block-m / --block-n where given; otherwise the largest pair whose staged tiles fit Metal's
-    threadgroup memory at this head_dim (64x64 needs 48 KiB at head_dim 128)."""
-    from tilelang_metal.kernels.attention import check_attention_config
+    """--block-m / --block-n where given; otherwise the largest pair that fits at this head_dim on the
+    run's dataflow (kernels/attention.py: metal4 stages nothing; plain metal stages K and V, 32 KiB
+    at head_dim 128 with block_n 64)."""
+    from tilelang_metal.kernels.attention import attention_dataflow, check_attention_config
     from tilelang_metal.errors import MetalLoweringError
 
+    dataflow = attention_dataflow(run_target(args))
     for block_m, block_n in BLOCK_CHOICES:
         block_m, block_n = args.block_m or block_m, args.block_n or block_n
         try:
-            check_attention_config(shape.head_dim, block_m, block_n, dtype, args.threads)
+            check_attention_config(shape.head_dim, block_m, block_n, dtype, args.threads, dataflow=dataflow)
             return block_m, block_n
         except MetalLoweringError:
             if args.block_m and args.block_n:
@@ -119,11 +130,8 @@ def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | 
             return "tilelang_metal.kernels.flash_attention_forward is not available in this version"
         block_m, block_n = blocks_for(s, p.dtype, args)
         if args.dry_run:
-            from tilelang_metal import kernels as examples
-
-            target = examples.metal4_target() if args.target == "metal4" else examples.plain_metal_target()
             kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=block_m,
-                           block_n=block_n, threads=args.threads, target=target, execution_backend="emulator")
+                           block_n=block_n, threads=args.threads, target=run_target(args), execution_backend="emulator")
             return Runner(backend, lambda: kernel(p.q, p.k, p.v))
         kernel = build(s.batch, s.heads, s.seq_len, s.head_dim, causal=s.causal, dtype=p.dtype, block_m=block_m,
                        block_n=block_n, threads=args.threads, target="metal", execution_backend="torch")

@@ -95,12 +95,17 @@ def test_causal_flops_are_half(bench_attention):
     assert bench_attention.attention_flops(causal) == bench_attention.attention_flops(full) / 2
 
 
-@pytest.mark.parametrize("head_dim, want", [(64, (64, 64)), (128, (64, 32))])  # d128: 64+2x32 rows x 256 B = 32 KiB
-def test_default_blocks_fit_every_listed_head_dim(bench_attention, head_dim, want):
-    from tilelang_metal.kernels.attention import check_attention_config
+# metal4 (direct) stages nothing; plain metal (staged) stages K and V: 2 x 64 rows x 256 B = 32 KiB at d128
+@pytest.mark.parametrize("target", ["metal4", "metal"])
+@pytest.mark.parametrize("head_dim, want", [(64, (64, 64)), (128, (64, 64))])
+def test_default_blocks_fit_every_listed_head_dim(bench_attention, target, head_dim, want):
+    from tilelang_metal.kernels.attention import attention_dataflow, check_attention_config
 
-    args = bench_attention._parser().parse_args(["--dry-run"])
+    args = bench_attention._parser().parse_args(["--dry-run", "--target", target])
     shape = bench_attention.Shape(1, 1, 64, head_dim, False)
     assert bench_attention.blocks_for(shape, "float16", args) == want
+    dataflow = attention_dataflow(bench_attention.run_target(args))
+    assert dataflow == ("direct" if target == "metal4" else "staged")
     for full in bench_attention.FULL_SHAPES:  # every problem of the Mac run gets a configuration that fits
-        check_attention_config(full.head_dim, *bench_attention.blocks_for(full, "float16", args), "float16", args.threads)
+        check_attention_config(full.head_dim, *bench_attention.blocks_for(full, "float16", args), "float16", args.threads,
+                               dataflow=dataflow)

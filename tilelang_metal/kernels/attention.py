@@ -9,6 +9,17 @@ the simdgroups (transform/fragment_groups.py; with fewer row tiles than simdgrou
 the scores accumulator `S` and its half-precision copy `P` share one lane layout and the softmax
 never moves data between lanes except for the row reductions.
 
+Two dataflows, chosen by the target (`attention_dataflow`):
+
+- "direct" (metal4, cooperative tensors): Q is read from device memory once into a register
+  fragment that is the first GEMM's A operand; K (as K^T, `transpose_B=True`) and V go from device
+  memory straight into the GEMMs (the direct-global dataflow), so the kernels use no threadgroup
+  memory and no barrier, and head_dim 128 runs with block_n 64. Keys past the end of the sequence
+  read as zeros (the GEMM's edge guards) and are masked.
+- "staged" (plain metal, simdgroup matrices): Q is read into registers the same way; K and V are
+  staged through threadgroup memory by `T.copy`, their rows padded by ROW_PAD_BYTES when the padded
+  tiles fit (row starts then fall on different banks, for the transposed `simdgroup_load` of K^T).
+
 Sequence tails are masked (keys past the end get the score MASKED_SCORE, queries past the end are
 not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
 The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
@@ -25,6 +36,7 @@ import tilelang.language as T
 
 from ..errors import MetalLoweringError
 from ..limits import THREADGROUP_MEMORY_BYTES
+from ..target import has_metal4, normalize_metal_target
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
@@ -35,6 +47,12 @@ LOG2_E = 1.4426950408889634
 # it stays finite; real scores of fp16/bf16 inputs are far above it. A row whose maximum is still
 # MASKED_SCORE gets zero probabilities explicitly (exp2(0) would be 1).
 MASKED_SCORE = -1.0e38
+DIRECT, STAGED = "direct", "staged"
+DATAFLOWS = (DIRECT, STAGED)
+# Padding of each staged K / V row: 16 bytes shifts consecutive rows by four 4-byte banks, so the
+# 8 rows an 8x8 simdgroup_load touches start on 8 different banks (64 or 128 halves per row would
+# put all of them on one bank).
+ROW_PAD_BYTES = 16
 
 
 def _bytes(dtype: str) -> int:
@@ -46,13 +64,35 @@ def _multiples_near(value: int, step: int) -> str:
     return " or ".join(str(v) for v in (below, above) if v > 0)
 
 
+def attention_dataflow(target: Any = None) -> str:
+    """DIRECT on a Metal 4 target (cooperative tensors read device memory directly), STAGED
+    otherwise; `target` is what `tilelang.compile` gets (None or "metal": this host's Metal)."""
+    resolved = normalize_metal_target(target if target is not None else "metal")
+    return DIRECT if resolved is not None and has_metal4(resolved) else STAGED
+
+
+def _resolve_dataflow(dataflow: str | None, target: Any) -> str:
+    if dataflow is None:
+        return attention_dataflow(target)
+    if dataflow not in DATAFLOWS:
+        raise MetalLoweringError(f"dataflow={dataflow!r} is not an attention dataflow; use 'direct', 'staged' or None (the target's)")
+    return dataflow
+
+
+def staged_row_pad(head_dim: int, block_n: int, dtype: str) -> int:
+    """Elements of padding per staged K / V row: ROW_PAD_BYTES when both padded tiles fit in
+    threadgroup memory, else 0 (padding changes speed only, never results)."""
+    pad = ROW_PAD_BYTES // _bytes(dtype)
+    return pad if 2 * block_n * (head_dim + pad) * _bytes(dtype) <= THREADGROUP_MEMORY_BYTES else 0
+
+
 def check_attention_config(
-    head_dim: int, block_m: int, block_n: int, dtype: str, threads: int, *, rows_name: str = "block_m"
+    head_dim: int, block_m: int, block_n: int, dtype: str, threads: int, *, rows_name: str = "block_m", dataflow: str = STAGED
 ) -> None:
     """Refuse, before lowering, a configuration the kernels cannot run, saying what fits: head_dim,
     block_n and the `rows_name` query rows must cover Metal's 8x8 matrix tiles whole (rows too few
-    for every simdgroup are split over fewer and replicated: transform/fragment_groups.py), and the
-    staged tiles must fit Metal's threadgroup memory."""
+    for every simdgroup are split over fewer and replicated: transform/fragment_groups.py), and on
+    the STAGED dataflow the K and V tiles must fit Metal's threadgroup memory (DIRECT uses none)."""
     if dtype not in ("float16", "bfloat16", "float32"):
         raise MetalLoweringError(f"flash attention dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
     if threads <= 0 or threads % 32:
@@ -72,18 +112,20 @@ def check_attention_config(
             f"{rows_name}={block_m} is not a multiple of 8: the query rows of S are whole 8-row Metal matrix tiles; "
             f"use {rows_name}={_multiples_near(max(block_m, 1), rows_per_tile)}"
         )
+    if dataflow == DIRECT:
+        return  # no threadgroup memory
     size = _bytes(dtype)
-    buffers = {"Q_shared": block_m * head_dim * size, "K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}
+    buffers = {"K_shared": block_n * head_dim * size, "V_shared": block_n * head_dim * size}
     total = sum(buffers.values())
     if total <= THREADGROUP_MEMORY_BYTES:
         return
-    fits = [(m, n) for m in (64, 32, 16) for n in (64, 32, 16) if (m + 2 * n) * head_dim * size <= THREADGROUP_MEMORY_BYTES]
-    fits = [(m, n) for m, n in fits if m % rows_per_tile == 0] or fits
+    fits = [n for n in (64, 32, 16, 8) if 2 * n * head_dim * size <= THREADGROUP_MEMORY_BYTES]
     detail = ", ".join(f"{name} {nbytes} B" for name, nbytes in buffers.items())
-    hint = f"{rows_name}={fits[0][0]}, block_n={fits[0][1]}" if fits else "a smaller head_dim"
+    hint = f"block_n={fits[0]}" if fits else "a smaller head_dim"
     raise MetalLoweringError(
-        f"flash attention with head_dim={head_dim}, {rows_name}={block_m}, block_n={block_n} ({dtype}) needs {total} B of "
-        f"threadgroup memory ({detail}); Metal has {THREADGROUP_MEMORY_BYTES} B. Use {hint}."
+        f"flash attention with head_dim={head_dim}, block_n={block_n} ({dtype}) stages {total} B of K and V in "
+        f"threadgroup memory ({detail}); Metal has {THREADGROUP_MEMORY_BYTES} B. Use {hint}, or a Metal 4 target "
+        "(the direct dataflow stages nothing)."
     )
 
 
@@ -125,6 +167,15 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> An
     return step
 
 
+def heads_major(tensor: Any, batch: int, seq: Any, heads: int, head_dim: int, bshd: bool) -> Any:
+    """`tensor` seen as (batch, heads, seq, head_dim): a strided view of a bshd tensor (no copy), so
+    a block of rows of one head is a 2-D tile whose last two dims are (rows, head_dim), what a
+    device-memory T.gemm operand needs."""
+    if not bshd:  # already heads-major; a view all the same, so the parameter keeps its own name
+        return T.view(tensor, (batch, heads, seq, head_dim))
+    return T.view(tensor, (batch, heads, seq, head_dim), strides=(seq * heads * head_dim, head_dim, heads * head_dim, 1))
+
+
 def flash_attention_program(
     batch: int,
     heads: int,
@@ -139,15 +190,22 @@ def flash_attention_program(
     block_n: int = 64,
     threads: int = 128,
     num_stages: int = 1,
+    target: Any = None,
+    dataflow: str | None = None,
 ) -> Any:
     """O = softmax(Q K^T / sqrt(d)) V per (batch, head). Q, K, V, O in `layout` ("bshd": (batch, seq,
     heads, dim); "bhsd": (batch, heads, seq, dim)); K and V have `kv_heads` heads (GQA: query head h
-    reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length."""
+    reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length.
+    `dataflow` ("direct" or "staged", module doc) defaults to the one of `target` (the target the
+    program is compiled for); `num_stages` pipelines the staged K / V copies."""
     kv_heads = kv_heads or heads
     _check_gqa(heads, kv_heads)
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
-    check_attention_config(head_dim, block_m, block_n, dtype, threads)
+    dataflow = _resolve_dataflow(dataflow, target)
+    check_attention_config(head_dim, block_m, block_n, dtype, threads, dataflow=dataflow)
+    direct = dataflow == DIRECT
+    pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     group = heads // kv_heads
     seq = T.dynamic("seq_len") if seq_len is None else seq_len
     scale = LOG2_E / math.sqrt(head_dim)  # exp(x / sqrt(d)) == exp2(x * scale)
@@ -161,6 +219,16 @@ def flash_attention_program(
             return tensor[b, start : start + count, h, :]
         return tensor[b, h, start : start + count, :]
 
+    @T.macro
+    def mask_scores(S, query_pos, first_key):
+        """Scores of keys past the end (and, causal, after the query) become MASKED_SCORE."""
+        for i, j in T.Parallel(block_m, block_n):
+            key = first_key + j
+            if causal:
+                S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
+            else:
+                S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+
     @T.prim_func
     def main(
         Q: T.Tensor(q_shape, dtype),
@@ -169,9 +237,7 @@ def flash_attention_program(
         O: T.Tensor(q_shape, dtype),
     ):
         with T.Kernel(T.ceildiv(seq, block_m), heads, batch, threads=threads) as (bx, by, bz):
-            Q_shared = T.alloc_shared((block_m, head_dim), dtype)
-            K_shared = T.alloc_shared((block_n, head_dim), dtype)
-            V_shared = T.alloc_shared((block_n, head_dim), dtype)
+            Q_frag = T.alloc_fragment((block_m, head_dim), dtype)
             S = T.alloc_fragment((block_m, block_n), ACCUM)
             P = T.alloc_fragment((block_m, block_n), dtype)
             acc_o = T.alloc_fragment((block_m, head_dim), ACCUM)
@@ -185,7 +251,8 @@ def flash_attention_program(
             query_pos = T.alloc_fragment((block_m,), "int32")
 
             kv_head = by // group
-            T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_shared)
+            # Q once, into the registers the first GEMM reads as its A operand (rows past the end read 0)
+            T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_frag)
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
             T.fill(row_max, MASKED_SCORE)
@@ -194,19 +261,27 @@ def flash_attention_program(
             kv_blocks = T.ceildiv(seq, block_n)
             if causal:
                 kv_blocks = T.min(kv_blocks, T.ceildiv((bx + 1) * block_m, block_n))
-            for kb in T.Pipelined(kv_blocks, num_stages=num_stages):
-                T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared)
-                T.clear(S)
-                T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(block_m, block_n):
-                    key = kb * block_n + j
-                    if causal:
-                        S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
-                    else:
-                        S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
-                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
-                T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared)
-                T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            if direct:
+                K_rows = heads_major(K, batch, seq, kv_heads, head_dim, bshd)
+                V_rows = heads_major(V, batch, seq, kv_heads, head_dim, bshd)
+                for kb in T.serial(kv_blocks):
+                    # K^T and V straight from device memory (keys past the end read 0 and are masked)
+                    T.gemm(Q_frag, K_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], S, transpose_B=True,
+                           clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                    mask_scores(S, query_pos, kb * block_n)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    T.gemm(P, V_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+            else:
+                K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                V_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                for kb in T.Pipelined(kv_blocks, num_stages=num_stages):
+                    # both copies first: one barrier makes K and V visible, one guards their reuse
+                    T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared[:, 0:head_dim])
+                    T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared[:, 0:head_dim])
+                    T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                    mask_scores(S, query_pos, kb * block_n)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
                 acc_o[i, j] = T.if_then_else(denominator[i] > 0, acc_o[i, j] / denominator[i], 0)
             T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
@@ -226,17 +301,23 @@ def flash_decoding_program(
     block_h: int = 16,
     block_n: int = 32,
     threads: int = 64,
+    target: Any = None,
+    dataflow: str | None = None,
 ) -> Any:
     """One decoding step: out[b, h] = softmax(q[b, h] K[b, :, h // group]^T / sqrt(d)) V[b, :, h // group].
 
     Kernel 1 splits the keys into `num_split` ranges; each threadgroup handles `block_h` query
     heads of one KV group and writes a partial output and its log2-sum-exp. Kernel 2 combines the
-    splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim)."""
+    splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim). `dataflow` and `target`
+    as for flash_attention_program: on "direct", K and V go from device memory into the GEMMs."""
     _check_gqa(heads, kv_heads)
     group = heads // kv_heads
     if group % block_h and block_h % group:
         raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
-    check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h")
+    dataflow = _resolve_dataflow(dataflow, target)
+    check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
+    direct = dataflow == DIRECT
+    pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
     split_len = -(-seq_len_kv // num_split)
     scale = LOG2_E / math.sqrt(head_dim)
@@ -256,9 +337,7 @@ def flash_decoding_program(
         Out: T.Tensor(q_shape, dtype),
     ):
         with T.Kernel(batch, heads // heads_per_block, num_split, threads=threads) as (bb, hb, split):
-            Q_shared = T.alloc_shared((block_h, head_dim), dtype)
-            K_shared = T.alloc_shared((block_n, head_dim), dtype)
-            V_shared = T.alloc_shared((block_n, head_dim), dtype)
+            Q_frag = T.alloc_fragment((block_h, head_dim), dtype)
             S = T.alloc_fragment((block_h, block_n), ACCUM)
             P = T.alloc_fragment((block_h, block_n), dtype)
             acc_o = T.alloc_fragment((block_h, head_dim), ACCUM)
@@ -271,21 +350,34 @@ def flash_decoding_program(
             head0 = hb * heads_per_block
             kv_head = head0 // group
             for i, d in T.Parallel(block_h, head_dim):
-                Q_shared[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
+                Q_frag[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
             T.fill(acc_o, 0)
             T.fill(denominator, 0)
             T.fill(row_max, MASKED_SCORE)
             key0 = split * split_len
             key_end = T.min(key0 + split_len, seq_len_kv)
-            for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
-                T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared)
-                T.clear(S)
-                T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(block_h, block_n):
-                    S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
-                softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
-                T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared)
-                T.gemm(P, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            if direct:
+                K_rows = heads_major(K, batch, seq_len_kv, kv_heads, head_dim, True)
+                V_rows = heads_major(V, batch, seq_len_kv, kv_heads, head_dim, True)
+                for kb in T.serial(T.ceildiv(split_len, block_n)):
+                    first = key0 + kb * block_n  # keys past the cache read 0; past the split, masked
+                    T.gemm(Q_frag, K_rows[bb, kv_head, first : first + block_n, :], S, transpose_B=True, clear_accum=True,
+                           policy=T.GemmWarpPolicy.FullRow)
+                    for i, j in T.Parallel(block_h, block_n):
+                        S[i, j] = T.if_then_else(first + j < key_end, S[i, j], MASKED_SCORE)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    T.gemm(P, V_rows[bb, kv_head, first : first + block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+            else:
+                K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                V_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
+                    T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared[:, 0:head_dim])
+                    T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared[:, 0:head_dim])
+                    T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                    for i, j in T.Parallel(block_h, block_n):
+                        S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, d in T.Parallel(block_h, head_dim):
                 if i < heads_per_block:
                     partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] > 0, acc_o[i, d] / denominator[i], 0)
@@ -330,11 +422,14 @@ def flash_attention_forward(
     **options: Any,
 ) -> Any:
     """The compiled flash-attention forward kernel, called as `kernel(q, k, v) -> out` with
-    (batch, seq, heads, dim) tensors (`options`: kv_heads, layout, num_stages)."""
+    (batch, seq, heads, dim) tensors (`options`: kv_heads, layout, num_stages, dataflow); the dataflow
+is the target's unless `dataflow` says otherwise."""
     import tilelang
 
+    target = target or "metal"
     program = flash_attention_program(
-        batch, heads, seq_len, head_dim, causal=causal, dtype=dtype, block_m=block_m, block_n=block_n, threads=threads, **options
+        batch, heads, seq_len, head_dim, causal=causal, dtype=dtype, block_m=block_m, block_n=block_n, threads=threads,
+        target=target, **options
     )
     kwargs = {"execution_backend": execution_backend} if execution_backend else {}
-    return tilelang.compile(program, out_idx=[3], target=target or "metal", **kwargs)
+    return tilelang.compile(program, out_idx=[3], target=target, **kwargs)
