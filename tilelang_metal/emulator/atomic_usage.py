@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .signature import _KERNEL_RE, BufferParam, KernelSignature
+from .signature import BufferParam, KernelSignature
 
 _ATOMIC_CAST_RE = re.compile(r"\(\s*(?:device|threadgroup)\s+atomic_(?:int|uint|float)\s*\*\s*\)\s*\(\s*([A-Za-z_]\w*)")
 _ATOMIC_CALL_RE = re.compile(r"\b(?:atomic_\w+_explicit|__tlm_atomic_\w+)\s*\(")
@@ -29,8 +29,7 @@ class AtomicUsage:
 
 def atomic_usage(msl: str, signature: KernelSignature) -> AtomicUsage:
     """Atomics of the (single) kernel of `msl`; the helpers before the kernel are not its uses."""
-    kernel = _KERNEL_RE.search(msl)
-    body = msl[kernel.start() :] if kernel else msl
+    body = "\n".join(msl.splitlines()[signature.line - 1 :])  # from the kernel's opening line on
     elem = {p.name: p.elem_type for p in signature.params if isinstance(p, BufferParam)}
     elem.update({a.name: a.elem_type for a in signature.threadgroup_arrays})
     elem.update({v.name: v.elem_type for v in signature.threadgroup_views})
