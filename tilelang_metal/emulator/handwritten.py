@@ -34,7 +34,7 @@ from ..dtypes import DTYPE_OF_MSL
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
 from .foreign import _KERNEL_DEF_RE, _mask, _matching
-from .signature import POSITION_ATTRIBUTES, SCALAR_BYTES, type_bytes
+from .signature import SCALAR_BYTES, _check_position, _fail, _int_literal, _line_of, type_bytes
 
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _BUFFER_RE = re.compile(
@@ -73,28 +73,8 @@ _THREAD_ARRAY_RE = re.compile(
 )
 _STRUCT_MEMBER_RE = re.compile(r"^(?P<type>[A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*(?P<array>\[\s*2\s*\])?\s*;$")
 _PRINT_CALL = re.compile(r"\b(?:" + "|".join(PRINT_FUNCTIONS) + r")\s*\(")  # T.print's shim functions
-_POSITION_TYPES = {"uint", "ushort", "int", "short"}
 
 _Edit = tuple[int, int, str]  # (start, end, replacement) on the original source
-
-
-def _fail(msg: str, source: str, line: int | None = None) -> EmulatorCompileError:
-    if line is not None:
-        lines = source.splitlines()
-        if 1 <= line <= len(lines):
-            msg += f"\n  {line:5d} | {lines[line - 1]}"
-    return EmulatorCompileError(msg)
-
-
-def _line_of(source: str, pos: int) -> int:
-    return source.count("\n", 0, pos) + 1
-
-
-def _int_literal(text: str) -> int | None:
-    t = text.strip()
-    while t.startswith("(") and t.endswith(")"):
-        t = t[1:-1].strip()
-    return int(t) if re.fullmatch(r"\d+", t) else None
 
 
 @dataclass
@@ -244,11 +224,7 @@ def _position_param(text: str, msl: str, line: int) -> PositionParam | None:
     if not pm:
         return None
     param = PositionParam(name=pm.group("name"), type=pm.group("type"), attribute=pm.group("attr"))
-    if param.attribute not in POSITION_ATTRIBUTES:
-        raise _fail(f"kernel parameter '{param.name}': unsupported attribute [[{param.attribute}]]", msl, line)
-    base = param.type.rstrip("0123456789")
-    if base not in _POSITION_TYPES or param.type[len(base) :] not in ("", "2", "3"):
-        raise _fail(f"kernel parameter '{param.name}': unsupported type '{param.type}'", msl, line)
+    _check_position(param, msl, line)
     return param
 
 
