@@ -33,22 +33,10 @@ from ..codegen.artifact import (
 from ..dtypes import DTYPE_OF_MSL
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
-from .foreign import _KERNEL_DEF_RE, _mask, _matching
+from .foreign import _KERNEL_DEF_RE, _mask, _matching, _param_attributes
 from .signature import SCALAR_BYTES, _check_position, _fail, _int_literal, _line_of, type_bytes
 
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
-_BUFFER_RE = re.compile(
-    r"^(?P<const>const\s+)?device\s+(?P<const2>const\s+)?(?P<type>[A-Za-z_]\w*)\s*\*\s*"
-    r"(?:(?:__restrict__|__restrict|restrict)\s+)?(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
-)
-_SCALAR_RE = re.compile(
-    r"^constant\s+(?:const\s+)?(?P<type>[A-Za-z_]\w*)\s*&\s*(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
-)
-_POSITION_RE = re.compile(
-    r"^(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*\]\]$"
-)
 _TG_DECL_RE = re.compile(
     r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*"
     r"\[(?P<count>[^\]\[]+)\]\s*(?:__attribute__\s*\(\(.*\)\)\s*|alignas\s*\([^)]*\)\s*)?;(?P<tail>\s*(?://.*)?)$"
@@ -157,15 +145,20 @@ def _split_params(source: str, start: int, end: int) -> list[tuple[int, int]]:
     return spans
 
 
+_RESTRICT = {"__restrict__", "__restrict", "restrict"}
+
+
 def _kernel_params(msl: str, open_pos: int, close_pos: int, reading: _Reading) -> None:
     """Read every parameter, re-spelled as the printer spells it (buffer indices are checked
-    against parameter order by the record-driven rewrite)."""
-    for s, e in _split_params(msl, open_pos + 1, close_pos):
+    against parameter order by the record-driven rewrite). The attributes are read as foreign.py
+    reads them; the declaration before them is a few words: `[const] device [const] T* [restrict]
+    NAME`, `constant [const] T& NAME` or `T NAME`."""
+    masked = _mask(msl)
+    for s, e in _split_params(masked, open_pos + 1, close_pos):
         raw = msl[s:e]
-        text = " ".join(raw.split())
         ps, pe = s + len(raw) - len(raw.lstrip()), e - (len(raw) - len(raw.rstrip()))
         line = _line_of(msl, ps)
-        param = _buffer_param(text, msl, line) or _scalar_param(text, msl, line) or _position_param(text, msl, line)
+        param = _param(" ".join(masked[s:e].split()), msl, line)
         if param is None:
             raise _fail(
                 "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]`, "
@@ -177,29 +170,58 @@ def _kernel_params(msl: str, open_pos: int, close_pos: int, reading: _Reading) -
         reading.edits.append((ps, pe, param.msl() + "\n" * msl.count("\n", ps, pe)))
 
 
-def _buffer_param(text: str, msl: str, line: int) -> BufferParam | None:
-    bm = _BUFFER_RE.match(text)
-    if not bm:
+def _param(text: str, msl: str, line: int) -> Param | None:
+    """One parameter (whitespace collapsed), or None when it has none of the printer's shapes."""
+    try:
+        attrs = _param_attributes(text, f"line {line}")
+    except EmulatorCompileError:
         return None
-    elem = bm.group("type")
+    if len(attrs) != 1 or not text.endswith("]]") or text.count("[[") != 1:
+        return None
+    attr, arg = attrs[0]
+    words = text[: text.index("[[")].replace("*", " * ").replace("&", " & ").split()
+    if not words or not words[-1].isidentifier():
+        return None
+    name, words = words[-1], words[:-1]
+    if attr == "buffer" and arg is not None and arg.isdigit():
+        return _buffer_param(words, name, int(arg), msl, line) or _scalar_param(words, name, int(arg), msl, line)
+    if arg is None and len(words) == 1 and words[0].isidentifier():
+        param = PositionParam(name=name, type=words[0], attribute=attr)
+        _check_position(param, msl, line)
+        return param
+    return None
+
+
+def _buffer_param(words: list[str], name: str, index: int, msl: str, line: int) -> BufferParam | None:
+    """`[const] device [const] T * [restrict]` before the name."""
+    while words and words[-1] in _RESTRICT:
+        words = words[:-1]
+    if len(words) < 3 or words[-1] != "*" or "device" not in words[:-2]:
+        return None
+    qualifiers, elem = words[:-2], words[-2]
+    if set(qualifiers) - {"const", "device"} or qualifiers.count("device") != 1 or not elem.isidentifier():
+        return None
     if elem not in DTYPE_OF_MSL:
-        raise _fail(f"device buffer '{bm.group('name')}': unsupported element type '{elem}'", msl, line)
-    return BufferParam(index=int(bm.group("index")), name=bm.group("name"), elem_type=elem,
-                       is_const=bool(bm.group("const") or bm.group("const2")))
+        raise _fail(f"device buffer '{name}': unsupported element type '{elem}'", msl, line)
+    return BufferParam(index=index, name=name, elem_type=elem, is_const="const" in qualifiers)
 
 
-def _scalar_param(text: str, msl: str, line: int) -> ScalarParam | ArgStructParam | None:
-    """`constant T& NAME [[ buffer(i) ]]`: a scalar, or an argument struct of the file."""
-    sm = _SCALAR_RE.match(text)
-    if not sm:
+def _scalar_param(words: list[str], name: str, index: int, msl: str, line: int) -> ScalarParam | ArgStructParam | None:
+    """`constant [const] T &` before the name: a scalar, or an argument struct of the file."""
+    if words[:1] != ["constant"] or words[-1:] != ["&"]:
         return None
-    elem = sm.group("type")
+    middle = words[1:-1]
+    if middle[:1] == ["const"]:
+        middle = middle[1:]
+    if len(middle) != 1 or not middle[0].isidentifier():
+        return None
+    elem = middle[0]
     if elem in DTYPE_OF_MSL:
-        return ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
+        return ScalarParam(index=index, name=name, elem_type=elem)
     size = _arg_struct_size(msl, elem)
     if size is None:
-        raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
-    return ArgStructParam(index=int(sm.group("index")), name=sm.group("name"), struct_type=elem, size=size)
+        raise _fail(f"scalar parameter '{name}': unsupported type '{elem}'", msl, line)
+    return ArgStructParam(index=index, name=name, struct_type=elem, size=size)
 
 
 def _arg_struct_size(msl: str, struct_type: str) -> int | None:
@@ -217,15 +239,6 @@ def _arg_struct_size(msl: str, struct_type: str) -> int | None:
             return None
         size += 8
     return size
-
-
-def _position_param(text: str, msl: str, line: int) -> PositionParam | None:
-    pm = _POSITION_RE.match(text)
-    if not pm:
-        return None
-    param = PositionParam(name=pm.group("name"), type=pm.group("type"), attribute=pm.group("attr"))
-    _check_position(param, msl, line)
-    return param
 
 
 def _body_declarations(msl: str, body_start: int, reading: _Reading) -> None:
