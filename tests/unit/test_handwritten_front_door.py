@@ -69,12 +69,22 @@ def test_respelled_on_the_same_lines_with_the_artifact_last():
         (("kernel void", "void"), "no kernel found"),
         (("constant int & n", "constant int4& n"), "scalar parameter 'n': unsupported type 'int4'"),
         (("device float* Out", "device double* Out"), "device buffer 'Out': unsupported element type 'double'"),
+        (("  A_s[tid.x]", "  float acc[4];\n  A_s[tid.x]"), "'acc' is declared again with another type or size"),
+        (("  A_s[tid.x]", "  threadgroup uchar pool[1024];\n  A_s[tid.x]"), "'pool' is declared more than once"),
+        (("  A_s[tid.x]", "  half A_s[2];\n  A_s[tid.x]"), "'A_s' is declared more than once"),
     ],
 )
 def test_other_shapes_are_refused_in_one_line(edit, message):
     with pytest.raises(EmulatorCompileError) as err:
         with_artifact(FREE.replace(*edit))
     assert str(err.value).splitlines()[0].startswith(message)
+
+
+def test_a_thread_array_may_be_declared_again_as_it_was():
+    again = FREE.replace("  A_s[tid.x]", "  for (int i = 0; i < 2; ++i) {\n    alignas(16)  float acc[ 8 ];\n  }\n  A_s[tid.x]")
+    record, _ = record_of(again)
+    assert record.thread_arrays == (A.ThreadArrayDecl("acc", "float", 8, align=16),)
+    assert with_artifact(again).count("alignas(16) float acc[8];") == 2  # both lines in the printer's spelling
 
 
 def test_the_rewrite_reads_only_records():

@@ -255,6 +255,7 @@ def _body_declarations(msl: str, body_start: int, reading: _Reading) -> None:
         if found is None:
             continue
         decl, spelled = found
+        _check_redeclaration(msl, lineno, decl, reading)
         if isinstance(decl, ThreadArrayDecl):
             reading.thread_arrays.setdefault(decl.name, decl)
         elif isinstance(decl, TilePointerDecl):
@@ -264,6 +265,20 @@ def _body_declarations(msl: str, body_start: int, reading: _Reading) -> None:
         else:
             reading.threadgroup_arrays.append(decl)
         reading.edits.append((start, start + len(content), indent + spelled))
+
+
+def _check_redeclaration(msl: str, lineno: int, decl: object, reading: _Reading) -> None:
+    """A name is one record: a thread array or tile pointer may be declared again only as it was
+    (one per loop body, as the printer does); threadgroup memory only once."""
+    name = decl.name  # type: ignore[attr-defined]
+    same_kind = {ThreadArrayDecl: reading.thread_arrays, TilePointerDecl: reading.tile_pointers}.get(type(decl))
+    earlier = same_kind.get(name) if same_kind is not None else None
+    if earlier is not None and earlier != decl:
+        raise _fail(f"'{name}' is declared again with another type or size: give each declaration its own name", msl, lineno)
+    shared = [*reading.threadgroup_arrays, *reading.threadgroup_views]
+    others = [d.name for d in shared] + [n for group in (reading.thread_arrays, reading.tile_pointers) if group is not same_kind for n in group]
+    if name in others:
+        raise _fail(f"'{name}' is declared more than once: give each declaration its own name", msl, lineno)
 
 
 def _thread_array(content: str) -> tuple[ThreadArrayDecl, str] | None:
