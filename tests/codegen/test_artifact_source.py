@@ -42,6 +42,16 @@ def _atomics():
     return main
 
 
+def _tickets():
+    @T.prim_func
+    def main(Counter: T.Tensor((1,), "int32"), Tickets: T.Tensor((64,), "int32")):
+        with T.Kernel(2, threads=32) as bx:
+            tx = T.get_thread_binding()
+            Tickets[bx * 32 + tx] = T.atomic_add(Counter[0], 1, return_prev=True)
+
+    return main
+
+
 def _two_kernels_with_scalars():
     M = T.dynamic("M")
 
@@ -66,6 +76,7 @@ def _kernels():
         "gemm_metal_ragged": lambda: lower(E.gemm_shared(100, 72, 40), E.plain_metal_target()),
         "row_sum": lambda: lower(E.reduce_rows(37, 100, "sum"), E.plain_metal_target()),
         "atomics": lambda: lower(_atomics(), E.plain_metal_target()),
+        "tickets": lambda: lower(_tickets(), E.plain_metal_target()),
         "two_kernels_dynamic_scalars": lambda: lower(_two_kernels_with_scalars(), E.plain_metal_target()),
     }
 
@@ -128,6 +139,10 @@ def test_records_say_what_the_ir_said(sources):
     atomics = kernel_of("atomics")
     assert [(a.name, a.elem_type, a.count) for a in atomics.threadgroup_arrays] == [("S", "float", 64)]
     assert all(not p.is_const for p in atomics.buffers)
+    assert atomics.atomic_targets == ("F", "H", "I", "S") and atomics.float_atomics and not atomics.atomic_results_used
+    tickets = kernel_of("tickets")
+    assert tickets.atomic_targets == ("Counter",) and tickets.atomic_results_used and not tickets.float_atomics
+    assert kernel_of("row_sum").atomic_targets == () and not kernel_of("row_sum").float_atomics
     two = A.artifact_of(sources["two_kernels_dynamic_scalars"])
     first, second = (two.kernel(n) for n in two.names)
     assert len(two.kernels) == 2 and first.block == (64, 1, 1) and second.block == (16, 8, 1)

@@ -60,6 +60,11 @@ _THREAD_ARRAY_RE = re.compile(
     r"^\s*(?:alignas\((?P<align>\d+)\)\s+)?(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
 )
 _STRUCT_MEMBER_RE = re.compile(r"^(?P<type>[A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*(?P<array>\[\s*2\s*\])?\s*;$")
+# The printer's atomics (docs/msl_contract.md, "Atomics"): an atomic object cast of `NAME + offset`,
+# the argument of an `atomic_*_explicit` function or a `__tlm_atomic_*` helper.
+_ATOMIC_CAST_RE = re.compile(r"\(\s*(?:device|threadgroup)\s+atomic_(?:int|uint|float)\s*\*\s*\)\s*\(\s*([A-Za-z_]\w*)")
+_ATOMIC_CALL_RE = re.compile(r"\b(?:atomic_\w+_explicit|__tlm_atomic_\w+)\s*\(")
+_FLOAT_TYPES = frozenset({"float", "half", "bfloat"})
 _PRINT_CALL = re.compile(r"\b(?:" + "|".join(PRINT_FUNCTIONS) + r")\s*\(")  # T.print's shim functions
 
 _Edit = tuple[int, int, str]  # (start, end, replacement) on the original source
@@ -84,11 +89,13 @@ def record_of(msl: str) -> tuple[KernelRecord, list[_Edit]]:
     name, max_threads, open_pos, close_pos = _kernel_header(msl, reading)
     _kernel_params(msl, open_pos, close_pos, reading)
     _body_declarations(msl, close_pos + 1, reading)
+    targets, float_atomics, results_used = _atomics(msl[msl.rfind("\n", 0, open_pos) + 1 :], reading)
     record = KernelRecord(
         name=name, params=tuple(reading.params), block=None, max_total_threads=max_threads,
         threadgroup_arrays=tuple(reading.threadgroup_arrays), threadgroup_views=tuple(reading.threadgroup_views),
         thread_arrays=tuple(reading.thread_arrays.values()), tile_pointers=tuple(reading.tile_pointers.values()),
         prints=_PRINT_CALL.search(msl) is not None,
+        atomic_targets=targets, float_atomics=float_atomics, atomic_results_used=results_used,
     )
     return record, reading.edits
 
@@ -104,6 +111,23 @@ def with_artifact(msl: str) -> str:
     assert out.count("\n") == msl.count("\n"), "re-spelling must keep line numbers"
     line = KernelArtifact(convention=STANDARD, kernels=(record,)).line()
     return out + ("" if out.endswith("\n") or not out else "\n") + line + "\n"
+
+
+def _atomics(kernel_text: str, reading: _Reading) -> tuple[tuple[str, ...], bool, bool]:
+    """What the kernel's atomics update (sorted names), whether one is on float data, and whether the
+    kernel reads a value one returns: a statement `atomic_...(...);` (or a parenthesised comma list of
+    them) discards the values."""
+    elem = {p.name: p.elem_type for p in reading.params if isinstance(p, BufferParam)}
+    elem.update({a.name: a.elem_type for a in [*reading.threadgroup_arrays, *reading.threadgroup_views]})
+    targets, float_atomics, results_used = set(), False, False
+    for line in _mask(kernel_text).splitlines():
+        for cast in _ATOMIC_CAST_RE.finditer(line):
+            targets.add(cast.group(1))
+            float_atomics |= elem.get(cast.group(1)) in _FLOAT_TYPES or "atomic_float" in cast.group(0)
+        call = _ATOMIC_CALL_RE.search(line)
+        if call and line[: call.start()].strip() not in ("", "("):
+            results_used = True
+    return tuple(sorted(targets)), float_atomics, results_used
 
 
 def _kernel_header(msl: str, reading: _Reading) -> tuple[str, int | None, int, int]:

@@ -258,7 +258,7 @@ def _race_launch(
     from . import compile_kernel
 
     emulated = compile_kernel(msl, instrument="racecheck")
-    usage = atomic_usage(msl, emulated.signature)
+    usage = atomic_usage(emulated.signature)
     config = _magnitude_config(usage, buffers, magnitudes) if magnitudes is not None else None
     address = ctypes.addressof(config) if config is not None else 0
     try:

@@ -100,6 +100,7 @@ class KernelSignature:
     threadgroup_views: tuple[ThreadgroupView, ...] = ()
     thread_arrays: tuple[ThreadArray, ...] = ()
     line: int = 1  # 1-based line of the kernel's opening (what comes before is the file's header)
+    record: KernelRecord | None = field(default=None, compare=False)  # its artifact record
 
     @property
     def thread_array_bytes(self) -> int:
@@ -224,6 +225,7 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
         threadgroup_arrays=tuple(body.threadgroup_arrays),
         threadgroup_views=tuple(body.threadgroup_views), thread_arrays=tuple(body.thread_arrays),
         line=header.line,
+        record=record,
     )
     return RewrittenSource(signature=sig, text=out, record=record)
 
