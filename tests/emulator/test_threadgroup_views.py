@@ -10,6 +10,7 @@ import torch
 from test_errors import BLOCK_IDX, THREAD_IDX, kernel, launch_fails
 
 from tilelang_metal.emulator import compile_kernel
+from tilelang_metal.emulator.handwritten import with_artifact
 from tilelang_metal.emulator.signature import rewrite
 
 OUT = "device float* __restrict C [[ buffer(0) ]]"
@@ -25,7 +26,7 @@ def pool_kernel(name: str, body: str, pool: int = 768, a_off: int = 0, b_off: in
 
 
 def test_view_extents_come_from_the_next_offset():
-    sig = rewrite(pool_kernel("views", "  C[0] = 0.0f;\n"), checked=True).signature
+    sig = rewrite(with_artifact(pool_kernel("views", "  C[0] = 0.0f;\n")), checked=True).signature
     ends = {v.name: v.end for v in sig.threadgroup_views}
     assert ends == {"A_s": 256, "B_s": None}
 
@@ -80,7 +81,7 @@ def test_view_not_aligned_to_its_element_is_reported():
 
 def test_unchecked_build_keeps_views_as_raw_pointers():
     src = pool_kernel("pool_raw", "  C[((int)threadIdx.x)] = 0.0f;\n")
-    text = rewrite(src, checked=False).text
+    text = rewrite(with_artifact(src), checked=False).text
     assert "threadgroup half* A_s = (threadgroup half*)(buf_dyn_shmem + 0);" in text
 
 

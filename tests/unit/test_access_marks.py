@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tilelang_metal.emulator.access_marks import mark_line
+from tilelang_metal.emulator.handwritten import with_artifact
 from tilelang_metal.emulator.signature import rewrite
 
 NAMES = {"A", "C", "A_s", "A_frag"}
@@ -63,12 +64,13 @@ using namespace metal;
 
 
 def test_flavours_rewrite_only_what_they_need():
-    plain = rewrite(SRC, checked=True).text
+    src = with_artifact(SRC)  # the front door's reading of the hand-written kernel
+    plain = rewrite(src, checked=True).text
     assert ".w()" not in plain and "local_array" not in plain
-    counting = rewrite(SRC, checked=True, instrument="counters").text.splitlines()
+    counting = rewrite(src, checked=True, instrument="counters").text.splitlines()
     assert counting[8] == "  S.w()[((int)threadIdx.x)] = A[((int)threadIdx.x)];"
     assert counting[9] == "  loc[0] = S[0];"  # thread arrays are registers for the counters
-    race = rewrite(SRC, checked=True, instrument="racecheck").text.splitlines()
+    race = rewrite(src, checked=True, instrument="racecheck").text.splitlines()
     assert race[7] == '  tlm::local_array<float, 4> loc("loc");'
     assert race[9] == "  loc.w()[0] = S[0];"
-    assert len(race) == len(SRC.splitlines())
+    assert len(race) == len(src.splitlines())

@@ -10,7 +10,7 @@ records of every kernel into the source itself, as one comment line after the ba
 order (device buffers with their index, element type and const-ness, `constant T&` scalars, TVM's
 argument struct, position attributes), its threadgroup arrays and pool views with their extents,
 its thread arrays and tile pointers, its launch limits, the matrix instructions it runs (names of
-`isa.REGISTRY`) and whether it calls T.print. The printer spells each declaration through the
+`isa.REGISTRY`), what its atomics update and whether it calls T.print. The printer spells each declaration through the
 record's own `msl()`, so text and record cannot disagree; the emulator and the MLX adapter locate
 the declarations by that spelling instead of parsing the text. MSL written by hand has no artifact:
 `artifact_of` refuses it in one line (`emulator.compile_msl` runs such MSL).
@@ -205,6 +205,9 @@ class KernelRecord:
     tile_pointers: tuple[TilePointerDecl, ...] = ()
     instructions: tuple[str, ...] = ()  # isa.REGISTRY names of the matrix instructions it runs
     prints: bool = False  # calls T.print
+    atomic_targets: tuple[str, ...] = ()  # buffers and threadgroup memory its atomics update (sorted names)
+    float_atomics: bool = False  # an atomic on float32 / float16 / bfloat16 data
+    atomic_results_used: bool = False  # it reads a value an atomic returns (or loads atomically)
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
@@ -254,7 +257,8 @@ class KernelArtifact:
 
 
 # ---------------------------------------------------------------------------- encoding
-_TUPLE_FIELDS = {"params", "threadgroup_arrays", "threadgroup_views", "thread_arrays", "tile_pointers", "instructions", "kernels", "members", "block"}
+_TUPLE_FIELDS = {"params", "threadgroup_arrays", "threadgroup_views", "thread_arrays", "tile_pointers", "instructions", "kernels", "members", "block",
+                 "atomic_targets"}
 
 
 def _to_json(value: Any) -> Any:

@@ -1,25 +1,31 @@
 """The layout of the printer's MSL file: a header (includes, helpers) followed by one `[[kernel]]`
 function per `T.Kernel` block of the module. Consumers that need one kernel at a time (the emulator,
-the MLX adapter, TVM's Metal runtime module) split the file here rather than each on its own."""
+the MLX adapter, TVM's Metal runtime module) split the file here rather than each on its own; the
+kernels are found by their artifact records' opening lines (codegen/artifact.py), not by parsing."""
 
 from __future__ import annotations
 
-import re
-
-KERNEL_RE = re.compile(r"(\[\[\s*kernel\b(?:[^\]]|\](?!\]))*\]\]|\bkernel)\s+void\s+([A-Za-z_]\w*)\s*\(")
+from .artifact import artifact_of
 
 
 def split_kernels(msl: str) -> dict[str, str]:
     """kernel name -> a source holding that kernel alone: the file's header (everything before the
-    first kernel) followed by the kernel's text up to the next kernel."""
-    kernels = list(KERNEL_RE.finditer(msl))
-    if not kernels:
+    first kernel, the artifact line included) followed by the kernel's text up to the next kernel.
+    The kernels are those the artifact records (ArtifactError, one line, for MSL without one)."""
+    starts = []
+    for record in artifact_of(msl).kernels:
+        at = msl.find(record.opening())
+        if at < 0 or msl.find(record.opening(), at + 1) >= 0:
+            raise ValueError(f"kernel {record.name}: its artifact's opening line `{record.opening()}` is not once in the source")
+        starts.append((at, record.name))
+    starts.sort()
+    if not starts:
         return {}
-    header = msl[: kernels[0].start()]
+    header = msl[: starts[0][0]]
     out = {}
-    for i, m in enumerate(kernels):
-        end = kernels[i + 1].start() if i + 1 < len(kernels) else len(msl)
-        out[m.group(2)] = header + msl[m.start() : end]
+    for i, (at, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(msl)
+        out[name] = header + msl[at:end]
     return out
 
 

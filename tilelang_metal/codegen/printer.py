@@ -45,6 +45,7 @@ SIGNATURES = (STANDARD, TVM_RUNTIME)
 # Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
 # such a branch masks no access).
 UNIFORM_NOTE = "  // threadgroup-uniform"
+FLOAT_ATOMIC_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
 # Hardware position parameters: (attribute, MSL type, default parameter name). A pass may rename a
 # parameter through the function attribute POSITION_NAMES_ATTR (the block swizzle does).
@@ -105,6 +106,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.thread_array_decls: list[artifact.ThreadArrayDecl] = []
         self.tile_pointer_decls: dict[str, artifact.TilePointerDecl] = {}
         self.instructions: list[str] = []  # isa names of the matrix instructions the kernel runs
+        self.atomic_targets: set[str] = set()  # what the kernel's atomics update
+        self.float_atomics = False
+        self.atomic_results_used = False
+        self.discarded_atomic: Any = None  # the atomic call an Evaluate statement is printing
         self.prints = False  # the kernel calls T.print
         self.analyzer = tvm.arith.Analyzer()
         self._expr_memo: dict[int, tuple[Any, str]] = {}
@@ -194,10 +199,19 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             tile_pointers=tuple(self.tile_pointer_decls.values()),
             instructions=tuple(self.instructions),
             prints=self.prints,
+            atomic_targets=tuple(sorted(self.atomic_targets)),
+            float_atomics=self.float_atomics,
+            atomic_results_used=self.atomic_results_used,
         )
         sig = record.opening() + "\n  " + ",\n  ".join(p.msl() for p in params) + ") {"
         body = ["  " + line for line in locals_ + self.prelude] + self.lines
         return "\n".join([sig] + body + ["}", ""]), headers, self.helpers, record
+
+    def note_atomic(self, atomic: Any, *, discarded: bool) -> None:
+        """Record what an atomic updates for the artifact (racecheck's schedule comparison reads it)."""
+        self.atomic_targets.add(self.name_of(atomic.var))
+        self.float_atomics |= self.elem_dtype(atomic.var) in FLOAT_ATOMIC_DTYPES
+        self.atomic_results_used |= not discarded
 
     def uses_instruction(self, name: str) -> None:
         """Record that the kernel runs the matrix instruction `name` (isa.REGISTRY)."""
@@ -362,7 +376,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return
         if isinstance(value, tir.Call) and self.statement_call(value):
             return
+        self.discarded_atomic = value if isinstance(value, tir.Call) and intrinsics.match_atomic(value) is not None else None
         self.emit(self.expr(value) + ";")
+        self.discarded_atomic = None
 
     def statement_call(self, call: Any) -> bool:
         op = str(call.op.name)
@@ -630,6 +646,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if op in (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN):
             atomic = intrinsics.match_atomic(e)
             if atomic is not None:
+                self.note_atomic(atomic, discarded=self.discarded_atomic is not None and e.same_as(self.discarded_atomic))
                 return self.atomic(atomic)
             name = str(args[0].value)
             if name in DEBUG_PRINT_EXTERNS:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 
 from . import toolchain
-from .driver import calls_print as _calls_print
 from .driver import generate as _generate_driver
 from .errors import (
     EmulatorCompileError,
@@ -25,7 +24,10 @@ from .errors import (
     EmulatorStackError,
 )
 from .kernel import EmulatedKernel, stack_bytes
-from .signature import KernelSignature, rewrite, split_kernels
+from ..codegen.artifact import find_artifact
+from ..codegen.kernel_text import split_kernels
+from .handwritten import with_artifact
+from .signature import KernelSignature, rewrite
 from .version import SHIM_VERSION
 
 __all__ = [
@@ -61,17 +63,27 @@ def _array_scale(instrument: str | None) -> float:
 _memo_lock = threading.Lock()
 
 
+def _printed(msl: str) -> str:
+    """`msl` with its artifact: the printer's own, or the one the front door reads from hand-written
+    MSL in the printer's shape (handwritten.py; the only place compile_kernel's MSL is parsed)."""
+    try:
+        found = find_artifact(msl)
+    except ValueError as err:  # an artifact of another version, or damaged
+        raise EmulatorCompileError(str(err)) from None
+    return msl if found is not None else with_artifact(msl)
+
+
 def _unit(msl: str, checked: bool, instrument: str | None = None) -> tuple[KernelSignature, toolchain.SourceUnit]:
-    rw = rewrite(msl, checked=checked, instrument=instrument)
-    prints = rw.record.prints if rw.record is not None else _calls_print(msl)
-    driver = _generate_driver(rw.signature, checked=checked, prints=prints)
+    rw = rewrite(_printed(msl), checked=checked, instrument=instrument)
+    driver = _generate_driver(rw.signature, checked=checked, prints=rw.record.prints)
     return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
 
 
 def check_source(msl: str) -> None:
     """Compile `msl` for syntax only (after the emulator's rewrites), each kernel of a multi-kernel
     file on its own; raise EmulatorCompileError if it fails."""
-    for source in (split_kernels(msl) or {"": msl}).values():
+    printed = _printed(msl)
+    for source in split_kernels(printed).values():
         _, unit = _unit(source, checked=True)
         toolchain.syntax_check(unit)
 

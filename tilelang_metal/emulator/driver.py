@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from .signature import POSITION_ATTRIBUTES, ArgStructParam, BufferParam, KernelSignature, PositionParam, ScalarParam
 
 DRIVER_FILE_NAME = "tlm_driver"
@@ -31,11 +29,6 @@ def _buffer_expr(b: BufferParam, checked: bool) -> str:
 # T.print's functions in the shim (tlm/debug.h). A kernel calling them has its output ordered by
 # threadgroup (runtime.cpp, "T.print output"); other kernels skip that bookkeeping.
 PRINT_FUNCTIONS = ("debug_print_var", "debug_print_buffer_value", "debug_print_msg")
-_PRINT_CALL = re.compile(r"\b(?:" + "|".join(PRINT_FUNCTIONS) + r")\s*\(")
-
-
-def calls_print(msl: str) -> bool:
-    return _PRINT_CALL.search(msl) is not None
 
 
 def launch_entry(prints: bool, extra: str = "") -> str:

@@ -124,8 +124,9 @@ _FUNC_CONST_RE = re.compile(
 # A member function qualified with a non-thread address space: `complex_t() threadgroup : ...`.
 _MEMBER_SPACE_RE = re.compile(r"\)(?P<cv>\s*const)?\s+(?P<space>threadgroup|device|constant)\b(?=\s*(?:[:{;=]|const\b|noexcept\b|$))", re.M)
 _INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]")
-# `[[kernel]]`, or `[[kernel, max_total_threads_per_threadgroup(...)]]` (MLX's steel attention)
-_KERNEL_ATTR = r"\[\[\s*kernel\s*(?:,[^\[\]]*)?\]\]"
+# `[[kernel]]`, or `[[kernel, max_total_threads_per_threadgroup(...)]]` (MLX's steel attention), or
+# the `kernel` keyword
+_KERNEL_ATTR = r"(?:\[\[\s*kernel\s*(?:,[^\[\]]*)?\]\]|\bkernel\b)"
 _KERNEL_DEF_RE = re.compile(_KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _HOST_NAMED_DEF_RE = re.compile(
     r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("

@@ -65,7 +65,7 @@ def _adapter(kernel: Any) -> Any:
 def _launches(adapter: Any, args: tuple, run_one: Any) -> Any:
     """Bind `args` as a call of the adapter's kernel does (checks, outputs) and pass every launch
     of the module, in host order, to `run_one(kernel source, launch values, grid, block)`."""
-    from .signature import split_kernels
+    from ..codegen.kernel_text import split_kernels
 
     sources = split_kernels(adapter.kernel_global_source)
     bound = adapter.call.bind(args, adapter.device, poison=True)  # the adapter's CPU device
@@ -258,7 +258,7 @@ def _race_launch(
     from . import compile_kernel
 
     emulated = compile_kernel(msl, instrument="racecheck")
-    usage = atomic_usage(msl, emulated.signature)
+    usage = atomic_usage(emulated.signature)
     config = _magnitude_config(usage, buffers, magnitudes) if magnitudes is not None else None
     address = ctypes.addressof(config) if config is not None else 0
     try:

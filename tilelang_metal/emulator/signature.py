@@ -3,10 +3,10 @@
 MSL the plugin printed carries its artifact (codegen/artifact.py): the records of every parameter,
 threadgroup array, pool view, thread array and tile pointer. The rewrites are driven by those
 records: each declaration is found by the record's own spelling (what the printer wrote through it)
-and replaced; text that does not match its record is refused. MSL without an artifact (written by
-hand in the printer's shape, docs/msl_contract.md: one `[[kernel]]` function, one parameter per
-line, `threadgroup T NAME[COUNT];` declarations) is parsed from the text instead (`_parse_*`). The
-rewrites keep every line where it was, so compiler diagnostics point at the original MSL lines.
+and replaced; text that does not match its record is refused. Nothing here parses MSL: hand-written
+MSL gets its records from the front door first (handwritten.py), and MSL without an artifact is
+refused. The rewrites keep every line where it was, so compiler diagnostics point at the original
+MSL lines.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..codegen.artifact import (
 )
 from ..dtypes import DTYPE_OF_MSL
 
+from ..codegen.kernel_text import matching_bracket
 from .access_marks import mark_line
 from .errors import EmulatorCompileError
 
@@ -98,6 +99,8 @@ class KernelSignature:
     threadgroup_arrays: tuple[ThreadgroupArray, ...]
     threadgroup_views: tuple[ThreadgroupView, ...] = ()
     thread_arrays: tuple[ThreadArray, ...] = ()
+    line: int = 1  # 1-based line of the kernel's opening (what comes before is the file's header)
+    record: KernelRecord | None = field(default=None, compare=False)  # its artifact record
 
     @property
     def thread_array_bytes(self) -> int:
@@ -114,41 +117,6 @@ class KernelSignature:
         return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam)))
 
 
-from ..codegen.kernel_text import KERNEL_RE as _KERNEL_RE  # noqa: E402
-from ..codegen.kernel_text import matching_bracket  # noqa: E402
-from ..codegen.kernel_text import split_kernels  # noqa: E402,F401  (re-exported)
-_MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
-_BUFFER_RE = re.compile(
-    r"^(?P<const>const\s+)?device\s+(?P<const2>const\s+)?(?P<type>[A-Za-z_]\w*)\s*\*\s*"
-    r"(?:(?:__restrict__|__restrict|restrict)\s+)?(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
-)
-_SCALAR_RE = re.compile(
-    r"^constant\s+(?:const\s+)?(?P<type>[A-Za-z_]\w*)\s*&\s*(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\[\s*buffer\s*\(\s*(?P<index>\d+)\s*\)\s*\]\]$"
-)
-_POSITION_RE = re.compile(
-    r"^(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[\[\s*(?P<attr>[A-Za-z_]\w*)\s*\]\]$"
-)
-_TG_DECL_RE = re.compile(
-    r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[(?P<count>[^\]\[]+)\]\s*(?:__attribute__\s*\(\(.*\)\)\s*|alignas\s*\([^)]*\)\s*)?;(?P<tail>\s*(?://.*)?)$"
-)
-# A typed view into a merged threadgroup pool: `threadgroup T* NAME = (threadgroup T*)(POOL + OFF);`
-_TG_VIEW_RE = re.compile(
-    r"^(?P<indent>\s*)threadgroup\s+(?P<type>[A-Za-z_]\w*)\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*=\s*"
-    r"\(\s*threadgroup\s+(?P=type)\s*\*\s*\)\s*\(\s*(?P<pool>[A-Za-z_]\w*)\s*\+\s*(?P<off>[^;]+?)\s*\)\s*;"
-    r"(?P<tail>\s*(?://.*)?)$"
-)
-# A tile pointer into a device buffer: `const device T* NAME = (BUF + (OFF));` (spec 1.4 `__src`).
-_DEVICE_POINTER_RE = re.compile(
-    r"^(?P<indent>\s*)(?:const\s+)?device\s+[A-Za-z_]\w*\s*\*\s*(?P<name>[A-Za-z_]\w*)\s*=\s*"
-    r"(?P<value>\(\s*(?P<buf>[A-Za-z_]\w*)\s*\+.*\))\s*;(?P<tail>\s*(?://.*)?)$"
-)
-# A thread-private array: `T NAME[COUNT];` (the printer's T.alloc_local / fragments).
-_THREAD_ARRAY_RE = re.compile(
-    r"^\s*(?P<align>alignas\(\d+\)\s+)?(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<count>[^\]\[]+)\]\s*;\s*(?://.*)?$"
-)
 SCALAR_BYTES: dict[str, int] = {
     "bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2,
     "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8,
@@ -168,10 +136,6 @@ def type_bytes(type_name: str) -> int | None:
     return None
 
 
-# Anything that looks like a threadgroup variable declaration (type then name), anywhere on a line.
-_TG_ANY_DECL_RE = re.compile(r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_]\w*\s+[A-Za-z_]\w*")
-
-
 def _fail(msg: str, source: str, line: int | None = None) -> EmulatorCompileError:
     if line is not None:
         lines = source.splitlines()
@@ -182,23 +146,6 @@ def _fail(msg: str, source: str, line: int | None = None) -> EmulatorCompileErro
 
 def _line_of(source: str, pos: int) -> int:
     return source.count("\n", 0, pos) + 1
-
-
-def _split_params(source: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Spans of the top-level comma-separated parameters in source[start:end]."""
-    spans, depth, last = [], 0, start
-    for i in range(start, end):
-        ch = source[i]
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            spans.append((last, i))
-            last = i + 1
-    if source[last:end].strip():
-        spans.append((last, end))
-    return spans
 
 
 def _matching_paren(source: str, open_pos: int) -> int:
@@ -212,7 +159,7 @@ def _matching_paren(source: str, open_pos: int) -> int:
 class RewrittenSource:
     signature: KernelSignature
     text: str  # same number of lines as the input, kernel part rewritten
-    record: KernelRecord | None = None  # the kernel's artifact record (None: hand-written MSL)
+    record: KernelRecord
 
 
 INSTRUMENTS = ("counters", "racecheck")
@@ -231,6 +178,7 @@ class _KernelHeader:
     open_pos: int  # the parameter list's `(`
     close_pos: int  # its matching `)`
     edits: tuple[_Edit, ...]
+    line: int  # 1-based line of the opening
 
 
 @dataclass
@@ -255,18 +203,16 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
         raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
     racecheck = instrument == "racecheck"
     artifact = _artifact(msl)
-    if artifact is not None:  # printed by the plugin: its records say what to rewrite
-        record = _record_in(msl, artifact)
-        header = _located_header(msl, record)
-        params, param_edits = _located_params(msl, header, record, checked=checked)
-        body_start = header.close_pos + 1
-        body = _located_declarations(msl, body_start, record, checked=checked, racecheck=racecheck)
-    else:  # hand-written in the printer's shape: parsed from the text
-        record = None
-        header = _parse_kernel_header(msl)
-        params, param_edits = _rewrite_params(msl, header, checked=checked)
-        body_start = header.close_pos + 1
-        body = _rewrite_declarations(msl, body_start, checked=checked, racecheck=racecheck)
+    if artifact is None:
+        raise EmulatorCompileError(
+            "this MSL carries no tilelang_metal artifact: compile_kernel reads hand-written MSL through the front "
+            "door (emulator.handwritten.with_artifact) first; free-form MSL runs with emulator.compile_msl"
+        )
+    record = _record_in(msl, artifact)  # the records say what to rewrite
+    header = _located_header(msl, record)
+    params, param_edits = _located_params(msl, header, record, checked=checked)
+    body_start = header.close_pos + 1
+    body = _located_declarations(msl, body_start, record, checked=checked, racecheck=racecheck)
     out = _apply_edits(msl, [*header.edits, *param_edits, *body.edits])
     if instrument is not None:
         names = _instrumented_names(params, body)
@@ -278,6 +224,8 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
         params=tuple(params), max_total_threads=header.max_total_threads,
         threadgroup_arrays=tuple(body.threadgroup_arrays),
         threadgroup_views=tuple(body.threadgroup_views), thread_arrays=tuple(body.thread_arrays),
+        line=header.line,
+        record=record,
     )
     return RewrittenSource(signature=sig, text=out, record=record)
 
@@ -327,6 +275,7 @@ def _located_header(msl: str, record: KernelRecord) -> _KernelHeader:
         open_pos=open_pos,
         close_pos=_matching_paren(msl, open_pos),
         edits=tuple(edits),
+        line=_line_of(msl, start),
     )
 
 
@@ -431,190 +380,12 @@ def _cxx_param(p: Param, checked: bool) -> str:
     return f"{p.type} {p.name}"
 
 
-def _parse_kernel_header(msl: str) -> _KernelHeader:
-    """Find the single kernel, its attribute and parameter list; the attribute becomes `static`."""
-    kernels = list(_KERNEL_RE.finditer(msl))
-    if not kernels:
-        raise EmulatorCompileError("no kernel found: expected `[[kernel, ...]] void NAME(` (docs/msl_contract.md)")
-    if len(kernels) > 1:
-        names = ", ".join(m.group(2) for m in kernels)
-        raise _fail(f"expected one kernel per file, found {len(kernels)}: {names}", msl, _line_of(msl, kernels[1].start()))
-    m = kernels[0]
-    name = m.group(2)
-    attr = m.group(1)
-    mt = _MAX_THREADS_RE.search(attr)
-    open_pos = m.end() - 1
-    # The kernel attribute becomes `static` (keeping the line count). C++ reserves `main`.
-    edits: list[_Edit] = [(m.start(1), m.end(1), "static" + "\n" * attr.count("\n"))]
-    cxx_name = "tlm_kernel_main" if name == "main" else name
-    if cxx_name != name:
-        edits.append((m.start(2), m.end(2), cxx_name))
-    return _KernelHeader(
-        name=name,
-        cxx_name=cxx_name,
-        max_total_threads=int(mt.group(1)) if mt else None,
-        open_pos=open_pos,
-        close_pos=_matching_paren(msl, open_pos),
-        edits=tuple(edits),
-    )
-
-
-def _rewrite_params(msl: str, header: _KernelHeader, *, checked: bool) -> tuple[list[Param], list[_Edit]]:
-    """Parse and rewrite every kernel parameter; check buffer indices run 0..n-1."""
-    params: list[Param] = []
-    edits: list[_Edit] = []
-    for s, e in _split_params(msl, header.open_pos + 1, header.close_pos):
-        param, edit = _rewrite_param(msl, s, e, checked=checked)
-        params.append(param)
-        edits.append(edit)
-    bound = [p for p in params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam))]
-    for expected, bp in enumerate(bound):
-        if bp.index != expected:
-            raise EmulatorCompileError(
-                f"parameter '{bp.name}' has [[ buffer({bp.index}) ]]; buffer indices must be 0..n-1 in parameter order"
-            )
-    return params, edits
-
-
-def _rewrite_param(msl: str, s: int, e: int, *, checked: bool) -> tuple[Param, _Edit]:
-    """One parameter msl[s:e] -> its parsed form and the edit giving its C++ form (same line count).
-
-    Each `_*_param` parser returns None when the text is not its kind of parameter."""
-    raw = msl[s:e]
-    text = " ".join(raw.split())
-    lead = len(raw) - len(raw.lstrip())
-    trail = len(raw) - len(raw.rstrip())
-    ps, pe = s + lead, e - trail
-    line = _line_of(msl, ps)
-    newlines = "\n" * raw[lead : len(raw) - trail].count("\n")
-    for parse in (_buffer_param, _scalar_param, _position_param):
-        found = parse(text, msl, line, checked=checked)
-        if found is not None:
-            param, replacement = found
-            return param, (ps, pe, replacement + newlines)
-    raise _fail(
-        "unsupported kernel parameter (expected `[const] device T* __restrict NAME [[ buffer(i) ]]`, "
-        "`constant T& NAME [[ buffer(i) ]]` or a position attribute)",
-        msl,
-        line,
-    )
-
-
-def _buffer_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[BufferParam, str] | None:
-    """`[const] device T* NAME [[ buffer(i) ]]` -> a checked or raw pointer parameter."""
-    bm = _BUFFER_RE.match(text)
-    if not bm:
-        return None
-    elem = bm.group("type")
-    if elem not in DTYPE_OF_MSL:
-        raise _fail(f"device buffer '{bm.group('name')}': unsupported element type '{elem}'", msl, line)
-    bp = BufferParam(
-        index=int(bm.group("index")),
-        name=bm.group("name"),
-        elem_type=elem,
-        is_const=bool(bm.group("const") or bm.group("const2")),
-    )
-    return bp, _cxx_param(bp, checked)
-
-
-def _scalar_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[ScalarParam, str] | None:
-    """`constant T& NAME [[ buffer(i) ]]` -> a by-value parameter (the driver dereferences the pointer)."""
-    sm = _SCALAR_RE.match(text)
-    if not sm:
-        return None
-    elem = sm.group("type")
-    if elem not in DTYPE_OF_MSL:
-        size = _arg_struct_size(msl, elem)
-        if size is None:
-            raise _fail(f"scalar parameter '{sm.group('name')}': unsupported type '{elem}'", msl, line)
-        ap = ArgStructParam(index=int(sm.group("index")), name=sm.group("name"), struct_type=elem, size=size)
-        return ap, _cxx_param(ap, checked)  # type: ignore[return-value]
-    sp = ScalarParam(index=int(sm.group("index")), name=sm.group("name"), elem_type=elem)
-    return sp, _cxx_param(sp, checked)
-
-
-_STRUCT_MEMBER_RE = re.compile(r"^(?P<type>[A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*(?P<array>\[\s*2\s*\])?\s*;$")
-
-
-def _arg_struct_size(msl: str, struct_type: str) -> int | None:
-    """Bytes of an argument struct `struct S { T name[2]; ... };` declared in the file (every member
-    one 8-byte slot: a 32-bit `T name[2]` or a 64-bit `T name`); None for anything else."""
-    m = re.search(r"\bstruct\s+" + re.escape(struct_type) + r"\s*\{(?P<body>[^{}]*)\}\s*;", msl)
-    if m is None:
-        return None
-    members = [line.split("//")[0].strip() for line in m.group("body").splitlines()]
-    size = 0
-    for member in filter(None, members):
-        mm = _STRUCT_MEMBER_RE.match(member)
-        bytes_ = SCALAR_BYTES.get(mm.group("type")) if mm else None
-        if bytes_ is None or bytes_ * (2 if mm.group("array") else 1) != 8:
-            return None
-        size += 8
-    return size
-
-
-def _position_param(text: str, msl: str, line: int, *, checked: bool) -> tuple[PositionParam, str] | None:
-    """`T NAME [[ attribute ]]` -> a plain parameter the driver fills from the lane's position."""
-    pm = _POSITION_RE.match(text)
-    if not pm:
-        return None
-    param = PositionParam(name=pm.group("name"), type=pm.group("type"), attribute=pm.group("attr"))
-    _check_position(param, msl, line)
-    return param, _cxx_param(param, checked)
-
-
 def _check_position(p: PositionParam, msl: str, line: int | None) -> None:
     if p.attribute not in POSITION_ATTRIBUTES:
         raise _fail(f"kernel parameter '{p.name}': unsupported attribute [[{p.attribute}]]", msl, line)
     base = p.type.rstrip("0123456789")
     if base not in _POSITION_TYPES or p.type[len(base) :] not in ("", "2", "3"):
         raise _fail(f"kernel parameter '{p.name}': unsupported type '{p.type}'", msl, line)
-
-
-def _rewrite_declarations(msl: str, body_start: int, *, checked: bool, racecheck: bool) -> _BodyDeclarations:
-    """Find the body's thread arrays, threadgroup arrays and pool views, and rewrite them to shim calls."""
-    body = _BodyDeclarations()
-    views: list[_ViewSite] = []
-    offset = 0
-    for lineno, ln in enumerate(msl.splitlines(keepends=True), start=1):
-        start = offset
-        offset += len(ln)
-        if start < body_start:
-            continue
-        content = ln.rstrip("\r\n")
-        if _thread_array(content, lineno, start, body, racecheck=racecheck):
-            continue
-        pm = _DEVICE_POINTER_RE.match(content)
-        if pm:
-            # the pointer keeps the buffer's checks: it is a copy of the (checked) parameter + offset
-            body.edits.append((start, start + len(content), f"{pm.group('indent')}auto {pm.group('name')} = {pm.group('value')};{pm.group('tail')}"))
-            body.device_pointers.add(pm.group("name"))
-            body.decl_lines.add(lineno)
-            continue
-        vm = _TG_VIEW_RE.match(content)
-        if vm and any(a.name == vm.group("pool") for a in body.threadgroup_arrays):
-            declared = _VIEW_EXTENT_RE.search(vm.group("tail") or "")
-            decl = ThreadgroupViewDecl(vm.group("name"), vm.group("type"), vm.group("pool"), vm.group("off").strip(),
-                                       int(declared.group(1)) if declared else None)
-            views.append(_ViewSite(decl, lineno, start, len(content), vm.group("indent"), vm.group("tail") or ""))
-            body.decl_lines.add(lineno)
-            continue
-        _threadgroup_array(msl, content, lineno, start, body, checked=checked)
-    body.threadgroup_views = _threadgroup_views(views)
-    if checked:
-        body.edits.extend(_checked_view_edits(views, body.threadgroup_views))
-    return body
-
-
-def _thread_array(content: str, lineno: int, start: int, body: _BodyDeclarations, *, racecheck: bool) -> bool:
-    """Record a thread-private array declared on this line (racecheck: make it a tracked `tlm::local_array`)."""
-    am = _THREAD_ARRAY_RE.match(content)
-    count = _int_literal(am.group("count")) if am else None
-    if not (am and count is not None and type_bytes(am.group("type")) is not None):
-        return False
-    _record_thread_array(body, am.group("name"), am.group("type"), count, am.group("align") or "", lineno, start, content,
-                         racecheck=racecheck)
-    return True
 
 
 def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, count: int, align: str, lineno: int,
@@ -627,25 +398,6 @@ def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, cou
     if racecheck and size is not None and not elem_type.startswith("simdgroup_"):
         body.edits.append((start, start + len(content), f'{_indent(content)}{align}tlm::local_array<{elem_type}, {count}> {name}("{name}");'))
         body.tracked_locals.add(name)
-
-
-def _threadgroup_array(msl: str, content: str, lineno: int, start: int, body: _BodyDeclarations, *,
-                       checked: bool) -> None:
-    """Rewrite a `threadgroup T NAME[COUNT];` line to a slot of the shim's threadgroup memory."""
-    dm = _TG_DECL_RE.match(content)
-    if not dm:
-        if not _TG_ANY_DECL_RE.search(content.split("//", 1)[0]):
-            return
-        raise _fail(
-            "unsupported threadgroup declaration (expected `threadgroup T NAME[COUNT];` on its own line)",
-            msl,
-            lineno,
-        )
-    body.decl_lines.add(lineno)
-    slot = len(body.threadgroup_arrays)
-    arr = ThreadgroupArray(slot=slot, name=dm.group("name"), elem_type=dm.group("type"), count=dm.group("count").strip(), line=lineno)
-    body.threadgroup_arrays.append(arr)
-    body.edits.append((start, start + len(content), _threadgroup_array_text(dm.group("indent"), arr, dm.group("tail"), checked=checked)))
 
 
 def _threadgroup_array_text(indent: str, arr: ThreadgroupArray, tail: str, *, checked: bool) -> str:
@@ -710,9 +462,6 @@ def _instrument_body(out: str, first_body_line: int, names: set[str], decl_lines
             continue
         out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
     return "\n".join(out_lines)
-
-
-_VIEW_EXTENT_RE = re.compile(r"//\s*(\d+) elements\b")
 
 
 def _threadgroup_views(found: list[_ViewSite]) -> list[ThreadgroupView]:

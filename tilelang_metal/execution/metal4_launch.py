@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import platform
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..codegen.artifact import KernelArtifact
 from ..errors import Metal4UnavailableError
+from ..isa import METAL4_FEATURE, REGISTRY
 
-MPP_HEADER = "MetalPerformancePrimitives"  # included by every kernel with cooperative tensors
 MIN_MACOS_MAJOR = 26
 # torch.mps.compile_shader asks for MSL 4.0 on macOS 26 since pytorch/pytorch#172230 ("Use Metal-4.0
 # on MacOS-26", merged 2026-01-12, after the 2.10 branch cut of 2025-12-16): first in 2.11, a release
@@ -30,8 +32,23 @@ PLAIN_TARGET_FIX = "or compile it for target={'kind': 'metal', 'keys': ['metal',
 _MSL4_MISSING = re.compile(r"MetalPerformancePrimitives|metal_tensor|tensor_ops|mpp::|dextents|cooperative_tensor|__HAVE_TENSOR__")
 
 
-def needs_metal4(source: str) -> bool:
-    return MPP_HEADER in source
+def runs_metal4(instructions: Iterable[str]) -> bool:
+    """Does a kernel running these matrix instructions (its artifact record's `instructions`, names
+    of isa.REGISTRY) need Metal 4? Those that require the metal4 target feature are MPP's
+    cooperative tensors, the only code the printer writes that needs MSL 4.0 (and its MPP header)."""
+    for name in instructions:
+        try:
+            inst = REGISTRY.named(name)
+        except KeyError:
+            raise ValueError(f"the artifact records matrix instruction {name}, which this tilelang_metal does not know: compile the kernel again") from None
+        if METAL4_FEATURE in inst.requires:
+            return True
+    return False
+
+
+def needs_metal4(artifact: KernelArtifact) -> bool:
+    """Does any kernel of the printed module need Metal 4 (read from its artifact's records)?"""
+    return any(runs_metal4(k.instructions) for k in artifact.kernels)
 
 
 def _version(text: str) -> tuple[int, ...]:

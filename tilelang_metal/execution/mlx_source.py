@@ -25,12 +25,11 @@ from enum import Enum
 
 from ..codegen.artifact import BufferParam, KernelRecord, PositionParam, ScalarParam, strip_artifact
 from ..codegen.kernel_text import matching_bracket
+from .metal4_launch import runs_metal4
 
 PREFIX = "tlm_mlx_"
 AFTER = PREFIX + "after"  # input: the previous launch's `done`, so MLX orders the two launches
 DONE = PREFIX + "done"  # output: one element, never written; what later work waits on
-
-MPP_INCLUDE = "MetalPerformancePrimitives"
 
 
 class Role(Enum):
@@ -61,11 +60,12 @@ class MLXKernelSource:
     body: str
     params: tuple[KernelParam, ...]  # the kernel's [[ buffer(i) ]] parameters, in order
     positions: tuple[PositionParam, ...]
+    instructions: tuple[str, ...] = ()  # the matrix instructions it runs (its artifact record's)
 
     @property
     def needs_metal4(self) -> bool:
-        """Cooperative tensors: the MPP header, which MSL 4 (macOS 26) provides."""
-        return MPP_INCLUDE in self.header
+        """Cooperative tensors (its record says it runs an MPP instruction), which MSL 4 (macOS 26) provides."""
+        return runs_metal4(self.instructions)
 
     def source(self, roles: tuple[Role, ...]) -> str:
         """The body MLX compiles for one assignment of roles to the parameters."""
@@ -116,6 +116,7 @@ def mlx_kernel_source(msl: str, record: KernelRecord) -> MLXKernelSource:
         body=msl[open_brace + 1 : end_brace],
         params=tuple(params),
         positions=tuple(positions),
+        instructions=record.instructions,
     )
 
 

@@ -35,12 +35,12 @@ class MPSKernelAdapter(PluginKernelAdapter):
 
             source = self.kernel_global_source
             names = ", ".join(dict.fromkeys(launch.kernel_name for launch in self.call.launches))
-            if metal4_launch.needs_metal4(source):
+            if metal4_launch.needs_metal4(self.artifact):
                 metal4_launch.check(names, metal4_launch.current("torch"))
             try:
                 self._library = torch.mps.compile_shader(source)
             except Exception as err:
-                explained = metal4_launch.explain_compile_error(names, err) if metal4_launch.needs_metal4(source) else None
+                explained = metal4_launch.explain_compile_error(names, err) if metal4_launch.needs_metal4(self.artifact) else None
                 if explained is None:
                     raise
                 raise explained from err
