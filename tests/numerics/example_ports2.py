@@ -185,3 +185,41 @@ def splitk_gemv(N: int, K: int, splits: int, bn: int = 4, bk: int = 64, threads:
                     T.atomic_add(y[bx * bn + i], total[i])
 
     return compile_emulated(main)
+
+
+# ----------------------------------------------------------------------------- cast / gather
+
+
+@functools.lru_cache(maxsize=None)
+def cast_rows(M: int, N: int, out_dtype: str, rows: int = 4, threads: int = 32):
+    """Y = cast(X * 1, out_dtype) through a fragment (examples/cast, the bf16 / fp16 output side):
+    rounding to nearest even, overflow to inf, NaN kept, subnormals kept."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(M, rows), threads=threads) as bm:
+            x = T.alloc_fragment((rows, N), "float32")
+            y = T.alloc_fragment((rows, N), out_dtype)
+            T.copy(X[bm * rows, 0], x)
+            for i, j in T.Parallel(rows, N):
+                y[i, j] = T.cast(x[i, j], out_dtype)
+            T.copy(y, Y[bm * rows, 0])
+
+    return compile_emulated(main)
+
+
+@functools.lru_cache(maxsize=None)
+def gather_rows(rows: int, D: int, picks: int, bp: int = 8, threads: int = 64):
+    """Out[p, :] = Src[Idx[p], :] for Idx[p] >= 0 and zeros for Idx[p] < 0 (the masked index gather of
+    examples/deepseek_nsa / sparse MLA: selected KV rows staged into threadgroup memory by index)."""
+
+    @T.prim_func
+    def main(Src: T.Tensor((rows, D), "float16"), Idx: T.Tensor((picks,), "int32"), Out: T.Tensor((picks, D), "float16")):
+        with T.Kernel(T.ceildiv(picks, bp), threads=threads) as b:
+            tile = T.alloc_shared((bp, D), "float16")
+            for i, j in T.Parallel(bp, D):
+                p = T.min(b * bp + i, picks - 1)
+                tile[i, j] = T.if_then_else(Idx[p] >= 0, Src[T.max(Idx[p], 0), j], T.float16(0))
+            T.copy(tile, Out[b * bp, 0])
+
+    return compile_emulated(main)
