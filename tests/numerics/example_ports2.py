@@ -1,6 +1,7 @@
 """More kernels in the style of TileLang's `examples/` (mhc Sinkhorn normalization, KDA chunk-local
 cumsum, online log-sum-exp over a dynamic length with `T.Pipelined`, uint4 dequantize GEMM with
-group scales, split-K GEMV with atomic adds), written for `test_example_ports2.py`: the same
+group scales, split-K GEMV with atomic adds, fp16 / bf16 casts, a masked index gather, a two-level
+atomic histogram), written for `test_example_ports2.py`: the same
 algorithms and TileLang features at Metal-sized tiles, our own code. Each builder returns a
 compiled emulator kernel, cached per configuration so the test module compiles each kernel once."""
 
@@ -221,5 +222,30 @@ def gather_rows(rows: int, D: int, picks: int, bp: int = 8, threads: int = 64):
                 p = T.min(b * bp + i, picks - 1)
                 tile[i, j] = T.if_then_else(Idx[p] >= 0, Src[T.max(Idx[p], 0), j], T.float16(0))
             T.copy(tile, Out[b * bp, 0])
+
+    return compile_emulated(main)
+
+
+# ----------------------------------------------------------------------------- histogram
+
+
+@functools.lru_cache(maxsize=None)
+def histogram(numel: int, bins: int, blocks: int, threads: int = 64):
+    """Hist[v] += 1 for every value v of X in [0, bins) (others ignored): each threadgroup counts a
+    grid-stride share into a threadgroup histogram with atomic adds, then adds it into the device
+    histogram with one atomic per bin (the two-level atomic pattern of examples/*/example_atomic*).
+    The caller zeroes Hist."""
+
+    @T.prim_func
+    def main(X: T.Tensor((numel,), "int32"), Hist: T.Tensor((bins,), "int32")):
+        with T.Kernel(blocks, threads=threads) as b:
+            local = T.alloc_shared((bins,), "int32")
+            tx = T.get_thread_binding()
+            T.clear(local)
+            for idx in T.serial(b * threads + tx, numel, step=blocks * threads):
+                if X[idx] >= 0 and X[idx] < bins:
+                    T.atomic_add(local[X[idx]], 1)
+            for v in T.Parallel(bins):
+                T.atomic_add(Hist[v], local[v])
 
     return compile_emulated(main)

@@ -1,5 +1,6 @@
 """Ports of more of TileLang's example kernels (mhc Sinkhorn, KDA chunk cumsum, online log-sum-exp
-with `T.Pipelined` over a dynamic length, uint4 dequantize GEMM, split-K GEMV), run in the emulator
+with `T.Pipelined` over a dynamic length, uint4 dequantize GEMM, split-K GEMV, casts, an index
+gather, a histogram), run in the emulator
 under the race checker and compared with torch on CPU. Kernels are in `example_ports2.py`. Shapes
 are small and ragged; runtime trip counts of 0 and 1; strided views; NaN / inf; wrong inputs."""
 
@@ -174,3 +175,13 @@ def test_masked_index_gather_refuses_int64_indices_in_one_line():
     with pytest.raises(TypeError, match="Idx: expected dtype int32") as info:
         E.gather_rows(23, 40, 11)(torch.zeros(23, 40).half(), torch.zeros(11, dtype=torch.int64), torch.zeros(11, 40).half())
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("numel, blocks", [(997, 3), (5, 2), (0, 2)])  # prime; fewer values than threads; none
+def test_two_level_atomic_histogram_matches_torch(numel, blocks):
+    X = torch.randint(-2, 19, (numel,), generator=gen(40 + numel), dtype=torch.int32)  # some values outside [0, 16)
+    if numel:
+        X[0] = 15  # the last bin is hit
+    H = torch.zeros(16, dtype=torch.int32)
+    racecheck(E.histogram(numel, 16, blocks), X, H, seeds=SEEDS)
+    assert torch.equal(H, torch.bincount(X[(X >= 0) & (X < 16)].long(), minlength=16).int())
