@@ -82,9 +82,8 @@ class Errors(logging.Handler):
         self.messages.append(record.getMessage() + (f" {record.exc_info[1]!r}" if record.exc_info else ""))
 
 
+@pytest.mark.parametrize("tilelang_cache", ["cache-on"], indirect=True)
 def test_autotune_results_of_plugin_backends_stay_in_memory(tilelang_cache):
-    if tilelang_cache is None:
-        pytest.skip("the disk cache is off")
     errors, tilelang_logger = Errors(), logging.getLogger("tilelang")  # tilelang's loggers do not propagate to the root
     tilelang_logger.addHandler(errors)
     try:
