@@ -166,15 +166,37 @@ def _swap_cache_key(identity: dict[str, str], options_scope: Callable[[Any], Any
 
     def generate_key(self, func, out_idx, execution_backend="tvm_ffi", args=None, target="auto", *rest, **kwargs):
         key = original(self, func, out_idx, execution_backend, args, target, *rest, **kwargs)
-        kind = getattr(getattr(target, "kind", None), "name", str(target))
-        if "metal" not in str(kind):
-            return key
         pass_configs = kwargs.get("pass_configs", rest[1] if len(rest) > 1 else None)
-        with options_scope(pass_configs):
-            stamp = json.dumps({**identity, "options": options_key()}, sort_keys=True)
-        return hashlib.sha256((key + stamp).encode()).hexdigest()
+        return _stamp_metal_key(key, target, pass_configs, identity, options_scope, options_key)
 
     _swap_attr(KernelCache, "_generate_key", generate_key, record)
+
+
+def _stamp_metal_key(key: str, target: Any, pass_configs: Any, identity: dict[str, str], options_scope: Callable[[Any], Any],
+                     options_key: Callable[[], str]) -> str:
+    """`key` mixed with the plugin's identity and the key of the lowering options `pass_configs` give
+    (with the settings), for a Metal target; other targets' keys are returned unchanged."""
+    kind = getattr(getattr(target, "kind", None), "name", str(target))
+    if "metal" not in str(kind):
+        return key
+    with options_scope(pass_configs):
+        stamp = json.dumps({**identity, "options": options_key()}, sort_keys=True)
+    return hashlib.sha256((key + stamp).encode()).hexdigest()
+
+
+def _switch_memo(owner: Any, stamp: str, names: tuple[str, ...], make_empty: Callable[[], tuple[Any, ...]]) -> None:
+    """Give `owner` the memo attributes `names` kept for options key `stamp`: the first call under a new
+    key parks the current ones under the key they were filled with and takes that key's (or empty ones)."""
+    state = owner.__dict__
+    seen = state.get("_tilelang_metal_settings")
+    if seen == stamp:
+        return
+    if seen is not None:
+        memos = state.setdefault("_tilelang_metal_memos", {})
+        memos[seen] = tuple(getattr(owner, name) for name in names)
+        for name, memo in zip(names, memos.pop(stamp, None) or make_empty()):
+            setattr(owner, name, memo)
+    state["_tilelang_metal_settings"] = stamp
 
 
 def _swap_compile_scope(options_scope: Callable[[Any], Any], record: _Installed) -> None:
@@ -204,18 +226,51 @@ def _swap_jit_memo(options_scope: Callable[[Any], Any], options_key: Callable[[]
     @functools.wraps(original)
     def call(self, *args, **kwargs):
         with options_scope(getattr(self, "pass_configs", None)):
-            stamp = options_key()
-            state = self.__dict__
-            seen = state.get("_tilelang_metal_settings")
-            if seen != stamp:
-                if seen is not None:  # first call under a new value: park the old memo, take this value's
-                    memos = state.setdefault("_tilelang_metal_memos", {})
-                    memos[seen] = (self._kernel_cache, self._call_form_cache)
-                    self._kernel_cache, self._call_form_cache = memos.pop(stamp, None) or ({}, new_call_form_cache())
-                state["_tilelang_metal_settings"] = stamp
+            _switch_memo(self, options_key(), ("_kernel_cache", "_call_form_cache"), lambda: ({}, new_call_form_cache()))
             return original(self, *args, **kwargs)
 
     _swap_attr(jit_impl, "__call__", call, record)
+
+
+def _swap_autotune(identity: dict[str, str], options_scope: Callable[[Any], Any], options_key: Callable[[], str],
+                   memory_only: tuple[str, ...], record: _Installed) -> None:
+    """`@tilelang.autotune` keeps tuned kernels in three places that know nothing of the plugin: the
+    decorated function's memo (by call arguments), and the autotuner's result cache in memory and on
+    disk (by a key of the function's source, configs and compile arguments). Keep one memo per key of
+    the lowering options, stamp the plugin identity and that key on the result-cache key of Metal
+    targets (as `_swap_cache_key` does for the kernel cache), and keep results of the plugin's own
+    execution backends (`memory_only`, adapters tilelang cannot serialize) off the disk."""
+    tuner_module = importlib.import_module("tilelang.autotuner.tuner")
+    param_module = importlib.import_module("tilelang.autotuner.param")
+    impl, tuner, result = tuner_module.AutoTuneImpl, tuner_module.AutoTuner, param_module.AutotuneResult
+    original_call = impl.__dict__["__call__"]
+    original_key = tuner.__dict__["generate_cache_key"]
+    original_save = result.__dict__["save_to_disk"]
+
+    @functools.wraps(original_call)
+    def call(self, *args, **kwargs):
+        with options_scope(getattr(self.jit_impl, "pass_configs", None)):
+            _switch_memo(self, options_key(), ("_tuner_cache",), lambda: ({},))
+            return original_call(self, *args, **kwargs)
+
+    @functools.wraps(original_key)
+    def generate_cache_key(self, parameters, extra_parameters):
+        key = original_key(self, parameters, extra_parameters)
+        if key is None:
+            return None
+        args = self.compile_args
+        return _stamp_metal_key(key, args.target, args.pass_configs, identity, options_scope, options_key)
+
+    @functools.wraps(original_save)
+    def save_to_disk(self, path, verbose=False):
+        kernel = self.kernel
+        if kernel.execution_backend in memory_only and getattr(kernel.backend, "name", None) == PLUGIN_BACKEND_NAME:
+            return None
+        return original_save(self, path, verbose)
+
+    _swap_attr(impl, "__call__", call, record)
+    _swap_attr(tuner, "generate_cache_key", generate_cache_key, record)
+    _swap_attr(result, "save_to_disk", save_to_disk, record)
 
 
 def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Installed) -> None:
@@ -404,6 +459,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_cache_key(hooks.cache_identity, hooks.options_scope, hooks.options_key, record)
             _swap_compile_scope(hooks.options_scope, record)
             _swap_jit_memo(hooks.options_scope, hooks.options_key, record)
+            _swap_autotune(hooks.cache_identity, hooks.options_scope, hooks.options_key, tuple(hooks.adapters), record)
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
             _swap_pass_configs(hooks.pass_config_scope, record)
