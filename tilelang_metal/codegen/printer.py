@@ -90,7 +90,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.view_elements = declared_element_counts(func.body)
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
         self.precise_math = precise_math()  # float32 math as metal::precise:: calls (docs/math.md)
-        self.mpp_ops: list[tuple[str, bool]] = []  # (instruction name, relaxed) of each matmul2d object
+        self.mpp_ops: list[tuple[str, bool]] = []  # (instruction key, relaxed) of each matmul2d object
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()
