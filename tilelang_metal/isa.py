@@ -261,9 +261,10 @@ class MatrixInstruction:
             if op.role != role or (op.rows, op.cols) != shapes[role]:
                 raise ValueError(f"{self.name}: the {role} operand must be {shapes[role][0]}x{shapes[role][1]}, got {op.role} {op.rows}x{op.cols}")
             op.check(self.name)
-        for left, right in ((True, False), (False, True)):
-            if self.can_transpose(left, right) and (left or right) and not (self.transpose_left or self.transpose_right):
-                self.transposed(left, right).check()
+        if not (self.transpose_left or self.transpose_right):  # the stored maps too, one role at a time
+            for left, right in ((True, False), (False, True)):
+                if self.can_transpose(left, right):
+                    self.transposed(left, right).check()
 
 
 def roles(m: int, n: int, k: int, left: LaneMap, right: LaneMap | None = None, destination: LaneMap | None = None) -> dict[str, Operand]:
