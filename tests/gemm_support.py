@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import tilelang
 import torch
 from tilelang import tvm
@@ -62,3 +64,40 @@ def refusal_verdict(err: Exception) -> tuple[str, str]:
     text = str(err).strip().splitlines()[-1]
     ours = isinstance(err, MetalLoweringError) or any(key in text for key in ("Metal", "T.gemm", "threads=", "threadgroup memory", "swizzle"))
     return ("refused" if ours and len(text) < 400 else "wrong"), text
+
+
+# ---------------------------------------------------------------- MSL structure
+
+
+def _block_end(source: str, start: int) -> int:
+    """Index just past the `}` that closes the first `{` at or after `start`."""
+    depth = 0
+    for i in range(source.index("{", start), len(source)):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            return i + 1
+    raise ValueError("unbalanced braces")
+
+
+def k_loops(source: str) -> list[str]:
+    """The outermost `for` loops of the MSL that run matrix operations (the GEMM's K loops)."""
+    loops = []
+    for match in re.finditer(r"\bfor \(", source):
+        if loops and match.start() < loops[-1][1]:
+            continue  # inside a K loop already taken
+        end = _block_end(source, match.start())
+        text = source[match.start():end]
+        if ".run(" in text or "simdgroup_multiply_accumulate(" in text:
+            loops.append((match.start(), end))
+    return [source[a:b] for a, b in loops]
+
+
+def scalar_device_loads(source: str, text: str) -> list[str]:
+    """The element-wide (scalar) device reads in `text`, a part of the kernel `source`: indexing a
+    device pointer, or dereferencing a scalar device pointer cast. Vector reads (`*(const device
+    half4*)`) and `simdgroup_load` are not scalar."""
+    pointers = set(re.findall(r"device\s+\w+\s*\*\s*(?:__restrict\s+)?(\w+)", source))
+    found = re.findall(r"\*\(const device (?:half|bfloat|float|short|ushort|char|uchar|int|uint)\*\)", text)
+    for name in pointers:
+        found += re.findall(rf"\b{re.escape(name)}\[[^\]]*\]", text)
+    return found

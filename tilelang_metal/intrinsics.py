@@ -28,7 +28,7 @@ class CooperativeMma:
     """C chunk `c_chunk` += A[a_offset : +left] x B[b_offset : +right] on one MPP matmul2d.
 
     A, B and C are per-thread arrays in the instruction's lane layout; the call names the
-    instruction (`isa.REGISTRY`)."""
+    instruction by its key (`isa.REGISTRY.resolve`: a registered instruction or its transposed variant)."""
 
     c: Any
     c_chunk: Any
@@ -54,14 +54,14 @@ def op_name(call: Any) -> str:
 
 
 def build_ct_mma(inst: MatrixInstruction, c: Any, c_chunk: Any, a: Any, a_offset: Any, b: Any, b_offset: Any) -> Any:
-    return tir.Evaluate(tir.call_extern("handle", CT_MMA, c, c_chunk, a, a_offset, b, b_offset, inst.name))
+    return tir.Evaluate(tir.call_extern("handle", CT_MMA, c, c_chunk, a, a_offset, b, b_offset, inst.key))
 
 
 def match_ct_mma(call: Any) -> CooperativeMma | None:
     if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != CT_MMA:
         return None
     c, c_chunk, a, a_offset, b, b_offset, name = call.args[1:]
-    return CooperativeMma(c, c_chunk, a, a_offset, b, b_offset, REGISTRY.named(str(name.value)))
+    return CooperativeMma(c, c_chunk, a, a_offset, b, b_offset, REGISTRY.resolve(str(name.value)))
 
 
 # simdgroup_matrix<T, rows, cols> operations: `matrix` is an array of matrices, `index` selects one.

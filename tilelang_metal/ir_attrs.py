@@ -42,11 +42,11 @@ class MatrixStorage:
     elided: bool = True  # cooperative only: no backing thread array
     a_dtype: str = ""  # cooperative only: operand element types (they type the destination)
     b_dtype: str = ""
-    instruction_name: str = ""  # the registered instruction whose fragments these are
+    instruction_name: str = ""  # the key of the instruction whose fragments these are (isa.MatrixInstruction.key)
 
     @property
     def instruction(self) -> MatrixInstruction:
-        return REGISTRY.named(self.instruction_name)
+        return REGISTRY.resolve(self.instruction_name)
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -176,6 +176,12 @@ class MatrixInstruction:
     msl: str  # the printer's spelling: the matmul2d descriptor, or the simdgroup matrix type, as a format string
     requires: frozenset[str] = field(default_factory=frozenset)  # target features (keys)
     selectable: bool = True  # False: only counted (foreign kernels use it), never chosen for a T.gemm
+    # Transposed operands read by the operation itself (matmul2d's descriptor flags): the lane map of
+    # the *stored* left (k x m) and right (n x k) matrix, None when the operation has no such flag.
+    stored_left_map: LaneMap | None = None
+    stored_right_map: LaneMap | None = None
+    transpose_left: bool = False  # this variant reads op(left) = left^T: its left role is the stored k x m matrix
+    transpose_right: bool = False  # likewise, its right role is the stored n x k matrix
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -183,7 +189,32 @@ class MatrixInstruction:
 
     @property
     def counter(self) -> str:
-        return self.name
+        return self.name  # a transposed variant counts as its registered instruction
+
+    @property
+    def key(self) -> str:
+        """What a matrix call and a storage decision name: the registered name, plus `:tn`-style
+        transposes (left, right) for a transposed variant (`Registry.resolve` reads it back)."""
+        if not (self.transpose_left or self.transpose_right):
+            return self.name
+        return f"{self.name}:{'t' if self.transpose_left else 'n'}{'t' if self.transpose_right else 'n'}"
+
+    def can_transpose(self, left: bool, right: bool) -> bool:
+        """True when the operation itself reads these operands transposed (descriptor flags)."""
+        return (not left or self.stored_left_map is not None) and (not right or self.stored_right_map is not None)
+
+    def transposed(self, left: bool, right: bool) -> MatrixInstruction:
+        """This instruction computing op(left) * op(right), op = transpose where asked: a transposed
+        role holds the stored matrix (left k x m, right n x k) in its stored lane map, so a lane
+        gathers runs that are contiguous in the operand's storage (docs/lane_layouts.md section 2b).
+        The destination does not change."""
+        if self.transpose_left or self.transpose_right:
+            raise ValueError(f"{self.key} is already a transposed variant; transpose the registered {self.name}")
+        if not self.can_transpose(left, right):
+            raise ValueError(f"{self.name} cannot read a transposed {'left' if left else 'right'} operand (no descriptor flag)")
+        lhs = Operand("left", self.k, self.m, self.stored_left_map) if left else self.left
+        rhs = Operand("right", self.n, self.k, self.stored_right_map) if right else self.right
+        return replace(self, left=lhs, right=rhs, transpose_left=left, transpose_right=right)
 
     @property
     def flops(self) -> int:
@@ -221,11 +252,19 @@ class MatrixInstruction:
         return self.destination.elem_of(row, col)
 
     def check(self) -> None:
-        shapes = {"left": (self.m, self.k), "right": (self.k, self.n), "destination": (self.m, self.n)}
+        shapes = {
+            "left": (self.k, self.m) if self.transpose_left else (self.m, self.k),
+            "right": (self.n, self.k) if self.transpose_right else (self.k, self.n),
+            "destination": (self.m, self.n),
+        }
         for role, op in (("left", self.left), ("right", self.right), ("destination", self.destination)):
             if op.role != role or (op.rows, op.cols) != shapes[role]:
                 raise ValueError(f"{self.name}: the {role} operand must be {shapes[role][0]}x{shapes[role][1]}, got {op.role} {op.rows}x{op.cols}")
             op.check(self.name)
+        if not (self.transpose_left or self.transpose_right):  # the stored maps too, one role at a time
+            for left, right in ((True, False), (False, True)):
+                if self.can_transpose(left, right):
+                    self.transposed(left, right).check()
 
 
 def roles(m: int, n: int, k: int, left: LaneMap, right: LaneMap | None = None, destination: LaneMap | None = None) -> dict[str, Operand]:
@@ -252,19 +291,30 @@ MATMUL2D_16x32_MAP = LaneMap(
     col=(bits(ELEM, 3, at=4, width=0), bits(LANE, 3, at=3), bits(LANE, 0, at=2), bits(ELEM, 0, at=0, width=2)),
 )
 
+# A transposed operand's tensor holds the stored matrix (docs/lane_layouts.md section 2b, as MLX's NAX
+# kernels use it): the 16x16 formula over 16x16 blocks of it, block `e >> 3` along N. So the stored
+# K x M left input keeps the map above, and the stored N x K right input moves `e >> 3` to its rows.
+MATMUL2D_16x32_STORED_RIGHT_MAP = LaneMap(
+    row=(bits(ELEM, 3, at=4, width=0), bits(LANE, 4, at=2), bits(ELEM, 2, at=3), bits(LANE, 2, at=1), bits(LANE, 1, at=0)),
+    col=(bits(LANE, 3, at=3), bits(LANE, 0, at=2), bits(ELEM, 0, at=0, width=2)),
+)
+
 _MATMUL2D_DESCRIPTOR = (
-    "mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, false, false, {relaxed}, "
+    "mpp::tensor_ops::matmul2d_descriptor({m}, {n}, {k}, {transpose_left}, {transpose_right}, {relaxed}, "
     "mpp::tensor_ops::matmul2d_descriptor::mode::multiply_accumulate)"
 )
 _SIMDGROUP_TYPE = "simdgroup_{scalar}{rows}x{cols}"
 
 
 def matmul2d(m: int, n: int, k: int, left: LaneMap, right: LaneMap | None = None, destination: LaneMap | None = None,
-             *, requires: Iterable[str] = (METAL4_FEATURE,), selectable: bool = True) -> MatrixInstruction:
-    """An MPP matmul2d instruction (multiply_accumulate, no transposes)."""
+             *, stored_left: LaneMap | None = None, stored_right: LaneMap | None = None,
+             requires: Iterable[str] = (METAL4_FEATURE,), selectable: bool = True) -> MatrixInstruction:
+    """An MPP matmul2d instruction (multiply_accumulate); `stored_left` / `stored_right` are the lane
+    maps of transposed operands (the descriptor's transpose flags), None where not known."""
     return MatrixInstruction(
         f"matmul2d_{m}x{n}x{k}", COOPERATIVE_TENSOR_KIND, m, n, k, **roles(m, n, k, left, right, destination),
         operation="matmul2d", msl=_MATMUL2D_DESCRIPTOR, requires=frozenset(requires), selectable=selectable,
+        stored_left_map=stored_left, stored_right_map=stored_right,
     )
 
 
@@ -276,7 +326,7 @@ def simdgroup_matrix_op(operation: str, *, selectable: bool) -> MatrixInstructio
     )
 
 
-MATMUL2D_16x32x16 = matmul2d(16, 32, 16, MATMUL2D_16x32_MAP)
+MATMUL2D_16x32x16 = matmul2d(16, 32, 16, MATMUL2D_16x32_MAP, stored_left=MATMUL2D_16x32_MAP, stored_right=MATMUL2D_16x32_STORED_RIGHT_MAP)
 SIMDGROUP_8x8x8 = simdgroup_matrix_op("simdgroup_multiply_accumulate", selectable=True)
 SIMDGROUP_MULTIPLY_8x8x8 = simdgroup_matrix_op("simdgroup_multiply", selectable=False)  # foreign kernels only
 
@@ -330,6 +380,16 @@ class Registry:
             if inst.name == name:
                 return inst
         raise KeyError(f"no matrix instruction named {name}")
+
+    def resolve(self, key: str) -> MatrixInstruction:
+        """The instruction a `MatrixInstruction.key` names: a registered one, or its transposed variant."""
+        name, _, flags = key.partition(":")
+        inst = self.named(name)
+        if not flags:
+            return inst
+        if len(flags) != 2 or set(flags) - {"n", "t"}:
+            raise KeyError(f"bad matrix instruction key {key}: transposes are two of n/t, as in {name}:nt")
+        return inst.transposed(flags[0] == "t", flags[1] == "t")
 
     def available(self, features: Iterable[str]) -> list[MatrixInstruction]:
         """The selectable instructions a target with these features (keys) has, in preference order."""

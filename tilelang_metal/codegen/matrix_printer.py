@@ -25,7 +25,7 @@ from .msl_types import msl_type, scalar_type
 
 class MatrixPrinting:
     """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
-    `simplify`, `storage` (data var -> MatrixStorage), `mpp_ops` ((instruction name, relaxed) declared so far),
+    `simplify`, `storage` (data var -> MatrixStorage), `mpp_ops` ((instruction key, relaxed) declared so far),
     `thread_array` (declare a thread array through its record) and `uses_instruction` (record an instruction)."""
 
     storage: dict[Any, MatrixStorage]
@@ -71,13 +71,15 @@ class MatrixPrinting:
         descriptor is exact unless the lowering's `LoweringOptions.matmul_relaxed` allows relaxed precision for
         these input types (float32 inputs stay exact by default)."""
         self.uses_instruction(inst.name)
-        key = (inst.name, self.options.matmul_relaxed(a_dtype, b_dtype))
+        key = (inst.key, self.options.matmul_relaxed(a_dtype, b_dtype))
         if key in self.mpp_ops:
             index = self.mpp_ops.index(key)
             return "__ct_op" if index == 0 else f"__ct_op{index}"
         self.mpp_ops.append(key)
         name = "__ct_op" if len(self.mpp_ops) == 1 else f"__ct_op{len(self.mpp_ops) - 1}"
-        descriptor = inst.msl.format(m=inst.m, n=inst.n, k=inst.k, relaxed="true" if key[1] else "false")
+        flag = {True: "true", False: "false"}
+        descriptor = inst.msl.format(m=inst.m, n=inst.n, k=inst.k, relaxed=flag[key[1]],
+                                     transpose_left=flag[inst.transpose_left], transpose_right=flag[inst.transpose_right])
         self.prelude.append(f"constexpr auto {name}_desc = {descriptor};")
         self.prelude.append(f"mpp::tensor_ops::{inst.operation}<{name}_desc, metal::execution_simdgroup> {name};")
         return name

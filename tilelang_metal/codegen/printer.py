@@ -92,7 +92,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
         self.options = current_options()  # the lowering's options (options.py), fixed for the whole kernel
         self.precise_math = self.options.precise_math  # float32 math as metal::precise:: calls (docs/math.md)
-        self.mpp_ops: list[tuple[str, bool]] = []  # (instruction name, relaxed) of each matmul2d object
+        self.mpp_ops: list[tuple[str, bool]] = []  # (instruction key, relaxed) of each matmul2d object
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls
         self.support_code: dict[str, str] = {}  # other helper functions (atomic CAS loops), once per file
         self.declared: set = set()

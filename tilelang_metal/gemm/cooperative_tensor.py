@@ -8,7 +8,9 @@
 Each simdgroup owns a (M/m_warp) x (N/n_warp) block of C, covered by `rows x cols` destination
 fragments of the plan's instruction (an `isa.MatrixInstruction`). Per K step, every lane gathers its elements
 of the left and right operands into thread arrays, in runs of `inst.run` consecutive columns, and
-one `tlm_ct_mma` per fragment runs the MPP op. The accumulator keeps its lane layout from first
+one `tlm_ct_mma` per fragment runs the MPP op. A transposed operand (`transpose_A` / `transpose_B`)
+is handed to the op as stored, with the descriptor's transpose flag (`MatrixInstruction.transposed`),
+so its runs are consecutive in storage too and load as vectors. The accumulator keeps its lane layout from first
 clear to final store, so the printer can keep it in destination cooperative tensors for the whole
 K loop. Edge tiles read zeros outside the buffers and skip stores there; aligned tiles stay
 branch-free.
@@ -83,17 +85,19 @@ class CooperativeTensorPlan(SimdgroupTiling):
                 continue
             for g in range(self.a_runs):
                 r, c = self.run_origin(g, inst.left)
-                m = self.warp_m * self.wm + i * inst.m + r
-                k = ko * inst.k + c
+                m_off, k_off = (c, r) if inst.transpose_left else (r, c)
+                m = self.warp_m * self.wm + i * inst.m + m_off
+                k = ko * inst.k + k_off
                 dst = i * inst.left_elems + inst.run * g
-                loads.append(load_group(p.A, p.trans_A, m, k, inst.run, a_frag, dst, self.a_ok, self.analyzer))
+                loads.append(self._gather(p.A, p.trans_A, inst.transpose_left, m, k, a_frag, dst, self.a_ok))
         for j in range(self.cols):
             for g in range(self.b_runs):
                 r, c = self.run_origin(g, inst.right)
-                k = ko * inst.k + r
-                n = self.warp_n * self.wn + j * inst.n + c
+                n_off, k_off = (r, c) if inst.transpose_right else (c, r)
+                k = ko * inst.k + k_off
+                n = self.warp_n * self.wn + j * inst.n + n_off
                 dst = j * inst.right_elems + inst.run * g
-                loads.append(load_group(p.B, p.trans_B, k, n, inst.run, b_frag, dst, self.b_ok, self.analyzer))
+                loads.append(self._gather(p.B, p.trans_B, inst.transpose_right, k, n, b_frag, dst, self.b_ok))
         mmas = [
             intrinsics.build_ct_mma(
                 inst, acc.buffer.data, i * self.cols + j, a_frag.data, i * inst.left_elems, b_frag.data, j * inst.right_elems
@@ -102,6 +106,14 @@ class CooperativeTensorPlan(SimdgroupTiling):
             for j in range(self.cols)
         ]
         return seq(loads + mmas)
+
+    def _gather(self, op: Any, transposed: bool, held_transposed: bool, row: Any, col: Any, frag: Any, dst: int, ok: bool) -> Any:
+        """One run of `frag` from logical element (row, col) on. A role the instruction holds
+        transposed (descriptor flag) runs along the operand's storage rows: read it in storage
+        order; otherwise the run is a logical row, strided in storage when the operand is transposed."""
+        if held_transposed:
+            return load_group(op, False, col, row, self.inst.run, frag, dst, ok, self.analyzer)
+        return load_group(op, transposed, row, col, self.inst.run, frag, dst, ok, self.analyzer)
 
     def write_back(self, acc: Accumulator) -> Any:
         if not acc.owned:
@@ -116,4 +128,7 @@ class CooperativeTensorPlan(SimdgroupTiling):
 def lower_cooperative_tensor(
     problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any, dataflow: str
 ) -> Any:
+    if (problem.trans_A or problem.trans_B) and inst.can_transpose(problem.trans_A, problem.trans_B):
+        # the descriptor transposes: each lane reads its runs in the operands' storage order
+        inst = inst.transposed(problem.trans_A, problem.trans_B)
     return CooperativeTensorPlan(problem, inst, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}")

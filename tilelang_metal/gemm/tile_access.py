@@ -2,9 +2,11 @@
 
 A group becomes one vector access when the elements are contiguous in storage (no transpose, no
 annotated layout), the first one is provably aligned to the vector width, and the tile is provably
-inside its buffer; otherwise it becomes per-element accesses, each guarded by
-its own bounds condition when the tile can cross the buffer's edge. Aligned tiles therefore stay
-branch-free and vectorized; edge tiles read zeros and skip stores outside the buffer.
+inside its buffer; two accesses of half the width when only that alignment holds (a row pitch of
+70 halves: `half2`, not `half4`), and so on down. Otherwise (an odd pitch, or a tile that can cross
+the buffer's edge) it becomes per-element accesses, each guarded by its own bounds condition when
+the tile can cross the edge. Aligned tiles therefore stay branch-free and vectorized; edge tiles
+read zeros and skip stores outside the buffer.
 """
 
 from __future__ import annotations
@@ -73,7 +75,12 @@ def load_group(
     def logical_rc(r: Any, c: Any) -> tuple:
         return (c, r) if transposed else (r, c)
 
-    if width > 1 and not transposed and in_bounds and not op.remapped and op.vector_aligned(row, col, width, analyzer):
+    contiguous = width > 1 and not transposed and not op.remapped
+    vector = contiguous and op.vector_aligned(row, col, width, analyzer)
+    if in_bounds and contiguous and not vector and width % 2 == 0 and op.vector_aligned(row, col, width // 2, analyzer):
+        half = width // 2  # the widest access whose alignment holds: two of half the width
+        return seq(load_group(op, False, row, col + h, half, dst, dst_offset + h, in_bounds, analyzer) for h in (0, half))
+    if vector and in_bounds:
         value = cast(op.load(row, col, lanes=width), _vec(str(dst.dtype), width))
         return tir.BufferStore(dst, value, [tir.Ramp(dst_offset, 1, width)])
     stmts = []
@@ -97,7 +104,12 @@ def store_group(
 ) -> Any:
     """Storage elements (row, col .. col+width-1) of the operand = src[src_offset : +width] (cast)."""
     out_dtype = op.dtype
-    if width > 1 and in_bounds and not op.remapped and op.vector_aligned(row, col, width, analyzer):
+    contiguous = width > 1 and not op.remapped
+    vector = contiguous and op.vector_aligned(row, col, width, analyzer)
+    if in_bounds and contiguous and not vector and width % 2 == 0 and op.vector_aligned(row, col, width // 2, analyzer):
+        half = width // 2
+        return seq(store_group(op, row, col + h, half, src, src_offset + h, in_bounds, analyzer) for h in (0, half))
+    if vector and in_bounds:
         value = tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)])
         return op.store(cast(value, _vec(out_dtype, width)), row, col, lanes=width)
     stmts = []

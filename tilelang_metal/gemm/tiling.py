@@ -15,7 +15,7 @@ from ..host import tir, tvm
 from ..isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
 from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
-from .problem import GemmProblem
+from .problem import GemmProblem, const_int
 from .. import config
 from ..ir_attrs import mark_decisions
 from ..options import current_options
@@ -108,11 +108,42 @@ class SimdgroupTiling:
             self.a_ok, self.b_ok = a_ok, b_ok
         return seq(steps)
 
+    def _inside_matrix(self) -> Any | None:
+        """The condition that this simdgroup's block of C starts inside the matrix (rows and columns),
+        read from an operand in device memory that spans that dimension (A or C for M, B or C for N);
+        None when it holds for every simdgroup. It depends on the simdgroup and the threadgroup only,
+        so a whole simdgroup takes the same side of it."""
+        p = self.p
+        m0, n0 = self.warp_m * self.wm, self.warp_n * self.wn
+        rows = [(p.A.col0, p.A.col_extent) if p.trans_A else (p.A.row0, p.A.row_extent)] if p.A.scope in GLOBAL_SCOPES else []
+        cols = [(p.B.row0, p.B.row_extent) if p.trans_B else (p.B.col0, p.B.col_extent)] if p.B.scope in GLOBAL_SCOPES else []
+        if p.C.scope in GLOBAL_SCOPES:
+            rows.append((p.C.row0, p.C.row_extent))
+            cols.append((p.C.col0, p.C.col_extent))
+        conds = []
+        for offset, spans in ((m0, rows), (n0, cols)):
+            for start, extent in spans:
+                if const_int(extent) is None:
+                    continue
+                cond = start + offset < extent
+                if not self.analyzer.can_prove(cond):
+                    conds.append(cond)
+                break
+        if not conds:
+            return None
+        return conds[0] if len(conds) == 1 else tir.And(conds[0], conds[1])
+
     def _body(self, a_frag: Any, b_frag: Any, acc: Accumulator) -> Any:
         store = self.write_back(acc)
         if store is not None and self.part.replicas > 1:  # one replica stores C; the others hold the same values
             store = tir.IfThenElse(self.sg < self.part.m_warp * self.part.n_warp, store, None)
-        return seq([self.init_accumulator(acc), self._k_loop(a_frag, b_frag, acc), store])
+        k_loop = self._k_loop(a_frag, b_frag, acc)
+        inside = self._inside_matrix()
+        if inside is not None:
+            # a simdgroup whose whole block lies past the matrix's edge skips its loads and matrix
+            # operations: they would add products of zero-filled operands to elements never stored
+            k_loop = tir.IfThenElse(inside, k_loop, None)
+        return seq([self.init_accumulator(acc), k_loop, store])
 
     def _prefetch_applies(self) -> bool:
         """K-prefetch asked for, direct-global operands, two K steps or more, and (unless forced) the

@@ -44,6 +44,7 @@ def _element_count(buf: Any) -> int:
 def decide(body: Any) -> dict[Any, MatrixStorage]:
     allocs: dict[Any, Any] = {}
     cooperative: dict[Any, intrinsics.CooperativeMma] = {}
+    keys: dict[Any, set] = {}  # accumulator -> the instruction keys (transposes) of its mmas
     simdgroup: set = set()
     sg_shapes: dict[Any, tuple[int, int]] = {}
     accesses = []
@@ -56,6 +57,7 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
             mma = intrinsics.match_ct_mma(node)
             if mma is not None:
                 cooperative.setdefault(mma.c, mma)
+                keys.setdefault(mma.c, set()).add(mma.instruction.key)
             simdgroup.update(intrinsics.simdgroup_matrix_operands(node))
             shape = intrinsics.sg_shape(node)
             if shape is not None:
@@ -74,10 +76,11 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
         decisions[var] = MatrixStorage(
             COOPERATIVE,
             _element_count(allocs[var]) // inst.dest_elems,
-            elided=var not in non_constant,
+            # one destination tensor type per accumulator: mmas of different transposes copy in and out
+            elided=var not in non_constant and len(keys[var]) == 1,
             a_dtype=str(allocs[mma.a].dtype),
             b_dtype=str(allocs[mma.b].dtype),
-            instruction_name=inst.name,
+            instruction_name=inst.key,
         )
     return decisions
 

@@ -1,5 +1,5 @@
 // MetalPerformancePrimitives subset: matmul2d over one simdgroup with cooperative tensors.
-// Descriptor (16, 32, 16) with either transpose flag (the printer emits no transposes; MLX's NAX
+// Descriptor (16, 32, 16) with either transpose flag (the printer sets them for transpose_A / transpose_B; MLX's NAX
 // kernels use all four); accumulation is fp32. A transposed operand's cooperative tensor holds the
 // stored (transposed) matrix in the layout of tlm::layout::ct_block_row/col (docs/lane_layouts.md). relaxed_precision=true is simulated as a bound, not as Apple's
 // behaviour (which is unspecified): every input is rounded to 10 explicit mantissa bits first.

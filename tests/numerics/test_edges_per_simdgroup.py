@@ -1,0 +1,55 @@
+"""Edges and pitches (issue #21 item 3, in part): a run whose alignment holds only for half its
+width becomes two narrower vector accesses instead of elements, and simdgroups whose block of C lies
+past the matrix skip their loads and matrix operations. Counted in the emulator, checked against
+torch under the race checker."""
+
+from __future__ import annotations
+
+import pytest
+from gemm_support import assert_close, compile_emulated, k_loops, operands, scalar_device_loads
+
+from tilelang_metal import kernels as E
+from tilelang_metal.emulator import counters, racecheck
+
+
+def _run(target, M, N, K, dtype="float16"):
+    kernel = compile_emulated(E.gemm_direct_global(M, N, K, dtype=dtype, out_dtype="float32"), target)
+    a, b, ref = operands(M, N, K, dtype, seed=M * N + K)
+    assert_close(racecheck(kernel, a, b), ref, dtype, "float32", K, f"{M}x{N}x{K}")
+    return kernel, counters(kernel, a, b).total
+
+
+@pytest.mark.slow
+def test_a_pitch_of_two_mod_four_loads_half2_pairs(metal4):
+    """N = 130 (B and C pitch 2 mod 4): in the interior threadgroups B's runs of 4 become two half2
+    loads (elements before), and C (float32) is stored in float2 pairs."""
+    kernel, total = _run(metal4, 128, 130, 64)
+    source = kernel.get_kernel_source()
+    interior = k_loops(source)[0]
+    assert not scalar_device_loads(source, interior) and "device half2*)" in interior
+    assert "*(device float2*)(C + " in source
+    assert total["narrow_device_loads"] < total["device_load_instructions"] // 2, total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_name,layout", [("metal4", "nn"), ("metal4", "nt"), ("metal", "tn")])
+def test_simdgroups_past_the_matrix_skip_their_matrix_operations(request, target_name, layout):
+    """70 x 40 x 64 on 64 x 128 tiles (two threadgroups): simdgroups whose block of C starts past row
+    70 or column 40 run no loads and no MMAs. With the cooperative-tensor 2 x 2 partition (32 x 64
+    blocks) 3 of the 8 simdgroups are inside: 3 x 16 matmul2d instead of 8 x 16; the same two
+    threadgroups at 128 x 128 x 64 (all inside) count the full number."""
+    target = request.getfixturevalue("metal4" if target_name == "metal4" else "plain_metal")
+    trans_A, trans_B = layout == "tn", layout == "nt"
+    counts = []
+    for M, N in ((70, 40), (128, 128)):
+        func = E.gemm_direct_global(M, N, 64, out_dtype="float32", trans_A=trans_A, trans_B=trans_B)
+        kernel = compile_emulated(func, target)
+        a, b, ref = operands(M, N, 64, "float16", trans_A, trans_B, seed=M)
+        assert_close(racecheck(kernel, a, b), ref, "float16", "float32", 64, f"{M}x{N}x64 {layout}")
+        total = counters(kernel, a, b).total
+        counts.append(total["matmul2d_16x32x16"] + total["simdgroup_multiply_accumulate_8x8x8"])
+    ragged, full = counts
+    if target_name == "metal4":
+        assert (ragged, full) == (48, 128)
+    else:
+        assert 0 < ragged <= full // 2, (ragged, full)
