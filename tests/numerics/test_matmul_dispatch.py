@@ -232,10 +232,21 @@ def test_split_k_is_bitwise_deterministic():
 
 
 def test_gemm_route_matches_torch():
-    """Plain metal (M4): the threadgroup-staged kernel, one K step of 32 plus a ragged one (K = 40)."""
-    choice, kernel = routed(20, 150, 40, "float16", "M4")
+    """Plain metal (M4): the threadgroup-staged kernel, one K step of 32 plus a ragged one (K = 40),
+    the second tile column ragged (N = 152)."""
+    choice, kernel = routed(20, 152, 40, "float16", "M4")
     assert choice.route == GEMM and choice.stages == 2
-    _check(kernel, *_inputs(20, 150, 40, "float16"), "float16")
+    _check(kernel, *_inputs(20, 152, 40, "float16"), "float16")
+
+
+def test_odd_row_pitch_keeps_the_direct_global_kernel_on_plain_metal():
+    """A row pitch that is no multiple of 16 bytes (N = 4097 halves) would make the staged copy of B
+    element by element (one narrow load per element): the direct-global kernel then, with the reason."""
+    choice = matmul_config(4095, 4097, 4096, chip="M3")
+    assert (choice.route, choice.stages) == (GEMM, 0) and "direct-global" in choice.summary()
+    assert any("row pitch N=4097 (float16) is not a multiple of 16 bytes" in r for r in choice.reasons)
+    assert matmul_config(4095, 4100, 4096, "float32", chip="M3").stages == 2  # 4100 floats: 16400 bytes
+    assert matmul_config(4096, 4096, 4100, chip="M3").stages == 0  # K = 4100 halves: A's pitch
 
 
 # ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory

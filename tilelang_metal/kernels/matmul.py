@@ -14,8 +14,10 @@ Routes (docs/benchmarks.md, "Shape-aware dispatch", has the table and the source
   kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
   on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged, 64x128 on 4
   simdgroups with A and B staged through threadgroup memory in 2 stages (16-byte copies, one barrier
-  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits; block swizzle on
-  grids large enough for neighbouring threadgroups to share panels of A and B.
+  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits, unless a row
+  pitch (K or N) is not a multiple of 16 bytes (a staged copy of it would load element by element:
+  the direct-global kernel then); block swizzle on grids large enough for neighbouring threadgroups
+  to share panels of A and B.
 
 On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
@@ -233,6 +235,11 @@ def matmul_config(
     if few_tiles:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
+    odd = [f"{name}={value}" for name, value in (("K", K), ("N", N)) if value * (4 if dtype == "float32" else 2) % 16]
+    if stages and odd:
+        stages = 0
+        reasons.append(f"row pitch {' and '.join(odd)} ({dtype}) is not a multiple of 16 bytes: staged copies of that operand "
+                       "would load it element by element (narrow loads), so the direct-global kernel instead (kernels.gemm_direct_global)")
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
     swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES else 0
     if swizzle:
