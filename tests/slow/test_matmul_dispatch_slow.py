@@ -72,7 +72,9 @@ STAGED_CASES = [  # M, N, K, dtype, layout: tiles that do not divide, prime and 
 
 @functools.lru_cache(maxsize=None)
 def staged_kernel(M, N, K, dtype, layout):
-    choice = replace(matmul_config(9, 9, 9, dtype, chip="M4"), M=M, N=N, K=K)  # the gemm route's kernel at any shape
+    # the staged gemm route's kernel (chosen at an aligned shape) at any shape, odd pitches included
+    choice = replace(matmul_config(64, 128, 64, dtype, chip="M4"), M=M, N=N, K=K)
+    assert choice.stages == 2
     return compile_choice(choice, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
 
 
