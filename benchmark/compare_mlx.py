@@ -76,8 +76,6 @@ def plugin_counts(kernel: Any, *args: Any) -> dict[str, float]:
 
 
 def plugin_gemm(p: Problem, klass: str) -> Measured:
-    import tilelang
-
     from tilelang_metal import kernels
     matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
 
@@ -91,12 +89,8 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
 
     def measure(m: int, n: int) -> dict[str, float]:
         proxy = replace(choice, M=m, N=n, swizzle=0)  # the same tile at the proxy size; swizzle moves no work
-        if layout == "nn":
-            kern = matmul_module.compile_choice(proxy, "emulator")
-        else:
-            func = kernels.gemm_direct_global(m, n, d["K"], proxy.block_m, proxy.block_n, dtype=p.dtype, out_dtype=p.dtype,
-                                              threads=proxy.threads, trans_A=layout == "tn", trans_B=layout == "nt")
-            kern = tilelang.compile(func, out_idx=[-1], target=matmul_module.choice_target(proxy), execution_backend="emulator")
+        # the routed kernel, with the layout's transposes (the gemm route's kernel takes trans_A / trans_B)
+        kern = matmul_module.compile_choice(proxy, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
         a, b, ref = gemm_operands(m, n, d["K"], layout, p.dtype)
         errors.check(kern(a, b), ref)
         return plugin_counts(kern, a, b)

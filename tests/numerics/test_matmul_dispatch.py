@@ -232,9 +232,79 @@ def test_split_k_is_bitwise_deterministic():
 
 
 def test_gemm_route_matches_torch():
-    choice, kernel = routed(20, 150, 40, "float16", "M4")
-    assert choice.route == GEMM
-    _check(kernel, *_inputs(20, 150, 40, "float16"), "float16", race=False)  # gemm_direct_global is race-checked in its own tests
+    """Plain metal (M4): the threadgroup-staged kernel, one K step of 32 plus a ragged one (K = 40),
+    the second tile column ragged (N = 152)."""
+    choice, kernel = routed(20, 152, 40, "float16", "M4")
+    assert choice.route == GEMM and choice.stages == 2
+    _check(kernel, *_inputs(20, 152, 40, "float16"), "float16")
+
+
+def test_odd_row_pitch_keeps_the_direct_global_kernel_on_plain_metal():
+    """A row pitch that is no multiple of 16 bytes (N = 4097 halves) would make the staged copy of B
+    element by element (one narrow load per element): the direct-global kernel then, with the reason."""
+    choice = matmul_config(4095, 4097, 4096, chip="M3")
+    assert (choice.route, choice.stages) == (GEMM, 0) and "direct-global" in choice.summary()
+    assert any("row pitch N=4097 (float16) is not a multiple of 16 bytes" in r for r in choice.reasons)
+    assert matmul_config(4095, 4100, 4096, "float32", chip="M3").stages == 2  # 4100 floats: 16400 bytes
+    assert matmul_config(4096, 4096, 4100, chip="M3").stages == 0  # K = 4100 halves: A's pitch
+
+
+# ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory
+
+
+@pytest.mark.parametrize("dtype, block_k", [("float16", 32), ("bfloat16", 32), ("float32", 16)])
+def test_plain_metal_gemm_and_split_k_stage_through_threadgroup_memory(dtype, block_k):
+    """M1-M4: A and B staged in 2 stages (MLX's steel structure), the longest K step whose register
+    estimate with the staging array fits (fp32's 64x128x32 would need about 149 of 128 registers);
+    metal4 keeps the direct-global kernel (no stages)."""
+    for shape, route in (((4096, 4096, 4096), GEMM), ((64, 4096, 4096), SPLIT_K)):
+        choice = matmul_config(*shape, dtype, chip="M3")
+        assert (choice.route, choice.target, choice.stages, choice.block_k) == (route, "metal", 2, block_k)
+        assert (choice.block_m, choice.block_n, choice.threads) == (64, 128, 128)
+        assert any(f"block_k {block_k} in 2 stages" in r and "of 128 32-bit registers" in r for r in choice.reasons)
+        assert "threadgroup-staged" in choice.summary() or route == SPLIT_K
+    nax = matmul_config(4096, 4096, 4096, dtype, chip="M5")
+    assert (nax.stages, nax.block_k) == (0, 0) and "direct-global" in nax.summary()
+
+
+def test_transposes_only_on_the_gemm_route():
+    with pytest.raises(ValueError, match=r"the split_k route takes A \(M, K\) and B \(K, N\) only; transpose the operands"):
+        kernels.matmul_program(matmul_config(64, 4096, 4096, chip="M3"), trans_B=True)
+
+
+def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):
+    """The plain-metal gemm route's kernel for `layout` ("nn", "nt": B stored (N, K), "tn": A stored
+    (K, M)), its MSL, its output against torch and its counters."""
+    from tilelang_metal.emulator import counters
+
+    choice = matmul_config(M, N, K, dtype, chip="M4")
+    kernel = compile_choice(choice, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
+    a, b = _inputs(M, N, K, dtype)
+    a_s = a.t().contiguous() if layout == "tn" else a
+    b_s = b.t().contiguous() if layout == "nt" else b
+    ref = a.float() @ b.float()
+    out = kernel(a_s, b_s)
+    torch.testing.assert_close(out.float(), ref.to(TORCH[dtype]).float(), rtol=2e-3, atol=2e-3 * math.sqrt(K))
+    return choice, kernel.get_kernel_source(), counters(kernel, a_s, b_s).total
+
+
+def staged_model(choice, M, N, K, dtype="float16"):
+    """(device load operations, tile K steps) of an aligned problem: per tile and K step, the A and
+    B tiles once, in 16-byte loads."""
+    tiles, steps = (M // choice.block_m) * (N // choice.block_n), K // choice.block_k
+    loads = (choice.block_m + choice.block_n) * choice.block_k * TORCH[dtype].itemsize // 16
+    return tiles * steps * loads, tiles * steps
+
+
+def test_plain_metal_gemm_reads_each_tile_once_in_16_byte_loads():
+    """The structure MLX's steel GEMM has (issue #21): device load operations per FLOP, no narrow
+    loads, one barrier per K step of 32. The direct-global kernel this route used before read 6x
+    the load operations (simdgroup_load from device memory, 4 bytes per lane)."""
+    choice, source, total = staged_counts("nn", K=128)
+    loads, steps = staged_model(choice, 64, 128, 128)
+    assert total["device_load_instructions"] == loads and total["narrow_device_loads"] == 0
+    assert 0 < total["threadgroup_barriers"] <= steps  # register staging: at most one per K step
+    assert "simdgroup_load(A_sg[0], (A +" not in source and "*(const device uint4*)(B + " in source
 
 
 # ----------------------------------------------------------------------------- CLI

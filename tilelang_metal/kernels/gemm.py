@@ -180,6 +180,7 @@ def gemm_staged(
     dtype: str = "float16",
     out_dtype: str = "float16",
     threads: int = 128,
+    trans_A: bool = False,
     trans_B: bool = False,
     num_stages: int = 0,
     swizzle_panel: int = 0,
@@ -187,27 +188,37 @@ def gemm_staged(
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
-    (tilelang_metal.autotune tunes both). Its staging is only staging, so the staging bypass lowers
-    it on the direct-global path unless `keep_staging` (then it runs as written)."""
+    (tilelang_metal.autotune tunes both; kernels.matmul routes plain-metal GEMMs here). Its staging
+    is only staging, so the staging bypass lowers it on the direct-global path unless `keep_staging`
+    (then it runs as written).
+
+    A transposed operand (trans_A: A stored (K, M); trans_B: B stored (N, K)) is staged in its
+    storage order, so the copy reads whole rows of the stored matrix (16-byte moves where aligned),
+    and T.gemm reads the staged tile transposed from threadgroup memory."""
+    a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
+    a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             if swizzle_panel:
                 T.use_swizzle(swizzle_panel, order="mlx")
-            A_s = T.alloc_shared((block_M, block_K), dtype)
+            A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(acc)
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, ko * block_K], A_s)
+                if trans_A:
+                    T.copy(A[ko * block_K, by * block_M], A_s)
+                else:
+                    T.copy(A[by * block_M, ko * block_K], A_s)
                 if trans_B:
                     T.copy(B[bx * block_N, ko * block_K], B_s)
                 else:
                     T.copy(B[ko * block_K, bx * block_N], B_s)
-                T.gemm(A_s, B_s, acc, transpose_B=trans_B)
+                T.gemm(A_s, B_s, acc, transpose_A=trans_A, transpose_B=trans_B)
             T.copy(acc, C[by * block_M, bx * block_N])
 
     if keep_staging:

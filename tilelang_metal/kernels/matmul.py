@@ -10,10 +10,16 @@ Routes (docs/benchmarks.md, "Shape-aware dispatch", has the table and the source
   enough to share out (64x4096x4096: 32 tiles of 64x128), or when K is much larger than M and N
   (MLX's NAX rule: K >= 3 max(M, N), or K > 2 max(M, N) when max(M, N) <= 1024; metal4 only, as
   in MLX);
-- `gemm` (kernels.gemm_direct_global) otherwise, with the chip class's tile: on M5 and newer with
-  the metal4 target MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128 on 8 on the
-  larger chips), else the plugin's default 64x128 on 4 simdgroups; block swizzle on grids large
-  enough for neighbouring threadgroups to share panels of A and B.
+- `gemm` otherwise, with the chip class's tile: on M5 and newer with the metal4 target
+  kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
+  on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged, 64x128 on 4
+  simdgroups with A and B staged through threadgroup memory in 2 stages (16-byte copies, one barrier
+  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits, unless a row
+  pitch (K or N) is not a multiple of 16 bytes (a staged copy of it would load element by element:
+  the direct-global kernel then); block swizzle on grids large enough for neighbouring threadgroups
+  to share panels of A and B.
+
+On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
 The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
 heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
@@ -25,9 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from types import SimpleNamespace
+
+from ..register_budget import estimate_registers
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
-from .gemm import gemm_direct_global
+from .gemm import gemm_direct_global, gemm_staged
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
 from .sizes import integer_sizes
 from .split_k import effective_splits, gemm_split_k
@@ -37,7 +46,9 @@ ROUTES = (GEMM, GEMV, SPLIT_K)
 THREADGROUPS_PER_CORE = 4  # output tiles per GPU core below which split-K shares out K (heuristic)
 MIN_SLICE_K = 256  # K per split-K slice at least: its fp32 partial tile's round trip stays small next to its A and B reads
 MAX_SPLITS = 16
-SPLIT_BLOCK_K = 32
+SPLIT_BLOCK_K = 32  # metal4's split-K step (its staging is bypassed: the direct-global K loop)
+STAGED_BLOCK_KS = (32, 16)  # plain metal: K per staged step, the first whose register estimate fits
+STAGES = 2  # plain metal: threadgroup buffers per operand (register staging: one barrier per K step)
 SWIZZLE_PANEL = 8
 SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
 BASE_CHIP_MAX_CORES = 10  # the base M5 (10 GPU cores): MLX's 128x128 NAX tile; more cores: 64x128
@@ -46,8 +57,10 @@ DEFAULT_CHIP = "M5"
 
 @dataclass(frozen=True)
 class MatmulChoice:
-    """What `matmul` builds for one problem and why. block_k and splits apply to split_k only,
-    gemv_variant ("small_m": few rows of A; "small_n": few columns of B) to gemv only."""
+    """What `matmul` builds for one problem and why. splits applies to split_k only, gemv_variant
+    ("small_m": few rows of A; "small_n": few columns of B) to gemv only; block_k to split_k and to
+    the staged gemm; stages (threadgroup buffers per operand) to the plain-metal gemm and split_k
+    (0: the gemm reads device memory directly, kernels.gemm_direct_global)."""
 
     route: str
     M: int
@@ -63,6 +76,7 @@ class MatmulChoice:
     block_k: int = 0
     swizzle: int = 0
     splits: int = 1
+    stages: int = 0
     gemv_variant: str = ""
     reasons: tuple[str, ...] = ()
 
@@ -74,10 +88,12 @@ class MatmulChoice:
         shape = f"{self.M}x{self.N}x{self.K} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
         if self.route == GEMV:
             return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
-        tile = f"{self.block_m}x{self.block_n} tile, {self.threads} threads ({self.simdgroups} simdgroups), swizzle {self.swizzle or 'off'}"
+        size = f"{self.block_m}x{self.block_n}" + (f"x{self.block_k}" if self.stages else "")
+        staging = f", {self.stages} stages" if self.stages else ""
+        tile = f"{size} tile{staging}, {self.threads} threads ({self.simdgroups} simdgroups), swizzle {self.swizzle or 'off'}"
         if self.route == SPLIT_K:
             return f"matmul {shape}: split_k in {self.splits} slices of K, {tile}"
-        return f"matmul {shape}: gemm direct-global, {tile}"
+        return f"matmul {shape}: gemm {'threadgroup-staged' if self.stages else 'direct-global'}, {tile}"
 
     def describe(self) -> list[str]:
         """The summary line, then one line per reason (what `lower --explain` prints)."""
@@ -127,7 +143,24 @@ def _chip_tile(on: Chip, target: str) -> tuple[int, int, int, str]:
             return 128, 128, 512, f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups"
         return 64, 128, 256, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups"
     why = "the metal target (simdgroup matrices)" if target == "metal" else f"{on.name} predates M5's matmul2d hardware"
-    return 64, 128, 128, f"{why}: the plugin's default tile 64x128 on 4 simdgroups"
+    return 64, 128, 128, (f"{why}: 64x128 on 4 simdgroups, A and B staged through threadgroup memory (MLX's steel "
+                          "structure): each tile is read from device memory once per threadgroup in 16-byte copies where "
+                          "aligned, where simdgroup_load from device memory reads 4 bytes per lane, each simdgroup its own")
+
+
+def _staged_block_k(block_m: int, block_n: int, threads: int, dtype: str) -> tuple[int, str]:
+    """(block_k, reason) of a plain-metal staged tile: the longest K step of STAGED_BLOCK_KS whose
+    register estimate with the staging array fits the budget, so register staging stays on and each
+    K step has one barrier."""
+    for block_k in STAGED_BLOCK_KS:
+        cfg = SimpleNamespace(path="shared", block_m=block_m, block_n=block_n, block_k=block_k, threads=threads, num_stages=STAGES)
+        estimate = estimate_registers(cfg, dtype=dtype, target=False)
+        if estimate.fits or block_k == STAGED_BLOCK_KS[-1]:
+            break
+    tg_kib = STAGES * (block_m + block_n) * block_k * (4 if dtype == "float32" else 2) / 1024
+    return block_k, (f"block_k {block_k} in {STAGES} stages ({tg_kib:g} KiB of threadgroup memory): register staging of "
+                     f"{(block_m + block_n) * block_k // threads} {dtype} per thread fits, {estimate.describe()}; one barrier per "
+                     f"K step of {block_k} (MLX's steel kernels: two per step of 16 or 32)")
 
 
 def _split_count(tiles: int, K: int, wanted: int, at_least: int) -> int:
@@ -175,6 +208,11 @@ def matmul_config(
     if M <= block_m // 2 and block_m > 64:
         block_m, threads = 64, threads // 2
         reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
+    block_k, stages = SPLIT_BLOCK_K, 0
+    if target_name == "metal":
+        block_k, k_reason = _staged_block_k(block_m, block_n, threads, dtype)
+        stages = STAGES
+        reasons.append(k_reason)
 
     tiles = -(-M // block_m) * -(-N // block_n)
     wanted = THREADGROUPS_PER_CORE * on.gpu_cores
@@ -183,7 +221,7 @@ def matmul_config(
     few_tiles = tiles < wanted
     splits = 1
     if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K:
-        splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), SPLIT_BLOCK_K)
+        splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
     if splits > 1:
         if mlx_rule:
             reasons.append(f"K={K} vs max(M, N)={largest}: MLX's NAX split-K rule (K >= 3 max(M, N), or K > 2 max(M, N) "
@@ -192,11 +230,16 @@ def matmul_config(
             reasons.append(f"{tiles} output tiles < {wanted} threadgroups ({THREADGROUPS_PER_CORE} per core of {on.gpu_cores})")
         reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "
                        f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
-        return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=SPLIT_BLOCK_K,
-                            splits=splits, reasons=tuple(reasons))
+        return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=block_k,
+                            splits=splits, stages=stages, reasons=tuple(reasons))
     if few_tiles:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
+    odd = [f"{name}={value}" for name, value in (("K", K), ("N", N)) if value * (4 if dtype == "float32" else 2) % 16]
+    if stages and odd:
+        stages = 0
+        reasons.append(f"row pitch {' and '.join(odd)} ({dtype}) is not a multiple of 16 bytes: staged copies of that operand "
+                       "would load it element by element (narrow loads), so the direct-global kernel instead (kernels.gemm_direct_global)")
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
     swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES else 0
     if swizzle:
@@ -204,20 +247,29 @@ def matmul_config(
                        "share rows of A and columns of B in cache")
     else:
         reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles: no swizzle (below {SWIZZLE_MIN_TILES} tiles on a side)")
-    return MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads, swizzle=swizzle, reasons=tuple(reasons))
+    return MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads, swizzle=swizzle,
+                        **({"block_k": block_k, "stages": stages} if stages else {}), reasons=tuple(reasons))
 
 
-def matmul_program(choice: MatmulChoice) -> Any:
-    """The `T.prim_func` of a choice (compile with `out_idx=[-1]`)."""
+def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool = False) -> Any:
+    """The `T.prim_func` of a choice (compile with `out_idx=[-1]`). trans_A / trans_B (the gemm
+    route only): A stored (K, M), B stored (N, K), the same tile and kernel."""
     M, N, K, dtype, out_dtype = choice.M, choice.N, choice.K, choice.dtype, choice.out_dtype
+    if (trans_A or trans_B) and choice.route != GEMM:
+        raise ValueError(f"matmul: the {choice.route} route takes A (M, K) and B (K, N) only; transpose the operands "
+                         "with .t().contiguous() first, or build kernels.gemm_staged / gemm_direct_global with trans_A / trans_B")
     if choice.route == GEMV:
         build = gemv_small_m if choice.gemv_variant == "small_m" else gemv_small_n
         return build(M, N, K, dtype=dtype, out_dtype=out_dtype)
     if choice.route == SPLIT_K:
         return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
-                            out_dtype=out_dtype, threads=choice.threads)
+                            out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages)
+    if choice.stages:
+        return gemm_staged(M, N, K, choice.block_m, choice.block_n, choice.block_k, dtype=dtype, out_dtype=out_dtype,
+                           threads=choice.threads, trans_A=trans_A, trans_B=trans_B, num_stages=choice.stages,
+                           swizzle_panel=choice.swizzle, keep_staging=True)
     return gemm_direct_global(M, N, K, choice.block_m, choice.block_n, dtype=dtype, out_dtype=out_dtype,
-                              threads=choice.threads, swizzle_panel=choice.swizzle)
+                              threads=choice.threads, trans_A=trans_A, trans_B=trans_B, swizzle_panel=choice.swizzle)
 
 
 def choice_target(choice: MatmulChoice) -> Any:
@@ -240,8 +292,10 @@ def matmul(
     return compile_choice(choice, execution_backend)
 
 
-def compile_choice(choice: MatmulChoice, execution_backend: str | None = None) -> Any:
+def compile_choice(choice: MatmulChoice, execution_backend: str | None = None, *, trans_A: bool = False,
+                   trans_B: bool = False) -> Any:
     import tilelang
 
     kwargs = {"execution_backend": execution_backend} if execution_backend else {}
-    return tilelang.compile(matmul_program(choice), out_idx=[-1], target=choice_target(choice), **kwargs)
+    program = matmul_program(choice, trans_A=trans_A, trans_B=trans_B)
+    return tilelang.compile(program, out_idx=[-1], target=choice_target(choice), **kwargs)
