@@ -2,7 +2,7 @@
 dtype and chip, `matmul(...)` compiles it. Every kernel it picks takes `(A (M, K), B (K, N))` and
 returns C (M, N), so the caller never sees the route.
 
-Routes (docs/benchmarks.md, "Shape-aware dispatch", has the table and the sources of the numbers):
+Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the sources of the numbers):
 
 - `gemv` (kernels/gemv.py) when M or N is at most GEMV_MAX_ROWS: a GEMM tile of 64 or 128 rows
   would compute mostly padding, and the problem is bound by reading the large operand once;
