@@ -1,16 +1,24 @@
-"""The instrumented flavours' source marks: stores, `?:`-predicated accesses, `if` blocks."""
+"""The instrumented flavours' source marks: stores, `?:`-predicated accesses, `if` blocks, as the front
+door reads them from hand-written MSL (handwritten.scan_line) and the emulator inserts them."""
 
 from __future__ import annotations
 
-from tilelang_metal.emulator.access_marks import mark_line
-from tilelang_metal.emulator.handwritten import with_artifact
+from tilelang_metal.emulator.access_marks import PREDICATED_SCOPE, SUFFIXES
+from tilelang_metal.emulator.handwritten import scan_line, with_artifact
 from tilelang_metal.emulator.signature import rewrite
 
 NAMES = {"A", "C", "A_s", "A_frag"}
 
 
 def mark(line: str, blocks: bool = True) -> str:
-    return mark_line(line, NAMES, predicated_blocks=blocks)
+    """The line as the instrumented flavours spell it, from the front door's marks."""
+    marks, brace = scan_line(line, NAMES)
+    inserts = [(col + length, SUFFIXES[kind]) for col, length, kind in marks]
+    if blocks and brace is not None:
+        inserts.append((brace + 1, PREDICATED_SCOPE))
+    for pos, text in sorted(inserts, reverse=True):
+        line = line[:pos] + text + line[pos:]
+    return line
 
 
 def test_stores_are_marked_loads_are_not():
