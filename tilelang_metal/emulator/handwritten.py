@@ -31,6 +31,7 @@ from ..codegen.artifact import (
     TilePointerDecl,
 )
 from ..codegen import access_marks as codegen_marks
+from ..codegen.kernel_text import matching_bracket
 from ..dtypes import DTYPE_OF_MSL
 from .access_marks import marked_names
 from .driver import PRINT_FUNCTIONS
@@ -372,20 +373,6 @@ _UNIFORM_RE = re.compile(r"\{\s*// threadgroup-uniform\s*$")
 _BLOCK_RE = re.compile(r"^\s*(?:\}\s*else\b\s*)?(?:if\s*\(.*\))?\s*\{\s*(?://.*)?$")
 
 
-def _matching(line: str, open_pos: int) -> int:
-    opener = line[open_pos]
-    closer = {"(": ")", "[": "]"}[opener]
-    depth = 0
-    for i in range(open_pos, len(line)):
-        if line[i] == opener:
-            depth += 1
-        elif line[i] == closer:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def _ternary_positions(line: str) -> list[bool]:
     """For each position: is it inside a branch of a `?:` (in the same or an enclosing bracket group)?"""
     inside = [False] * (len(line) + 1)
@@ -428,14 +415,14 @@ def _is_store(line: str, start: int, end: int) -> bool:
     rest = line[end:]
     bracket = re.match(r"\s*\[", rest)
     if bracket:
-        close = _matching(line, end + bracket.end() - 1)
-        return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))
+        close = matching_bracket(line, end + bracket.end() - 1, "[", "]")
+        return close is not None and bool(_ASSIGN_RE.match(line, close + 1))
     before = line[:start].rstrip()
     if _ATOMIC_STORE_TARGET_RE.search(before):  # `atomic_store_explicit((T*)(C + off), v, ...)` writes C
         return True
     if before.endswith("("):
-        close = _matching(line, len(before) - 1)
-        return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))
+        close = matching_bracket(line, len(before) - 1)
+        return close is not None and bool(_ASSIGN_RE.match(line, close + 1))
     return False
 
 
