@@ -29,6 +29,8 @@ RECORD = A.KernelRecord(
     tile_pointers=(A.TilePointerDecl("__src", "half", True, "X"),),
     instructions=("simdgroup_multiply_accumulate_8x8x8",),
     prints=True,
+    access_marks=((9, 4, 3, "w"), (9, 30, 1, "p"), (12, 20, 3, "s")),
+    predicated_blocks=((11, 27),),
 )
 RUNTIME = A.KernelRecord(
     name="k2", params=(A.BufferParam(0, "Y", "int", False), A.ArgStructParam(1, "__tlm_args", "__tlm_k2_args", 16, (("m", "int32"), ("s", "float32")))),
