@@ -7,7 +7,9 @@ foreign MSL): `with_artifact(msl)` reads a hand-written kernel written in the pr
 pointers) and returns the same kernel as the printer would have spelled it, with its artifact line
 (codegen/artifact.py) appended. From there on a hand-written kernel takes the plugin's own path: the
 records drive signature.py's rewrites, the driver and the launch checks, so this module is the one
-place where `compile_kernel`'s MSL is parsed. Every declaration keeps its line (the artifact line
+place where `compile_kernel`'s MSL is parsed (its access marks too: which accesses are stores,
+predicated or shuffle operands, found by the printer's statement shapes where the printer records
+them as it prints). Every declaration keeps its line (the artifact line
 goes after the last one), so compiler diagnostics point at the original lines.
 """
 
