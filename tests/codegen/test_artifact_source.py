@@ -1,7 +1,8 @@
 """The artifact the printer writes agrees with the MSL it prints, for kernels of every kind: the
 front door's reading of the hand-written printer shape (emulator/handwritten.py), run on the same
-text without the artifact, gives the same records (but for what the text cannot say) and the
-emulator's rewrite the same signature and the same C++. The records also say
+text without the artifact, gives the same records (but for what the text cannot say; the access
+marks the printer recorded equal what the front door's text scan finds) and the emulator's rewrite
+the same signature and the same C++ in every flavour. The records also say
 what the IR said (roles, instructions, limits), and the emulator refuses text that does not match
 its records."""
 
@@ -52,6 +53,18 @@ def _tickets():
     return main
 
 
+def _shuffles():
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(2, threads=32) as bx:
+            tx = T.get_thread_binding()
+            v = T.alloc_local((1,), "float32")
+            v[0] = A[bx * 32 + tx]
+            B[bx * 32 + tx] = T.shfl_xor(v[0], 3) + T.shfl_down(A[bx * 32 + tx], 2, width=8)
+
+    return main
+
+
 def _two_kernels_with_scalars():
     M = T.dynamic("M")
 
@@ -78,6 +91,8 @@ def _kernels():
         "atomics": lambda: lower(_atomics(), E.plain_metal_target()),
         "tickets": lambda: lower(_tickets(), E.plain_metal_target()),
         "two_kernels_dynamic_scalars": lambda: lower(_two_kernels_with_scalars(), E.plain_metal_target()),
+        "softmax_ragged": lambda: lower(E.softmax(5, 37), E.plain_metal_target()),
+        "shuffles": lambda: lower(_shuffles(), E.plain_metal_target()),
     }
 
 
@@ -108,7 +123,7 @@ def test_records_agree_with_the_printed_text(sources, name):
     assert list(per_kernel) == list(art.names)  # one record per kernel, in the printed order
     for kernel_name, text in per_kernel.items():
         record = art.kernel(kernel_name)
-        for checked, instrument in ((True, None), (False, None), (True, "racecheck")):
+        for checked, instrument in ((True, None), (False, None), (True, "counters"), (True, "racecheck")):
             by_record = rewrite(text, checked=checked, instrument=instrument)
             by_text = rewrite(with_artifact(_without_artifact(text)), checked=checked, instrument=instrument)
             assert by_record.record == record and by_text.record == _readable(record), kernel_name
@@ -197,3 +212,78 @@ def test_launch_is_checked_against_the_records():
     call.records["main_kernel"] = dataclasses.replace(record, block=(64, 1, 1))
     with pytest.raises(ValueError, match=r"kernel main_kernel: the host launches threadgroups of \(128, 1, 1\) threads, the MSL was printed for \(64, 1, 1\)"):
         kernel(x)
+
+
+def test_access_marks_say_what_the_printer_printed(sources):
+    """The printer's marks (codegen/access_marks.py): each spells an instrumented name at its
+    position, the kinds are where the kernels put them, and no sentinel reaches the MSL."""
+    from tilelang_metal.codegen.access_marks import SENTINELS
+
+    kinds = {}
+    for name, source in sources.items():
+        assert not SENTINELS & set(source), name
+        for kernel_name, text in split_kernels(source).items():
+            record = A.artifact_of(text).kernel(kernel_name)
+            lines = text.split("\n")
+            opening = next(i for i, ln in enumerate(lines) if ln.startswith(record.opening()))
+            names = {p.name for p in record.buffers} | {a.name for a in record.threadgroup_arrays} | {
+                v.name for v in record.threadgroup_views} | {t.name for t in record.thread_arrays}
+            for line, col, length, kind in record.access_marks:
+                assert lines[opening + line][col : col + length] in names, (name, line, col)
+            for line, col in record.predicated_blocks:
+                assert lines[opening + line][col] == "{" and "threadgroup-uniform" not in lines[opening + line], (name, line)
+            kinds[name] = {kind for *_, kind in record.access_marks} | ({"block"} if record.predicated_blocks else set())
+    assert {"w", "p", "block"} <= kinds["gemm_metal_ragged"]  # staged edges: masked loads, guarded stores
+    assert "s" in kinds["shuffles"]  # a lane's operand of simd_shuffle_*
+    assert "w" in kinds["atomics"] and "w" in kinds["tickets"]
+    uniform = split_kernels(sources["gemm_metal_ragged"])["main_kernel"]
+    assert "// threadgroup-uniform" in uniform  # its interior/edge choice masks nothing: no block recorded there
+
+
+def _with_record(text: str, **changes) -> str:
+    line = next(ln for ln in text.splitlines() if ln.startswith(A.MARK))
+    art = A.decode(line)
+    (record,) = art.kernels
+    return text.replace(line, A.KernelArtifact(art.convention, (dataclasses.replace(record, **changes),)).line())
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_a_moved_access_mark_is_refused(sources, shift):
+    """A mark one column off does not name the access it marks: the instrumented build refuses it."""
+    text = split_kernels(sources["gemm_metal_ragged"])["main_kernel"]
+    record = A.artifact_of(text).kernel("main_kernel")
+    for kind in ("w", "p"):
+        i = next(k for k, m in enumerate(record.access_marks) if m[3] == kind)
+        marks = list(record.access_marks)
+        line, col, length, _ = marks[i]
+        marks[i] = (line, col + shift, length, kind)
+        for instrument in ("counters", "racecheck"):
+            with pytest.raises(EmulatorCompileError, match=r"kernel main_kernel: its artifact marks an access .* the MSL was edited"):
+                rewrite(_with_record(text, access_marks=tuple(marks)), checked=True, instrument=instrument)
+    line, col = record.predicated_blocks[0]
+    moved = ((line, col + shift), *record.predicated_blocks[1:])
+    with pytest.raises(EmulatorCompileError, match=r"its artifact marks a predicated block's `\{`"):
+        rewrite(_with_record(text, predicated_blocks=moved), checked=True, instrument="counters")
+    rewrite(_with_record(text, predicated_blocks=moved), checked=True, instrument="racecheck")  # racecheck opens no scopes
+
+
+@pytest.mark.slow
+def test_the_counts_follow_the_recorded_marks():
+    """The counters come from the marks: without them the element stores count as loads and the
+    masked loads as unpredicated (two counting builds: slow tier)."""
+    from tilelang_metal.emulator import launch_counters
+
+    kernel = tilelang.compile(E.gemm_shared(100, 72, 40), target=E.plain_metal_target(), execution_backend="emulator")
+    text = split_kernels(kernel.get_kernel_source())["main_kernel"]
+    call = kernel.adapter.call
+    args = (torch.randn(100, 40).half(), torch.randn(40, 72).half(), torch.zeros(72), torch.zeros(100, 72))  # A, B, Bias, C
+    bound = call.bind(args, kernel.adapter.device, poison=True)
+    (launch,) = call.launches
+    shape = launch.shape(bound)
+    with_marks = launch_counters(text, launch.values(bound), shape.grid, shape.block).total
+    unmarked = _with_record(text, access_marks=(), predicated_blocks=())
+    without = launch_counters(unmarked, launch.values(bound), shape.grid, shape.block).total
+    assert with_marks["predicated_device_loads"] > 0 and without["predicated_device_loads"] == 0
+    # the marked element stores count as stores (simdgroup_store counts itself, marks or not)
+    assert with_marks["device_store_instructions"] > without["device_store_instructions"]
+    assert with_marks != without

@@ -1,16 +1,26 @@
-"""The instrumented flavours' source marks: stores, `?:`-predicated accesses, `if` blocks."""
+"""The instrumented flavours' source marks: stores, `?:`-predicated accesses, `if` blocks, as the front
+door reads them from hand-written MSL (handwritten.scan_line) and the emulator inserts them."""
 
 from __future__ import annotations
 
-from tilelang_metal.emulator.access_marks import mark_line
-from tilelang_metal.emulator.handwritten import with_artifact
+import pytest
+
+from tilelang_metal.emulator.access_marks import PREDICATED_SCOPE, SUFFIXES
+from tilelang_metal.emulator.handwritten import scan_line, with_artifact
 from tilelang_metal.emulator.signature import rewrite
 
 NAMES = {"A", "C", "A_s", "A_frag"}
 
 
 def mark(line: str, blocks: bool = True) -> str:
-    return mark_line(line, NAMES, predicated_blocks=blocks)
+    """The line as the instrumented flavours spell it, from the front door's marks."""
+    marks, brace = scan_line(line, NAMES)
+    inserts = [(col + length, SUFFIXES[kind]) for col, length, kind in marks]
+    if blocks and brace is not None:
+        inserts.append((brace + 1, PREDICATED_SCOPE))
+    for pos, text in sorted(inserts, reverse=True):
+        line = line[:pos] + text + line[pos:]
+    return line
 
 
 def test_stores_are_marked_loads_are_not():
@@ -74,3 +84,30 @@ def test_flavours_rewrite_only_what_they_need():
     assert race[7] == '  tlm::local_array<float, 4> loc("loc");'
     assert race[9] == "  loc.w()[0] = S[0];"
     assert len(race) == len(src.splitlines())
+
+
+def test_the_printers_sentinels_become_the_records_marks():
+    """codegen/access_marks.strip: the internal form loses every sentinel and says, per access, what
+    the printer knew (the line counted from the first, the column in the stripped line)."""
+    from tilelang_metal.codegen import access_marks as M
+
+    printed = "\n".join([
+        "[[kernel]] void k(",
+        f"  {M.store('C')}[i] = ({M.load('A')}[j] + {M.load('A_s')}[0]);",
+        f"  x = (c ? {M.predicated(M.load('A') + '[i] : ' + M.load('A') + '[0]')}) + {M.load('A')}[1];",
+        f"  if (c) {M.BLOCK}{{",
+        f"    y = simd_shuffle_xor({M.shuffled(M.load('A_frag') + '[0], (ushort)(1)')});",
+        f"    z = (c ? {M.predicated('simd_shuffle(' + M.shuffled(M.load('A') + '[0], 3') + ') : 0.0f')});",
+        "  }",
+    ])
+    text, marks, blocks = M.strip(printed)
+    assert not M.SENTINELS & set(text)
+    assert text.splitlines()[2] == "  x = (c ? A[i] : A[0]) + A[1];"
+    assert marks == ((1, 2, 1, "w"), (2, 11, 1, "p"), (2, 18, 1, "p"), (4, 25, 6, "s"), (5, 26, 1, "ps"))
+    assert blocks == ((3, 9),) and text.splitlines()[3][9] == "{"
+    # what the front door's scan of the stripped text finds is the same
+    lines = text.split("\n")
+    assert [(k, *m) for k, ln in enumerate(lines) for m in scan_line(ln, NAMES)[0]] == list(marks)
+    assert [(k, scan_line(ln, NAMES)[1]) for k, ln in enumerate(lines) if scan_line(ln, NAMES)[1] is not None] == list(blocks)
+    with pytest.raises(AssertionError, match="unbalanced access marks"):
+        M.strip(f"  x = (c ? {M.PRED}A[0] : 0);")

@@ -29,6 +29,8 @@ RECORD = A.KernelRecord(
     tile_pointers=(A.TilePointerDecl("__src", "half", True, "X"),),
     instructions=("simdgroup_multiply_accumulate_8x8x8",),
     prints=True,
+    access_marks=((9, 4, 3, "w"), (9, 30, 1, "p"), (12, 20, 3, "s")),
+    predicated_blocks=((11, 27),),
 )
 RUNTIME = A.KernelRecord(
     name="k2", params=(A.BufferParam(0, "Y", "int", False), A.ArgStructParam(1, "__tlm_args", "__tlm_k2_args", 16, (("m", "int32"), ("s", "float32")))),
@@ -39,7 +41,7 @@ RUNTIME = A.KernelRecord(
 def test_round_trip_keeps_every_record():
     art = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,))
     line = art.line()
-    assert "\n" not in line and line.startswith("// tilelang_metal.artifact v1 {")
+    assert "\n" not in line and line.startswith("// tilelang_metal.artifact v2 {")
     assert A.decode(line) == art
     runtime = A.KernelArtifact(convention=A.TVM_RUNTIME, kernels=(RECORD, RUNTIME))
     assert A.decode(runtime.line()) == runtime
@@ -65,11 +67,11 @@ def test_records_spell_the_printers_declarations():
 
 
 def test_other_version_is_refused_in_one_line():
-    line = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,)).line().replace(" v1 ", " v2 ", 1)
+    line = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,)).line().replace(" v2 ", " v1 ", 1)
     with pytest.raises(A.ArtifactError) as info:
         A.artifact_of("// tilelang_metal 9.9: main_kernel\n" + line + "\nkernel void f() {}\n")
     text = str(info.value)
-    assert "\n" not in text and "artifact v2" in text and "reads v1" in text and "compile the kernel again" in text
+    assert "\n" not in text and "artifact v1" in text and "reads v2" in text and "compile the kernel again" in text
 
 
 @pytest.mark.parametrize("damage", ["truncated", "unknown field", "unknown kind"])
@@ -84,7 +86,7 @@ def test_damaged_artifact_is_refused_in_one_line(damage):
         payload["kernels"][0]["params"][0]["kind"] = "texture"
         text = json.dumps(payload)
     with pytest.raises(A.ArtifactError) as info:
-        A.decode(f"// tilelang_metal.artifact v1 {text}")
+        A.decode(f"// tilelang_metal.artifact v2 {text}")
     assert "\n" not in str(info.value)
 
 

@@ -4,13 +4,15 @@ tilelang hands an execution backend only what its source module holds (the MSL t
 cache may even restore a kernel from disk without running codegen), so the printer writes the
 records of every kernel into the source itself, as one comment line after the banner:
 
-    // tilelang_metal.artifact v1 {"convention": "standard", "kernels": [...]}
+    // tilelang_metal.artifact v2 {"convention": "standard", "kernels": [...]}
 
 `artifact_of(source)` reads them back as a frozen `KernelArtifact`: per kernel its parameters in
 order (device buffers with their index, element type and const-ness, `constant T&` scalars, TVM's
 argument struct, position attributes), its threadgroup arrays and pool views with their extents,
 its thread arrays and tile pointers, its launch limits, the matrix instructions it runs (names of
-`isa.REGISTRY`), what its atomics update and whether it calls T.print. The printer spells each declaration through the
+`isa.REGISTRY`), what its atomics update, whether it calls T.print, and which of its accesses are
+stores, predicated or shuffle operands (codegen/access_marks.py; the emulator's counters and race
+checker mark them). The printer spells each declaration through the
 record's own `msl()`, so text and record cannot disagree; the emulator and the MLX adapter locate
 the declarations by that spelling instead of parsing the text. MSL written by hand has no artifact:
 `artifact_of` refuses it in one line (`emulator.compile_msl` runs such MSL).
@@ -27,7 +29,7 @@ from typing import Any, Union
 
 from ..dtypes import DTYPE_OF_MSL
 
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: access marks (a v1 artifact lacks them: compile again)
 MARK = "// tilelang_metal.artifact"
 _LINE = re.compile(r"^// tilelang_metal\.artifact v(?P<version>\d+) (?P<payload>\{.*\})[ \t]*$", re.MULTILINE)
 _ANY_LINE = re.compile(r"^// tilelang_metal\.artifact\b.*$", re.MULTILINE)
@@ -208,6 +210,12 @@ class KernelRecord:
     atomic_targets: tuple[str, ...] = ()  # buffers and threadgroup memory its atomics update (sorted names)
     float_atomics: bool = False  # an atomic on float32 / float16 / bfloat16 data
     atomic_results_used: bool = False  # it reads a value an atomic returns (or loads atomically)
+    # The accesses the emulator's instrumented flavours mark (codegen/access_marks.py): (line from
+    # the opening line, column, name length, kind: "w" store, "p" predicated, "wp", "s" shuffle
+    # operand, "ps"); plain loads are not listed. And (line, column of the `{`) of each `if` / `else`
+    # block some threads skip (not the threadgroup-uniform ones).
+    access_marks: tuple[tuple[int, int, int, str], ...] = ()
+    predicated_blocks: tuple[tuple[int, int], ...] = ()
 
     @property
     def buffers(self) -> tuple[BufferParam, ...]:
@@ -258,7 +266,8 @@ class KernelArtifact:
 
 # ---------------------------------------------------------------------------- encoding
 _TUPLE_FIELDS = {"params", "threadgroup_arrays", "threadgroup_views", "thread_arrays", "tile_pointers", "instructions", "kernels", "members", "block",
-                 "atomic_targets"}
+                 "atomic_targets",
+                "access_marks", "predicated_blocks"}
 
 
 def _to_json(value: Any) -> Any:

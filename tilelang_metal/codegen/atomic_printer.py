@@ -106,7 +106,7 @@ inline {ty}4 __tlm_atomic_add_{ty}4(P word, uint odd, {ty}4 value) {{
 
 
 class AtomicPrinting:
-    """Needs from the host printer: `expr`, `offset`, `space_of`, `elem_dtype`, `name_of`; fills
+    """Needs from the host printer: `expr`, `offset`, `space_of`, `elem_dtype`, `ref`; fills
     `support_code` (helper name -> MSL text, printed once per file)."""
 
     support_code: dict[str, str]
@@ -114,7 +114,7 @@ class AtomicPrinting:
     def atomic(self, atomic: intrinsics.Atomic) -> str:
         """An element atomic as an MSL expression (its value is the previous value)."""
         var, form = atomic.var, atomic.form
-        name, space, dtype = self.name_of(var), self.space_of(var), self.elem_dtype(var)
+        name, space, dtype = self.ref(var, store=form == intrinsics.STORE), self.space_of(var), self.elem_dtype(var)
         element = f"{name} + ({self.offset(atomic.index)})"
         if form == intrinsics.LOAD:
             space = space if space.startswith("const") else f"const {space}"

@@ -198,6 +198,6 @@ class MatrixPrinting:
             self.emit(f"auto __ct_c = {op}.get_destination_cooperative_tensor<decltype(__ct_a), decltype(__ct_b), float>();")
             self.emit(f"for (ushort __i = 0; __i < {inst.dest_elems}; ++__i) __ct_c[__i] = {cn}[{base} + __i];")
             self.emit(f"{op}.run(__ct_a, __ct_b, __ct_c);")
-            self.emit(f"for (ushort __i = 0; __i < {inst.dest_elems}; ++__i) {cn}[{base} + __i] = __ct_c[__i];")
+            self.emit(f"for (ushort __i = 0; __i < {inst.dest_elems}; ++__i) {self.ref(mma.c, store=True)}[{base} + __i] = __ct_c[__i];")
         self.indent -= 1
         self.emit("}")

@@ -6,6 +6,7 @@ saved pointer: the Linux emulator relies on that to check every device access.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -33,7 +34,7 @@ from .names import NameTable
 from .operators import BINARY_OPS, BIT_OPS
 from .warp_printer import WarpPrinting
 from ..host import vocab
-from . import artifact, tvm_runtime_args
+from . import access_marks, artifact, tvm_runtime_args
 
 # Kernel signatures the printer emits. STANDARD: every parameter at its own `[[ buffer(i) ]]`,
 # scalars as `constant T& NAME` (the plugin's launchers and the emulator). TVM_RUNTIME: TVM's Metal
@@ -205,7 +206,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         )
         sig = record.opening() + "\n  " + ",\n  ".join(p.msl() for p in params) + ") {"
         body = ["  " + line for line in locals_ + self.prelude] + self.lines
-        return "\n".join([sig] + body + ["}", ""]), headers, self.helpers, record
+        # the internal form's access marks become the record's (codegen/access_marks.py)
+        text, marks, blocks = access_marks.strip("\n".join([sig] + body + ["}", ""]))
+        record = dataclasses.replace(record, access_marks=marks, predicated_blocks=blocks)
+        return text, headers, self.helpers, record
 
     def note_atomic(self, atomic: Any, *, discarded: bool) -> None:
         """Record what an atomic updates for the artifact (racecheck's schedule comparison reads it)."""
@@ -356,12 +360,14 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def visit_IfThenElse(self, stmt: Any) -> None:
         note = UNIFORM_NOTE if any(stmt.same_as(b) for b in self.uniform_ifs) else ""
-        self.emit(f"if ({self.expr(stmt.condition)}) {{{note}")
+        # a branch some threads skip: the emulator's counters count its accesses as predicated
+        scope = "" if note else access_marks.BLOCK
+        self.emit(f"if ({self.expr(stmt.condition)}) {scope}{{{note}")
         self.indent += 1
         self.visit(stmt.then_case)
         self.indent -= 1
         if stmt.else_case is not None:
-            self.emit(f"}} else {{{note}")
+            self.emit(f"}} else {scope}{{{note}")
             self.indent += 1
             self.visit(stmt.else_case)
             self.indent -= 1
@@ -440,12 +446,12 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if in_matrix:
             self.store_matrix_elements(var, index, value, lanes, str(stmt.value.dtype))
             return
-        self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype))} = {value};")
+        self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype), store=True)} = {value};")
 
     def copy16(self, copy: intrinsics.Copy16) -> None:
         """A 16-byte move legalize.UseWideCopies proved aligned at both ends, as one `uint4`."""
-        load = f"*({self.space_of(copy.src.data)} uint4*)({self.name_of(copy.src.data)} + ({self.offset(copy.src_offset)}))"
-        self.emit(f"*({self.space_of(copy.dst.data)} uint4*)({self.name_of(copy.dst.data)} + ({self.offset(copy.dst_offset)})) = {load};")
+        load = f"*({self.space_of(copy.src.data)} uint4*)({self.ref(copy.src.data)} + ({self.offset(copy.src_offset)}))"
+        self.emit(f"*({self.space_of(copy.dst.data)} uint4*)({self.ref(copy.dst.data, store=True)} + ({self.offset(copy.dst_offset)})) = {load};")
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -464,8 +470,15 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return self.thread_arrays[var]
         raise CodegenError(f"buffer variable {var.name} is used before it is allocated")
 
-    def access(self, var: Any, index: Any, lanes: int, view_dtype: str | None = None) -> str:
+    def ref(self, var: Any, *, store: bool = False) -> str:
+        """The name of a buffer where the kernel accesses it, marked as a load or a store for the
+        emulator's instrumented flavours (codegen/access_marks.py)."""
         name = self.name_of(var)
+        return access_marks.store(name) if store else access_marks.load(name)
+
+    def access(self, var: Any, index: Any, lanes: int, view_dtype: str | None = None, *, store: bool = False) -> str:
+        name = self.name_of(var)
+        ref = self.ref(var, store=store)
         elem = self.elem_dtype(var)
         if view_dtype is not None and view_dtype != elem and var in self.device:
             # `T.view(X, dtype=...)` of a parameter: the kernel's pointer keeps X's type.
@@ -476,13 +489,13 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
                 )
             elem = view_dtype
             if lanes == 1:
-                return f"*({self.space_of(var)} {msl_type(elem)}*)({name} + ({self.offset(index)}))"
+                return f"*({self.space_of(var)} {msl_type(elem)}*)({ref} + ({self.offset(index)}))"
         if lanes == 1:
-            return f"{name}[{self.offset(index)}]"
+            return f"{ref}[{self.offset(index)}]"
         if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
             raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
         vec = msl_type(f"{elem}x{lanes}")
-        return f"*({self.space_of(var)} {vec}*)({name} + ({self.offset(index.base)}))"
+        return f"*({self.space_of(var)} {vec}*)({ref} + ({self.offset(index.base)}))"
 
     def offset(self, index: Any) -> str:
         """An element offset: a sum prints without its outer parentheses (`A + (i + 4)`)."""
@@ -493,9 +506,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         """A matrix load/store address as `(buf + i)`: the only way device pointers are formed."""
         if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_ADDRESS_OF:
             load = addr.args[0]
-            return f"({self.name_of(load.buffer.data)} + ({self.offset(load.indices[-1])}))"
+            return f"({self.ref(load.buffer.data)} + ({self.offset(load.indices[-1])}))"
         if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_TVM_ACCESS_PTR:
-            return f"({self.name_of(addr.args[1])} + ({self.offset(addr.args[2])}))"
+            return f"({self.ref(addr.args[1])} + ({self.offset(addr.args[2])}))"
         raise CodegenError(f"unsupported pointer expression {addr}")
 
     # ---------------------------------------------------------------- expressions
@@ -589,7 +602,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         c, t, f = self.expr(cond), self.expr(true_value), self.expr(false_value)
         if split_dtype(str(cond.dtype))[1] > 1:
             return f"select({f}, {t}, {c})"  # lane-wise: MSL's ternary takes a scalar condition only
-        return f"({c} ? {t} : {f})"
+        return f"({c} ? {access_marks.predicated(f'{t} : {f}')})"  # one branch runs: its accesses are predicated
 
     def expr_Select(self, e: Any) -> str:
         return self.choose(e.condition, e.true_value, e.false_value)
@@ -652,6 +665,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             if name in DEBUG_PRINT_EXTERNS:
                 check_printable(name, args[-1])
                 self.prints = True
+            if name in access_marks.SHUFFLE_FUNCTIONS:  # a lane's operand, which other lanes may read
+                return f"{name}({access_marks.shuffled(', '.join(self.expr(a) for a in args[1:]))})"
             helper = EXTERN_HELPERS.get(name)
             if helper is not None:  # a CUDA device function Metal lacks (T.dp4a)
                 name, self.support_code[helper[0]] = helper

@@ -1,116 +1,79 @@
-"""Source marks for the instrumented flavours (counters, racecheck).
+"""Access marks for the instrumented flavours (counters, racecheck), applied from the kernel's record.
 
-The shim cannot tell a load from a store through `T&`, so the rewrite marks them where the printer's
-fixed statement shapes make it plain: an access immediately followed by `=` is a store
-(`C[i] = v;`, `*(device half4*)(C + off) = v;`) and becomes `C.w()[i]` / `(C.w() + off)`; an access
-inside a branch of `?:` (the printer's masked loads) is predicated and becomes `A.p()`. `if`/`else`
-blocks open a `tlm::predicated_scope`, so every access executed inside them counts as predicated,
-except the branches the printer marks `// threadgroup-uniform` (no thread is masked).
-An access inside the arguments of a shuffle (`simd_shuffle*`, `simd_broadcast`) is a lane's
-contribution that other lanes may or may not take, and becomes `A.s()` (racecheck does not require
-a thread array read there to be initialized). Lines keep their numbers.
+The shim cannot tell a load from a store through `T&`, nor a masked access from one every thread
+makes, so the instrumented flavours mark them in the source: a store `C[i] = v` becomes
+`C.w()[i] = v` (`.wp()` when predicated), a load in a branch of `?:` becomes `A.p()`, a shuffle's
+operand `A.s()` (`.p().s()`), and an `if` / `else` block some threads skip opens a
+`tlm::predicated_scope`, so every access executed inside it counts as predicated. Which accesses
+these are is not read from the MSL: the printer recorded each one when it printed it
+(codegen/access_marks.py, the artifact's `access_marks` and `predicated_blocks`); the front door
+records the same for hand-written MSL (handwritten.py). Here each recorded position is checked to
+hold the name it marks (text edited after printing is refused) and the marks are inserted there.
+Lines keep their numbers.
 """
 
 from __future__ import annotations
 
-import re
+from ..codegen.artifact import KernelRecord
+from .errors import EmulatorCompileError
 
-_ASSIGN_RE = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
-_ATOMIC_STORE_TARGET_RE = re.compile(r"atomic_store_explicit\(\([^()]*\*\)\($")
-# The printer's comment on an `if` / `else` every thread of a threadgroup takes alike (the GEMM's
-# interior/edge choice): such a branch masks no access, so it opens no predicated scope.
-_UNIFORM_RE = re.compile(r"\{\s*// threadgroup-uniform\s*$")
-_BLOCK_RE = re.compile(r"^\s*(?:\}\s*else\b\s*)?(?:if\s*\(.*\))?\s*\{\s*(?://.*)?$")
+SUFFIXES = {"w": ".w()", "wp": ".wp()", "p": ".p()", "s": ".s()", "ps": ".p().s()"}
+PREDICATED_SCOPE = " tlm::predicated_scope __tlm_pred_scope;"
 
 
-def _matching(line: str, open_pos: int) -> int:
-    opener = line[open_pos]
-    closer = {"(": ")", "[": "]"}[opener]
-    depth = 0
-    for i in range(open_pos, len(line)):
-        if line[i] == opener:
-            depth += 1
-        elif line[i] == closer:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
-def _ternary_positions(line: str) -> list[bool]:
-    """For each position: is it inside a branch of a `?:` (in the same or an enclosing bracket group)?"""
-    inside = [False] * (len(line) + 1)
-    stack = [False]
-    for i, ch in enumerate(line):
-        if ch == "/" and line[i : i + 2] == "//":
-            break
-        if ch in "([":
-            stack.append(False)
-        elif ch in ")]":
-            if len(stack) > 1:
-                stack.pop()
-        elif ch in ";{}":
-            stack = [False]
-        elif ch == "?":
-            stack[-1] = True
-        inside[i] = any(stack)
-    return inside
+def _moved(record: KernelRecord, line: int, col: int, what: str, found: str) -> EmulatorCompileError:
+    return EmulatorCompileError(
+        f"kernel {record.name}: its artifact marks {what} at line {line} column {col + 1}, but the MSL has `{found}` there: "
+        "the MSL was edited after tilelang_metal printed it; run edited MSL with tilelang_metal.emulator.compile_msl"
+    )
 
 
-_SHUFFLE_RE = re.compile(r"\b(?:simd_shuffle(?:_xor|_up|_down)?|simd_broadcast)\s*$")
+def marked_names(record: KernelRecord) -> set[str]:
+    """Every name a mark may spell, what either flavour instruments: device buffers, threadgroup
+    arrays and views, tile pointers, and the thread arrays racecheck tracks (of a known element
+    size, not simdgroup matrices)."""
+    from .signature import type_bytes  # signature.py applies the marks
+
+    tracked = {t.name for t in record.thread_arrays if type_bytes(t.elem_type) is not None and not t.elem_type.startswith("simdgroup_")}
+    return ({p.name for p in record.buffers} | {a.name for a in record.threadgroup_arrays} | {v.name for v in record.threadgroup_views}
+            | tracked | {t.name for t in record.tile_pointers})
 
 
-def _shuffle_operand_positions(line: str) -> list[bool]:
-    """For each position: is it inside the argument list of a shuffle / broadcast call?"""
-    inside = [False] * (len(line) + 1)
-    stack: list[bool] = []
-    for i, ch in enumerate(line):
-        if ch == "/" and line[i : i + 2] == "//":
-            break
-        if ch == "(":
-            stack.append(bool(_SHUFFLE_RE.search(line, 0, i)))
-        elif ch == ")" and stack:
-            stack.pop()
-        inside[i] = any(stack)
-    return inside
-
-
-def _is_store(line: str, start: int, end: int) -> bool:
-    rest = line[end:]
-    bracket = re.match(r"\s*\[", rest)
-    if bracket:
-        close = _matching(line, end + bracket.end() - 1)
-        return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))
-    before = line[:start].rstrip()
-    if _ATOMIC_STORE_TARGET_RE.search(before):  # `atomic_store_explicit((T*)(C + off), v, ...)` writes C
-        return True
-    if before.endswith("("):
-        close = _matching(line, len(before) - 1)
-        return close >= 0 and bool(_ASSIGN_RE.match(line, close + 1))
-    return False
-
-
-def mark_line(line: str, names: set[str], *, predicated_blocks: bool) -> str:
+def apply_marks(lines: list[str], opening_line: int, record: KernelRecord, names: set[str], skip: set[int], *,
+                predicated_blocks: bool) -> None:
+    """Insert the record's marks into `lines` (the kernel's source split at newlines, the kernel
+    opening at 0-based index `opening_line`): only accesses to `names` (the flavour's instrumented
+    pointers), on no line of `skip` (1-based declaration lines); the predicated scopes when
+    `predicated_blocks` (counters)."""
     if not names:
-        return line
-    pattern = re.compile(r"(?<![\w.>])(" + "|".join(sorted(map(re.escape, names))) + r")\b(?!\s*\()")
-    ternary = _ternary_positions(line)
-    shuffled = _shuffle_operand_positions(line) if "simd_" in line else None
-    pieces, last = [], 0
-    code_end = line.find("//")
-    for m in pattern.finditer(line):
-        if code_end >= 0 and m.start() >= code_end:
-            break
-        store = _is_store(line, m.start(), m.end())
-        predicated = ternary[m.start()]
-        suffix = ".wp()" if store and predicated else ".w()" if store else ".p()" if predicated else ""
-        if shuffled is not None and shuffled[m.start()] and not store:
-            suffix += ".s()"
-        pieces.append(line[last : m.end()] + suffix)
-        last = m.end()
-    pieces.append(line[last:])
-    out = "".join(pieces)
-    if predicated_blocks and _BLOCK_RE.match(out) and re.search(r"\b(if|else)\b", out) and not _UNIFORM_RE.search(out):
-        brace = out.rindex("{")
-        out = out[: brace + 1] + " tlm::predicated_scope __tlm_pred_scope;" + out[brace + 1 :]
-    return out
+        return
+    known = marked_names(record)
+    inserts: dict[int, list[tuple[int, str]]] = {}
+    for rel, col, length, kind in record.access_marks:
+        i = opening_line + rel
+        if i + 1 in skip:
+            continue
+        text = lines[i] if 0 <= i < len(lines) else ""
+        name = text[col : col + length]
+        whole = (name in known and kind in SUFFIXES and (col == 0 or not _is_word(text[col - 1]))
+                 and (col + length >= len(text) or not _is_word(text[col + length])))
+        if not whole:
+            raise _moved(record, i + 1, col, f"an access ({kind})", text[max(col - 8, 0) : col + length + 8].strip())
+        if name in names:
+            inserts.setdefault(i, []).append((col + length, SUFFIXES[kind]))
+    if predicated_blocks:
+        for rel, col in record.predicated_blocks:
+            i = opening_line + rel
+            text = lines[i] if 0 <= i < len(lines) else ""
+            if text[col : col + 1] != "{":
+                raise _moved(record, i + 1, col, "a predicated block's `{`", text.strip())
+            inserts.setdefault(i, []).append((col + 1, PREDICATED_SCOPE))
+    for i, at in inserts.items():
+        text = lines[i]
+        for pos, insert in sorted(at, key=lambda t: t[0], reverse=True):
+            text = text[:pos] + insert + text[pos:]
+        lines[i] = text

@@ -7,14 +7,16 @@ foreign MSL): `with_artifact(msl)` reads a hand-written kernel written in the pr
 pointers) and returns the same kernel as the printer would have spelled it, with its artifact line
 (codegen/artifact.py) appended. From there on a hand-written kernel takes the plugin's own path: the
 records drive signature.py's rewrites, the driver and the launch checks, so this module is the one
-place where `compile_kernel`'s MSL is parsed. Every declaration keeps its line (the artifact line
+place where `compile_kernel`'s MSL is parsed (its access marks too: which accesses are stores,
+predicated or shuffle operands, found by the printer's statement shapes where the printer records
+them as it prints). Every declaration keeps its line (the artifact line
 goes after the last one), so compiler diagnostics point at the original lines.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..codegen.artifact import (
     STANDARD,
@@ -30,7 +32,10 @@ from ..codegen.artifact import (
     ThreadgroupViewDecl,
     TilePointerDecl,
 )
+from ..codegen import access_marks as codegen_marks
+from ..codegen.kernel_text import matching_bracket
 from ..dtypes import DTYPE_OF_MSL
+from .access_marks import marked_names
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
 from .foreign import _KERNEL_DEF_RE, _mask, _matching, _param_attributes
@@ -80,6 +85,7 @@ class _Reading:
     thread_arrays: dict[str, ThreadArrayDecl] = field(default_factory=dict)
     tile_pointers: dict[str, TilePointerDecl] = field(default_factory=dict)
     edits: list[_Edit] = field(default_factory=list)
+    opening_at: int = 0  # offset of the kernel's opening (its attribute)
 
 
 def record_of(msl: str) -> tuple[KernelRecord, list[_Edit]]:
@@ -90,6 +96,7 @@ def record_of(msl: str) -> tuple[KernelRecord, list[_Edit]]:
     _kernel_params(msl, open_pos, close_pos, reading)
     _body_declarations(msl, close_pos + 1, reading)
     targets, float_atomics, results_used = _atomics(msl[msl.rfind("\n", 0, open_pos) + 1 :], reading)
+    opening_line = _line_of(msl, reading.opening_at) - 1  # 0-based; the kernel's marks count lines from it
     record = KernelRecord(
         name=name, params=tuple(reading.params), block=None, max_total_threads=max_threads,
         threadgroup_arrays=tuple(reading.threadgroup_arrays), threadgroup_views=tuple(reading.threadgroup_views),
@@ -97,7 +104,9 @@ def record_of(msl: str) -> tuple[KernelRecord, list[_Edit]]:
         prints=_PRINT_CALL.search(msl) is not None,
         atomic_targets=targets, float_atomics=float_atomics, atomic_results_used=results_used,
     )
-    return record, reading.edits
+    body_lines = msl.split("\n")[_line_of(msl, close_pos) :]  # after the `) {` line; body lines keep their text
+    marks, blocks = scan_access_marks(body_lines, marked_names(record), first=_line_of(msl, close_pos) - opening_line)
+    return replace(record, access_marks=marks, predicated_blocks=blocks), reading.edits
 
 
 def with_artifact(msl: str) -> str:
@@ -148,6 +157,7 @@ def _kernel_header(msl: str, reading: _Reading) -> tuple[str, int | None, int, i
         raise EmulatorCompileError("kernel signature: unbalanced parentheses") from None
     name = m.group("name")
     opening = KernelRecord(name=name, params=(), block=None, max_total_threads=max_threads).opening()
+    reading.opening_at = m.start()
     reading.edits.append((m.start(), m.end(), opening + "\n" * msl.count("\n", m.start(), m.end())))
     return name, max_threads, open_pos, close_pos
 
@@ -347,4 +357,110 @@ def _threadgroup_array(msl: str, content: str, lineno: int) -> tuple[Threadgroup
     return decl, decl.msl()
 
 
-__all__ = ["record_of", "with_artifact"]
+
+
+# ---------------------------------------------------------------------------- access marks
+# The printer records which accesses are stores, predicated or shuffle operands as it prints them
+# (codegen/access_marks.py); for hand-written MSL the front door reads them from the text, from the
+# printer's fixed statement shapes: an access immediately followed by `=` is a store (`C[i] = v;`,
+# `*(device half4*)(C + off) = v;`, the target of `atomic_store_explicit`); an access inside a
+# branch of `?:` is predicated; an access inside the arguments of a shuffle (`simd_shuffle*`,
+# `simd_broadcast`) is a shuffle operand; an `if` / `else` line ending in `{` opens a predicated
+# block unless it carries the printer's `// threadgroup-uniform` note.
+_ASSIGN_RE = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)")
+_ATOMIC_STORE_TARGET_RE = re.compile(r"atomic_store_explicit\(\([^()]*\*\)\($")
+# The printer's comment on an `if` / `else` every thread of a threadgroup takes alike (the GEMM's
+# interior/edge choice): such a branch masks no access, so it opens no predicated scope.
+_UNIFORM_RE = re.compile(r"\{\s*// threadgroup-uniform\s*$")
+_BLOCK_RE = re.compile(r"^\s*(?:\}\s*else\b\s*)?(?:if\s*\(.*\))?\s*\{\s*(?://.*)?$")
+
+
+def _ternary_positions(line: str) -> list[bool]:
+    """For each position: is it inside a branch of a `?:` (in the same or an enclosing bracket group)?"""
+    inside = [False] * (len(line) + 1)
+    stack = [False]
+    for i, ch in enumerate(line):
+        if ch == "/" and line[i : i + 2] == "//":
+            break
+        if ch in "([":
+            stack.append(False)
+        elif ch in ")]":
+            if len(stack) > 1:
+                stack.pop()
+        elif ch in ";{}":
+            stack = [False]
+        elif ch == "?":
+            stack[-1] = True
+        inside[i] = any(stack)
+    return inside
+
+
+_SHUFFLE_RE = re.compile(r"\b(?:simd_shuffle(?:_xor|_up|_down)?|simd_broadcast)\s*$")
+
+
+def _shuffle_operand_positions(line: str) -> list[bool]:
+    """For each position: is it inside the argument list of a shuffle / broadcast call?"""
+    inside = [False] * (len(line) + 1)
+    stack: list[bool] = []
+    for i, ch in enumerate(line):
+        if ch == "/" and line[i : i + 2] == "//":
+            break
+        if ch == "(":
+            stack.append(bool(_SHUFFLE_RE.search(line, 0, i)))
+        elif ch == ")" and stack:
+            stack.pop()
+        inside[i] = any(stack)
+    return inside
+
+
+def _is_store(line: str, start: int, end: int) -> bool:
+    rest = line[end:]
+    bracket = re.match(r"\s*\[", rest)
+    if bracket:
+        close = matching_bracket(line, end + bracket.end() - 1, "[", "]")
+        return close is not None and bool(_ASSIGN_RE.match(line, close + 1))
+    before = line[:start].rstrip()
+    if _ATOMIC_STORE_TARGET_RE.search(before):  # `atomic_store_explicit((T*)(C + off), v, ...)` writes C
+        return True
+    if before.endswith("("):
+        close = matching_bracket(line, len(before) - 1)
+        return close is not None and bool(_ASSIGN_RE.match(line, close + 1))
+    return False
+
+
+def scan_line(line: str, names: set[str]) -> tuple[list[tuple[int, int, str]], int | None]:
+    """The marks of one line, (column, name length, kind) as codegen/access_marks.py spells them,
+    and the column of the `{` when the line opens a predicated block (else None)."""
+    if not names:
+        return [], None
+    pattern = re.compile(r"(?<![\w.>])(" + "|".join(sorted(map(re.escape, names))) + r")\b(?!\s*\()")
+    ternary = _ternary_positions(line)
+    shuffled = _shuffle_operand_positions(line) if "simd_" in line else None
+    marks = []
+    code_end = line.find("//")
+    for m in pattern.finditer(line):
+        if code_end >= 0 and m.start() >= code_end:
+            break
+        store = _is_store(line, m.start(), m.end())
+        kind = codegen_marks.kind(is_store=store, is_predicated=ternary[m.start()],
+                                  is_shuffled=shuffled is not None and shuffled[m.start()])
+        if kind:
+            marks.append((m.start(), m.end() - m.start(), kind))
+    block = None
+    if _BLOCK_RE.match(line) and re.search(r"\b(if|else)\b", line) and not _UNIFORM_RE.search(line):
+        block = line.rindex("{")
+    return marks, block
+
+
+def scan_access_marks(lines: list[str], names: set[str], *, first: int) -> tuple[tuple[codegen_marks.Mark, ...], tuple[codegen_marks.Block, ...]]:
+    """The marks and predicated blocks of the body `lines`, whose first is line `first` from the opening."""
+    marks, blocks = [], []
+    for k, line in enumerate(lines):
+        found, block = scan_line(line, names)
+        marks += [(first + k, col, length, kind) for col, length, kind in found]
+        if block is not None:
+            blocks.append((first + k, block))
+    return tuple(marks), tuple(blocks)
+
+
+__all__ = ["record_of", "scan_access_marks", "scan_line", "with_artifact"]

@@ -27,7 +27,7 @@ from ..codegen.artifact import (
 from ..dtypes import DTYPE_OF_MSL
 
 from ..codegen.kernel_text import matching_bracket
-from .access_marks import mark_line
+from .access_marks import apply_marks
 from .errors import EmulatorCompileError
 
 # attribute -> (lane_info field expression per component, number of components)
@@ -198,7 +198,7 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations.
 
     `instrument` ("counters" / "racecheck", checked builds only) also marks stores and predicated
-    accesses (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
+    accesses where the record says (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
     if instrument is not None and (instrument not in INSTRUMENTS or not checked):
         raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
     racecheck = instrument == "racecheck"
@@ -216,7 +216,7 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     out = _apply_edits(msl, [*header.edits, *param_edits, *body.edits])
     if instrument is not None:
         names = _instrumented_names(params, body)
-        out = _instrument_body(out, _line_of(msl, body_start), names, body.decl_lines, instrument)
+        out = _instrument_body(out, header.line, record, names, body.decl_lines, instrument)
     assert out.count("\n") == msl.count("\n"), "rewrite must keep line numbers"
     sig = KernelSignature(
         name=header.name,
@@ -454,13 +454,10 @@ def _instrumented_names(params: list[Param], body: _BodyDeclarations) -> set[str
     )
 
 
-def _instrument_body(out: str, first_body_line: int, names: set[str], decl_lines: set[int], instrument: str) -> str:
-    """Mark accesses on every body line except declarations (access_marks.py)."""
+def _instrument_body(out: str, opening_line: int, record: KernelRecord, names: set[str], decl_lines: set[int], instrument: str) -> str:
+    """Mark the accesses the record lists, on every line except declarations (access_marks.py)."""
     out_lines = out.split("\n")
-    for i in range(first_body_line, len(out_lines)):  # the body starts after the `) {` line
-        if i + 1 in decl_lines:
-            continue
-        out_lines[i] = mark_line(out_lines[i], names, predicated_blocks=instrument == "counters")
+    apply_marks(out_lines, opening_line - 1, record, names, decl_lines, predicated_blocks=instrument == "counters")
     return "\n".join(out_lines)
 
 
