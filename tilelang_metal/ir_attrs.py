@@ -24,6 +24,8 @@ THREAD_ARRAY_ALIGN_ATTR = "tilelang_metal.align_bytes"
 # Function attributes: the variables bound to Metal's simdgroup / lane id (transform/simdgroup_indices.py).
 SIMDGROUP_ID_ATTR = "tilelang_metal.simdgroup_id"
 LANE_ID_ATTR = "tilelang_metal.lane_id"
+# Scalar parameters of a device kernel that are tensor dimensions (never negative): transform/power_of_two_division.py
+SHAPE_PARAMS_ATTR = "tilelang_metal.shape_params"
 # Function attribute: the variables the kernel prelude binds (transform/kernel_prelude.py).
 PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
 # Function attribute: data var -> encoded MatrixStorage (transform/matrix_storage.py).

@@ -41,6 +41,7 @@ from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
+from .transform.power_of_two_division import RestorePowerOfTwoDivisions, ShieldPowerOfTwoDivisions, shape_variables
 from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources, ThreadgroupBufferLog
 from .transform.shared_staging import BypassSharedStaging
@@ -75,6 +76,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     ctx = tl.get_pass_context()
     threadgroup_buffers = ThreadgroupBufferLog()  # plugin: names and sizes for the threadgroup-memory refusal
 
+    shape_vars = shape_variables(mod)  # plugin: tensor dimensions (>= 0), for ShieldPowerOfTwoDivisions
     mod = tirx.BindTarget(target)(mod)
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
@@ -170,6 +172,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = CheckThreadgroupResources(mod, threadgroup_buffers)  # plugin: 32 KiB of threadgroup memory (names each buffer), 1024 threads
     mod = PreserveMathPrecision(mod)  # plugin: Metal's tanh, float32 erf for 16-bit floats (before LowerIntrin)
     mod = KeepShuffleWidths(mod)  # plugin: tvm_warp_shuffle* keep their width (LowerIntrin would drop it)
+    mod = ShieldPowerOfTwoDivisions(mod, shape_vars)  # plugin: x // 2^k of x >= 0 -> truncating division (LowerIntrin's shifts make the next Simplify's Z3 proofs slow)
     return per_function_pass("tilelang_metal.StampOptions", lambda func: stamp(func, options))(mod)  # plugin: the codegen prints under these
 
 
@@ -200,6 +203,7 @@ def finalize_for_codegen(mod: object) -> object:
     """The device module's last passes, run by the codegen entry after tilelang's own pre-codegen
     passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo them if run earlier:
     Simplify inlines every `Bind`."""
+    mod = RestorePowerOfTwoDivisions(mod)  # plugin: those divisions -> the shifts / masks LowerIntrin would have written
     mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding
     mod = UseSimdgroupMatrixForms(mod)  # plugin: whole-matrix fill / simdgroup_store where provably equal
