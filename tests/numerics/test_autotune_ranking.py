@@ -85,7 +85,11 @@ def test_small_tiles_reread_more_but_spread_over_more_cores(ranked):
 def test_tilelang_autotune_picks_a_checked_configuration_in_the_emulator(tmp_path, monkeypatch):
     """The space plugs into tilelang.autotune (the Mac path; here timed on the CPU, which only proves
     the wiring): the returned kernel is one of the candidates and computes the GEMM."""
+    from tilelang_metal.execution import profiling
+
     monkeypatch.chdir(tmp_path)  # tilelang's autotuner writes autotuner.log into the working directory
+    # the warning comes once per process: an earlier test's autotune in this process must not hide it
+    monkeypatch.setattr(profiling.PluginProfiler, "_warned_about_emulator_timing", False)
     space = [GemmConfig(DIRECT_GLOBAL, 32, 32, 128), GemmConfig(SHARED, 32, 32, 128, 32, 0)]
     with pytest.warns(RuntimeWarning, match="CPU wall time"):
         kernel = autotune.autotune_gemm(64, 64, 32, space=space, target=autotune.target_for(roofline.chip("M5")),
