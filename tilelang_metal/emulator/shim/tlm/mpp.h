@@ -145,7 +145,7 @@ struct matmul2d {
   // Collective over the simdgroup: dest = op(left) * op(right) (+ dest), fp32, op = transpose
   // where the descriptor says so.
   template <class TA, class TB, class TD>
-  TLM_INLINE void run(const left_t<TA>& left, const right_t<TB>& right, destination_t<TD>& dest) const {
+  TLM_OUTLINE void run(const left_t<TA>& left, const right_t<TB>& right, destination_t<TD>& dest) const {
     using namespace tlm::layout;
     constexpr int M = D.m, N = D.n, K = D.k;
     static_assert((M * K + K * N) * sizeof(float) <= tlm::rt::simd_scratch_bytes, "matmul2d operands exceed the simd scratch");

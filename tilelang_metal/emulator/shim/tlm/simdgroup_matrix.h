@@ -82,7 +82,7 @@ TLM_INLINE void require_full_simdgroup(const tlm::rt::lane_info& me, const char*
 
 // src: threadgroup / device pointer expression (raw or checked pointer).
 template <class T, int R, int C, class P>
-TLM_INLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t elements_per_row = C,
+TLM_OUTLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t elements_per_row = C,
                                ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   using L = typename simdgroup_matrix<T, R, C>::layout;
   const int lane = static_cast<int>(tlm::rt::self().lane);
@@ -98,7 +98,7 @@ TLM_INLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t ele
 }
 
 template <class T, int R, int C, class P>
-TLM_INLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint64_t elements_per_row = C,
+TLM_OUTLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint64_t elements_per_row = C,
                                 ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   using L = typename simdgroup_matrix<T, R, C>::layout;
   const int lane = static_cast<int>(tlm::rt::self().lane);
@@ -118,7 +118,7 @@ TLM_INLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint6
 namespace tlm_detail {
 // d (M x N) = a (M x K) * b (K x N) (+ c): collective over the simdgroup, fp32 accumulation.
 template <class TD, class TA, class TB, class TC, int M, int N, int K, bool Accumulate>
-TLM_INLINE void sg_mma(simdgroup_matrix<TD, M, N>& d, const simdgroup_matrix<TA, M, K>& a,
+TLM_OUTLINE void sg_mma(simdgroup_matrix<TD, M, N>& d, const simdgroup_matrix<TA, M, K>& a,
                        const simdgroup_matrix<TB, K, N>& b, const simdgroup_matrix<TC, M, N>* c,
                        const char* op) {
   using LA = typename simdgroup_matrix<TA, M, K>::layout;
