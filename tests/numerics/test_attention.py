@@ -267,10 +267,10 @@ def run_attention(target, heads, kv_heads, seq, dim, causal, layout, dtype, bloc
 # target, heads, kv_heads, seq (None: runtime), dim, causal, layout, dtype, block_m, block_n, threads, sequence lengths run
 QUICK = [
     ("metal", 2, 2, 77, 64, False, "bshd", "float16", 32, 32, 64, (77,)),  # tail of 13 keys / queries
-    # GQA, runtime length; causal with block_m = 2 block_n: rows 0-31 of query block 0 see a fully masked key block 1
-    ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),
 ]
 SLOW = [
+    # GQA, runtime length; causal with block_m = 2 block_n: rows 0-31 of query block 0 see a fully masked key block 1
+    ("metal4", 2, 1, None, 64, True, "bhsd", "bfloat16", 64, 32, 128, (45, 96)),
     # block_m 32 on 4 simdgroups: S would take cooperative tensors (2x2) and P . V simdgroup matrices
     # (4x1); both take simdgroup matrices 4x1 so S and P agree (transform/fragment_groups.py)
     ("metal4", 2, 2, 77, 64, False, "bshd", "float16", 32, 64, 128, (77,)),

@@ -145,7 +145,7 @@ def run_attention_sink(target: str, window) -> None:
     torch.testing.assert_close(o.float(), sink_attention_reference(q, k, v, sinks, window), rtol=1e-2, atol=2e-3)
 
 
-@pytest.mark.parametrize("window", [None, 16], ids=["causal", "sliding-window"])
+@pytest.mark.parametrize("window", [None, pytest.param(16, marks=pytest.mark.slow)], ids=["causal", "sliding-window"])
 def test_attention_sink_matches_the_gpt_oss_reference(window):
     run_attention_sink("metal", window)
 
@@ -247,7 +247,7 @@ def run_flash_attention_backward(target: str, causal: bool) -> None:
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=pytest.mark.slow), True], ids=["full", "causal"])
 def test_flash_attention_backward_matches_autograd(causal):
     run_flash_attention_backward("metal", causal)
 

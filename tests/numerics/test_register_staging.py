@@ -34,7 +34,7 @@ CASES = [
     pytest.param("metal", 64, 64, 64, 32, 2, "float32", marks=pytest.mark.slow),  # aligned, 4 K steps
     ("metal", 50, 40, 71, 32, 3, "float32"),  # ragged M, N, K (5 steps, the last partial)
     ("metal", 40, 24, 53, 32, 2, "float16"),  # fp16 accumulator, ragged
-    ("metal4", 100, 70, 77, 64, 3, "float32"),  # cooperative tensors, ragged, interior/edge split
+    pytest.param("metal4", 100, 70, 77, 64, 3, "float32", marks=pytest.mark.slow),  # cooperative tensors, ragged, interior/edge split
     ("metal4", 128, 64, 48, 64, 2, "float32"),  # 16-byte moves through the registers
 ]
 
