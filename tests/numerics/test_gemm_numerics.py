@@ -126,7 +126,7 @@ def test_bfloat16(metal4, plain_metal, out_dtype, which):
 
 
 # ---------------------------------------------------------------- partial tiles
-@pytest.mark.parametrize("M,N,K", [(100, 200, 72), (65, 129, 48), (1, 256, 16), (100, 200, 64)])
+@pytest.mark.parametrize("M,N,K", [(100, 200, 72), (65, 129, 48), (1, 256, 16), pytest.param(100, 200, 64, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("which", ["metal4", "plain"])
 def test_partial_tiles_direct(metal4, plain_metal, M, N, K, which):
     run_direct(M, N, K, metal4 if which == "metal4" else plain_metal)
