@@ -26,8 +26,7 @@ if [[ ${#tier[@]} -eq 0 || "${tier[0]}" == "-m" ]]; then
 fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"
-# worksteal: an idle worker takes queued tests from a busy one (test times range from ms to tens of s)
-workers=(-n "${TILELANG_METAL_TEST_WORKERS:-auto}" --dist worksteal)
+workers=(-n "${TILELANG_METAL_TEST_WORKERS:-auto}")
 if [[ "${TILELANG_METAL_TEST_WORKERS:-auto}" == "0" ]]; then
   workers=()
 fi

@@ -76,7 +76,7 @@ def test_non_finite_rows_match_torch(name, rows, cols):
 
 
 @pytest.mark.parametrize("name", ["softmax", "sum", "max"])
-@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])  # bf16: GEMM tests keep it quick
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])  # bf16 in the quick tier: the GEMM tests
 def test_half_inputs_accumulate_in_float32(name, dtype):
     rows, cols = 7, 301
     torch.manual_seed(2)

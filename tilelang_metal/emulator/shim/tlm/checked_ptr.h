@@ -10,14 +10,6 @@
 
 namespace tlm {
 
-// Instrumented builds report every access to the runtime: out of line, the report's setup is one
-// copy per type instead of one per access site (a racecheck build of an attention kernel: 17 s -> 4 s).
-#ifdef TLM_INSTRUMENTED
-#define TLM_ACCESS TLM_OUTLINE
-#else
-#define TLM_ACCESS TLM_INLINE
-#endif
-
 template <class T>
 struct checked_ptr {
   T* base;            // start of the buffer

@@ -25,3 +25,12 @@
 #if defined(TLM_COUNTERS) || defined(TLM_RACECHECK)
 #define TLM_INSTRUMENTED 1
 #endif
+
+// Checked accesses (checked_ptr.h). Instrumented builds report every access to the runtime: out of
+// line, the report's setup is one copy per type instead of one per access site (a racecheck build of
+// an attention kernel: 17 s -> 4 s). Plain builds keep the bounds check inline.
+#ifdef TLM_INSTRUMENTED
+#define TLM_ACCESS TLM_OUTLINE
+#else
+#define TLM_ACCESS TLM_INLINE
+#endif
