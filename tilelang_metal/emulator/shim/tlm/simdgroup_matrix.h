@@ -83,7 +83,7 @@ TLM_INLINE void require_full_simdgroup(const tlm::rt::lane_info& me, const char*
 // src: threadgroup / device pointer expression (raw or checked pointer).
 template <class T, int R, int C, class P>
 TLM_OUTLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t elements_per_row = C,
-                               ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
+                                ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   using L = typename simdgroup_matrix<T, R, C>::layout;
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = L::row(lane), c = L::col(lane);
@@ -99,7 +99,7 @@ TLM_OUTLINE void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, uint64_t el
 
 template <class T, int R, int C, class P>
 TLM_OUTLINE void simdgroup_store(const simdgroup_matrix<T, R, C>& s, P dst, uint64_t elements_per_row = C,
-                                ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
+                                 ulong2 matrix_origin = ulong2(0, 0), bool transpose_matrix = false) {
   using L = typename simdgroup_matrix<T, R, C>::layout;
   const int lane = static_cast<int>(tlm::rt::self().lane);
   const int r = L::row(lane), c = L::col(lane);
@@ -119,8 +119,8 @@ namespace tlm_detail {
 // d (M x N) = a (M x K) * b (K x N) (+ c): collective over the simdgroup, fp32 accumulation.
 template <class TD, class TA, class TB, class TC, int M, int N, int K, bool Accumulate>
 TLM_OUTLINE void sg_mma(simdgroup_matrix<TD, M, N>& d, const simdgroup_matrix<TA, M, K>& a,
-                       const simdgroup_matrix<TB, K, N>& b, const simdgroup_matrix<TC, M, N>* c,
-                       const char* op) {
+                        const simdgroup_matrix<TB, K, N>& b, const simdgroup_matrix<TC, M, N>* c,
+                        const char* op) {
   using LA = typename simdgroup_matrix<TA, M, K>::layout;
   using LB = typename simdgroup_matrix<TB, K, N>::layout;
   using LD = typename simdgroup_matrix<TD, M, N>::layout;
