@@ -4,7 +4,7 @@ lower time with a short message naming the limit. Never a silent mismatch.
 Seeded and reproducible: TILELANG_METAL_PROPERTY_SEED (default 2026), TILELANG_METAL_PROPERTY_N
 (default 120, which keeps the full tier within its budget on two cores). A failure message carries the configuration, so it can be replayed alone.
 The configurations are checked in TILELANG_METAL_PROPERTY_WORKERS processes (default: one per CPU,
-at most 4, or 1 under pytest-xdist; 1 = in this process): each one lowers, compiles and runs its share independently.
+at most 4; 1 = in this process): each one lowers, compiles and runs its share independently.
 """
 
 import multiprocessing
@@ -24,9 +24,7 @@ from tilelang_metal.emulator import EmulatorError
 
 SEED = int(os.environ.get("TILELANG_METAL_PROPERTY_SEED", "2026"))
 COUNT = int(os.environ.get("TILELANG_METAL_PROPERTY_N", "120"))  # 200+ for a deeper sweep (about 1.1 s a config warm)
-# Under pytest-xdist every CPU already runs a test worker: a pool would only add its imports.
-WORKERS = int(os.environ.get("TILELANG_METAL_PROPERTY_WORKERS", "0")) or (
-    1 if os.environ.get("PYTEST_XDIST_WORKER") else min(4, len(os.sched_getaffinity(0))))
+WORKERS = int(os.environ.get("TILELANG_METAL_PROPERTY_WORKERS", "0")) or min(4, len(os.sched_getaffinity(0)))
 EPILOGUE_REFS = {
     "none": lambda x, bias: x,
     "relu": lambda x, bias: torch.relu(x),
