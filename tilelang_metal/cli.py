@@ -170,7 +170,6 @@ def _choose(args: argparse.Namespace) -> argparse.Namespace:
     pinned = [flag for flag, value in (("--block-m", args.block_m), ("--block-n", args.block_n), ("--block-k", args.block_k),
                                        ("--threads", args.threads), ("--swizzle", args.swizzle), ("--epilogue", args.epilogue))
               if value is not None]
-    pinned += [flag for flag, value in (("--trans-a", args.trans_a), ("--trans-b", args.trans_b)) if value]
     if pinned:
         path = "shared" if {"--block-k", "--epilogue"} & set(pinned) else "direct_global"
         raise UsageError(f"{pinned[0]} pins one kernel, but --path auto picks the kernel by shape and chip; add --path {path} to use {pinned[0]}")
@@ -178,7 +177,8 @@ def _choose(args: argparse.Namespace) -> argparse.Namespace:
     from .kernels.matmul import matmul_config
 
     target = resolve_target("metal") if args.target == "auto" else args.target
-    args.choice = matmul_config(args.m, args.n, args.k, args.dtype, args.out_dtype, chip=args.chip, target=target)
+    args.choice = matmul_config(args.m, args.n, args.k, args.dtype, args.out_dtype, chip=args.chip, target=target,
+                                trans_A=args.trans_a, trans_B=args.trans_b)
     args.target = args.choice.target
     return args
 

@@ -54,3 +54,15 @@ def test_tilelang_info_lines_only_with_verbose(capfd):
     assert main(["run", "--m", "32", "--n", "64", "--k", "24", "--target", "metal", "--backend", "emulator", "--verbose"]) == 0
     loud = capfd.readouterr()  # another K: a kernel that is compiled, not served from the JIT memo
     assert "TileLang begins to compile" in loud.out + loud.err
+
+
+def test_auto_path_runs_transposed_operands(capsys):
+    """`--path auto` with --trans-a / --trans-b: a GEMV-sized problem stored transposed takes the
+    tiled GEMM and the run checks it against torch."""
+    problem = ["--m", "3", "--n", "72", "--k", "40", "--trans-a", "--trans-b", "--chip", "M4"]
+    code = main(["run", *problem, "--backend", "emulator"])
+    out = capsys.readouterr().out
+    assert code == 0 and "OK" in out, out
+    assert main(["lower", *problem, "--explain"]) == 0
+    explained = capsys.readouterr().out
+    assert "matmul 3x72x40 TT float16->float16 on M4 (metal): gemm" in explained and "stored transposed" in explained, explained

@@ -272,6 +272,54 @@ def test_transposes_only_on_the_gemm_route():
         kernels.matmul_program(matmul_config(64, 4096, 4096, chip="M3"), trans_B=True)
 
 
+@pytest.mark.parametrize("chip", ["M5", "M4"])
+def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
+    """A GEMV shape (M = 1) and a split-K shape (64x4096x4096), stored transposed: the tiled GEMM,
+    with a reason naming the transposed operand; the untransposed problems keep their routes."""
+    for shape, untransposed in (((1, 4096, 4096), GEMV), ((64, 4096, 4096), SPLIT_K)):
+        assert matmul_config(*shape, chip=chip).route == untransposed
+        for flags in ({"trans_A": True}, {"trans_B": True}, {"trans_A": True, "trans_B": True}):
+            choice = matmul_config(*shape, chip=chip, **flags)
+            assert (choice.route, choice.splits, choice.trans_A, choice.trans_B) == (GEMM, 1, flags.get("trans_A", False), flags.get("trans_B", False))
+            assert any("stored transposed" in r and "GEMV and split-K" in r for r in choice.reasons), choice.reasons
+            assert not any("too short to split" in r for r in choice.reasons)
+            layout = ("T" if choice.trans_A else "N") + ("T" if choice.trans_B else "N")
+            assert f"{shape[0]}x{shape[1]}x{shape[2]} {layout} " in choice.summary()
+    with pytest.raises(ValueError, match=r"matmul trans_B=1 must be True or False"):
+        matmul_config(64, 64, 64, chip=chip, trans_B=1)
+
+
+@pytest.mark.parametrize("M, N, K, flags, staged", [
+    (4095, 4096, 4096, {}, True),  # NN: the pitches are K and N; M is no pitch
+    (4095, 4096, 4096, {"trans_A": True}, False),  # A^T (K, M): rows of M = 4095 elements
+    (4096, 4096, 4095, {}, False),  # NN: A's rows of K = 4095
+    (4096, 4095, 4096, {"trans_B": True}, True),  # B^T (N, K): rows of K; N is no pitch
+    (4096, 4096, 4095, {"trans_B": True}, False),  # B^T rows of K = 4095
+])
+def test_odd_pitch_rule_reads_the_pitches_as_stored(M, N, K, flags, staged):
+    choice = matmul_config(M, N, K, chip="M4", **flags)
+    assert choice.route == GEMM and bool(choice.stages) == staged, choice.describe()
+    assert any("is not a multiple of 16 bytes" in r for r in choice.reasons) == (not staged)
+
+
+@pytest.mark.parametrize("M, N, K, layout, chip", [(1, 40, 24, "nt", "M5"), (3, 72, 40, "tn", "M4"), (37, 8, 53, "tt", "M4")])
+def test_transposed_matmul_matches_torch_under_racecheck(M, N, K, layout, chip):
+    """GEMV-sized problems stored transposed run the tiled GEMM (partial tiles, prime K) and match
+    torch, with NaN and inf in A propagating to their rows only."""
+    trans_A, trans_B = layout[0] == "t", layout[1] == "t"
+    kernel = kernels.matmul(M, N, K, chip=chip, execution_backend="emulator", trans_A=trans_A, trans_B=trans_B)
+    torch.manual_seed(M + N + K)
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    a[0, 1] = float("nan")
+    if M > 2:
+        a[2, 0] = float("inf")
+    a_s = a.t().contiguous() if trans_A else a
+    b_s = b.t().contiguous() if trans_B else b
+    ref = (a.float() @ b.float()).half()
+    out = racecheck(kernel, a_s, b_s, seeds=(0, 1))
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-3, atol=2e-3 * math.sqrt(K), equal_nan=True)
+
+
 def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):
     """The plain-metal gemm route's kernel for `layout` ("nn", "nt": B stored (N, K), "tn": A stored
     (K, M)), its MSL, its output against torch and its counters."""

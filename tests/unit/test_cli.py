@@ -42,7 +42,6 @@ def _error_line(capsys, argv):
         (["lower", "--block-k", "16"], "--block-k pins one kernel, but --path auto picks the kernel by shape and chip; add --path shared"),
         (["lower", "--path", "direct_global", "--block-k", "16"], "--block-k applies to --path shared only"),
         (["run", "--threads", "256"], "--threads pins one kernel, but --path auto picks the kernel by shape and chip; add --path direct_global"),
-        (["lower", "--trans-b"], "--trans-b pins one kernel"),
         (["lower", *SMALL, "--path", "shared", "--swizzle", "3"], "power-of-two panel size, got 3"),
         (["lower", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required"),

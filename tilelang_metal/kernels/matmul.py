@@ -78,6 +78,8 @@ class MatmulChoice:
     splits: int = 1
     stages: int = 0
     gemv_variant: str = ""
+    trans_A: bool = False  # A stored (K, M)
+    trans_B: bool = False  # B stored (N, K)
     reasons: tuple[str, ...] = ()
 
     @property
@@ -85,7 +87,9 @@ class MatmulChoice:
         return self.threads // 32
 
     def summary(self) -> str:
-        shape = f"{self.M}x{self.N}x{self.K} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
+        layout = "".join(("T" if self.trans_A else "N", "T" if self.trans_B else "N"))
+        layout = "" if layout == "NN" else f" {layout}"
+        shape = f"{self.M}x{self.N}x{self.K}{layout} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
         if self.route == GEMV:
             return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
         size = f"{self.block_m}x{self.block_n}" + (f"x{self.block_k}" if self.stages else "")
@@ -182,19 +186,30 @@ def matmul_config(
     *,
     chip: str | Chip | None = None,
     target: Any = None,
+    trans_A: bool = False,
+    trans_B: bool = False,
 ) -> MatmulChoice:
     """The kernel `matmul` builds for C (M, N) = A (M, K) @ B (K, N), with its reasons. `chip`: a
     name of `roofline.CHIPS` or a `Chip` (default: this Mac's, else M5); `target`: "metal4",
-    "metal" or a Target (default: metal4 on M5 and newer, else metal)."""
+    "metal" or a Target (default: metal4 on M5 and newer, else metal). `trans_A`: A is stored
+    (K, M); `trans_B`: B is stored (N, K); such problems take the tiled GEMM route."""
     out_dtype = out_dtype or dtype
     M, N, K = integer_sizes("matmul", M=M, N=N, K=K)
     _check(M, N, K, dtype, out_dtype)
+    for name, flag in (("trans_A", trans_A), ("trans_B", trans_B)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"matmul {name}={flag!r} must be True or False")
     on, chip_reason = _resolve_chip(chip)
     target_name, target_reason = _resolve_target(target, on)
     reasons = [chip_reason, target_reason]
-    common = {"M": M, "N": N, "K": K, "dtype": dtype, "out_dtype": out_dtype, "chip": on.name, "target": target_name}
+    common = {"M": M, "N": N, "K": K, "dtype": dtype, "out_dtype": out_dtype, "chip": on.name, "target": target_name,
+              "trans_A": trans_A, "trans_B": trans_B}
+    transposed = [name for name, flag in (("A", trans_A), ("B", trans_B)) if flag]
+    if transposed:
+        reasons.append(f"{' and '.join(transposed)} stored transposed: the GEMV and split-K kernels read A (M, K) and "
+                       "B (K, N) only, so the tiled GEMM, which reads either layout")
 
-    if min(M, N) <= GEMV_MAX_ROWS:
+    if min(M, N) <= GEMV_MAX_ROWS and not transposed:
         small_m = M <= N
         side, value = ("M", M) if small_m else ("N", N)
         variant = "small_m" if small_m else "small_n"
@@ -220,7 +235,7 @@ def matmul_config(
     mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K:
+    if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
         splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
     if splits > 1:
         if mlx_rule:
@@ -232,10 +247,14 @@ def matmul_config(
                        f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
         return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=block_k,
                             splits=splits, stages=stages, reasons=tuple(reasons))
-    if few_tiles:
+    if few_tiles and transposed:
+        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed operands only")
+    elif few_tiles:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
-    odd = [f"{name}={value}" for name, value in (("K", K), ("N", N)) if value * (4 if dtype == "float32" else 2) % 16]
+    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
+    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
+    odd = sorted({f"{name}={value}" for name, value in pitches if value * (4 if dtype == "float32" else 2) % 16})
     if stages and odd:
         stages = 0
         reasons.append(f"row pitch {' and '.join(odd)} ({dtype}) is not a multiple of 16 bytes: staged copies of that operand "
@@ -252,9 +271,11 @@ def matmul_config(
 
 
 def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool = False) -> Any:
-    """The `T.prim_func` of a choice (compile with `out_idx=[-1]`). trans_A / trans_B (the gemm
-    route only): A stored (K, M), B stored (N, K), the same tile and kernel."""
+    """The `T.prim_func` of a choice (compile with `out_idx=[-1]`), in the operand layouts the
+    choice was made for; trans_A / trans_B (the gemm route only) add a transpose to it: A stored
+    (K, M), B stored (N, K), the same tile and kernel."""
     M, N, K, dtype, out_dtype = choice.M, choice.N, choice.K, choice.dtype, choice.out_dtype
+    trans_A, trans_B = trans_A or choice.trans_A, trans_B or choice.trans_B
     if (trans_A or trans_B) and choice.route != GEMM:
         raise ValueError(f"matmul: the {choice.route} route takes A (M, K) and B (K, N) only; transpose the operands "
                          "with .t().contiguous() first, or build kernels.gemm_staged / gemm_direct_global with trans_A / trans_B")
@@ -286,9 +307,12 @@ def matmul(
     chip: str | Chip | None = None,
     target: Any = None,
     execution_backend: str | None = None,
+    trans_A: bool = False,
+    trans_B: bool = False,
 ) -> Any:
-    """The compiled kernel `matmul_config` chooses, called as `kernel(A, B) -> C`."""
-    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip, target=target)
+    """The compiled kernel `matmul_config` chooses, called as `kernel(A, B) -> C` (A (K, M) with
+    `trans_A`, B (N, K) with `trans_B`)."""
+    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip, target=target, trans_A=trans_A, trans_B=trans_B)
     return compile_choice(choice, execution_backend)
 
 
