@@ -27,6 +27,9 @@ os.environ.setdefault("TILELANG_DISABLE_CACHE", "1")
 # The emulator's build cache is shared by every checkout and process of a machine (~/.cache): the
 # suite keeps its own, in this checkout, so its cold / warm times and its evictions are its own.
 os.environ.setdefault("TILELANG_METAL_EMULATOR_CACHE", os.path.join(ROOT, ".emulator-cache"))
+# Lowered modules too (tilelang_metal/lowering_cache.py): a second run loads what the first lowered;
+# a test that swaps a plugin function or an instruction lowers afresh (the key holds their identity).
+os.environ.setdefault("TILELANG_METAL_LOWERING_CACHE", os.path.join(ROOT, ".lowering-cache"))
 
 import tilelang_metal  # noqa: E402,F401  (activates the plugin for the whole suite)
 from tilelang_metal.codegen import build as codegen_build  # noqa: E402
@@ -56,6 +59,10 @@ def _recording_compile(msl, **kwargs):
 
 
 _emulator.compile_kernel = _recording_compile
+
+from tilelang_metal import lowering_cache as _lowering_cache  # noqa: E402
+
+_lowering_cache.take_baseline()  # with the recording wrappers above, the code every test starts from
 
 
 SLOW_TIER = os.path.join(TESTS, "slow")

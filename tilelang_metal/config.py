@@ -100,6 +100,13 @@ SETTINGS: dict[str, Setting] = {
             False,
         ),
         Setting(
+            PREFIX + "LOWERING_CACHE",
+            "off",
+            "a directory path (created if missing); unset, empty or 0 = off",
+            "keep each lowered module on disk, keyed by the complete input IR, target, options, pass configs and the plugin's code, so lowering the same kernel again loads it instead of running the passes",
+            False,
+        ),
+        Setting(
             PREFIX + "EMULATOR_CACHE",
             "~/.cache/tilelang_metal/emulator",
             "a directory path (created if missing)",
@@ -251,6 +258,12 @@ def precise_math() -> bool:
 
 def debug() -> bool:
     return _flag(PREFIX + "DEBUG", False)
+
+
+def lowering_cache() -> Path | None:
+    """Directory of the lowering cache, or None when it is off (the default)."""
+    value = _raw(PREFIX + "LOWERING_CACHE")
+    return None if not value or value == "0" else Path(value).expanduser()
 
 
 def emulator_cache() -> Path:

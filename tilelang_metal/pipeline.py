@@ -26,6 +26,7 @@ from . import gemm as gemm_metal
 from .ir_attrs import STAGING_KEPT_ATTR, collect_decisions
 from .options import LoweringOptions, lowering, lowering_scope, stamp, stamped
 from .codegen.build import build_metal, build_metal_runtime
+from .lowering_cache import cached_lowering
 from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
@@ -64,9 +65,9 @@ def lower_metal(mod: object, target: object) -> object:
     # current until the passes end: the GEMM hooks LayoutInference / LowerTileOp call read them.
     with lowering_scope() as options:
         if Target.current(allow_none=True) is not None:
-            return _lower_metal_passes(mod, target, options)
+            return cached_lowering(mod, target, options, _lower_metal_passes)
         with Target(target) if not isinstance(target, Target) else target:
-            return _lower_metal_passes(mod, target, options)
+            return cached_lowering(mod, target, options, _lower_metal_passes)
 
 
 def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -> object:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
 from . import kernel_options, options
@@ -12,6 +10,7 @@ from . import gemm as gemm_metal
 from .pipeline import codegen_build, codegen_build_runtime
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
 from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
+from .lowering_cache import source_fingerprint
 from .pipeline import lower_metal
 from .target import detect_metal_target, is_metal, normalize_metal_target
 from .version import __version__
@@ -90,16 +89,6 @@ def _make_mps_adapter(**kwargs: Any) -> Any:
     from .execution.mps_adapter import MPSKernelAdapter
 
     return MPSKernelAdapter(**kwargs)
-
-
-def source_fingerprint() -> str:
-    """Hash of the plugin's own Python sources: an edited checkout never reuses stale kernels."""
-    root = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def build_hooks() -> _host.HostHooks:

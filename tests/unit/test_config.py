@@ -25,6 +25,7 @@ ACCESSORS = {
     "RELAXED_PRECISION": config.relaxed_precision,
     "PRECISE_MATH": config.precise_math,
     "DEBUG": config.debug,
+    "LOWERING_CACHE": config.lowering_cache,
     "EMULATOR_CACHE": config.emulator_cache,
     "EMULATOR_CACHE_MB": config.emulator_cache_mb,
     "EMULATOR_CXX": config.emulator_cxx,
@@ -50,6 +51,7 @@ def test_defaults(clean_env):
     assert config.fragment_ct() is True
     assert config.register_staging() is True
     assert config.debug() is False
+    assert config.lowering_cache() is None
     assert config.emulator_cache() == Path.home() / ".cache" / "tilelang_metal" / "emulator"
     assert config.emulator_cxx() == ("clang++-19" if shutil.which("clang++-19") else "g++")
     assert config.emulator_fibers() == "native"

@@ -115,6 +115,12 @@ def recorded_plans() -> Iterator[list[Any]]:
         stack.pop()
 
 
+def plans_are_recorded() -> bool:
+    """Whether a `recorded_plans()` block is open on this thread (the lowering cache then lowers
+    afresh, so the block sees every plan)."""
+    return bool(getattr(_recorders, "stack", None))
+
+
 def record(decision: Any) -> None:
     """Add a plan to every active `recorded_plans()` list."""
     for plans in getattr(_recorders, "stack", ()):

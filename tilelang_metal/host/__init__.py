@@ -49,7 +49,10 @@ from .passes import (  # noqa: F401
     NO_LAYOUT,
     PIPELINE_TWO_WRITES,
     infer_layouts,
+    module_from_json,
+    module_to_json,
     pass_context,
+    pass_context_state,
     pipeline_options,
     plan_pipelines,
     stock_passes,
@@ -184,4 +187,6 @@ from .vocab import (  # noqa: F401
 )
 from .ir import (  # noqa: F401
     fresh_definitions,
+    paired_free_vars,
+    rebind_vars,
 )

@@ -33,3 +33,53 @@ def fresh_definitions(stmt: Any) -> Any:
         return None
 
     return tvm.tirx.stmt_functor.ir_transform(stmt, None, redefine, ["tirx.For", "tirx.Bind", "tirx.Let"])
+
+
+def paired_free_vars(copy: Any, original: Any) -> dict[Any, Any]:
+    """{variable of `copy` -> the same variable of `original`} for two structurally equal
+    modules (one loaded from JSON): every PrimFunc's parameters and the data, shape, stride and
+    offset variables of its parameter buffers, the variables a lowered module shares with its input."""
+    mapping: dict[Any, Any] = {}
+
+    def pair(a: Any, b: Any) -> None:
+        if isinstance(a, tir.Var) and isinstance(b, tir.Var):
+            mapping[a] = b
+
+    originals = {gv.name_hint: f for gv, f in original.functions.items()}
+    for gv, func in copy.functions.items():
+        other = originals.get(gv.name_hint)
+        if not isinstance(func, tir.PrimFunc) or not isinstance(other, tir.PrimFunc):
+            continue
+        for p, q in zip(func.params, other.params):
+            pair(p, q)
+            a, b = func.buffer_map.get(p), other.buffer_map.get(q)
+            if a is None or b is None:
+                continue
+            pair(a.data, b.data)
+            pair(a.elem_offset, b.elem_offset)
+            for x, y in zip([*a.shape, *a.strides], [*b.shape, *b.strides]):
+                pair(x, y)
+    return mapping
+
+
+def rebind_vars(func: Any, mapping: dict[Any, Any]) -> Any:
+    """`func` with the variables of `mapping` replaced, parameters, uses and definitions (`Bind`,
+    `Let`, loop variables) alike."""
+    if not mapping:
+        return func
+    body = tvm.tirx.stmt_functor.substitute(func.body, mapping)
+
+    def redefine(node: Any) -> Any:
+        if isinstance(node, tir.For) and node.loop_var in mapping:
+            return tir.For(mapping[node.loop_var], node.min, node.extent, node.kind, node.body,
+                           node.thread_binding, node.annotations, node.step)
+        if isinstance(node, tir.Bind) and node.var in mapping:
+            return tir.Bind(mapping[node.var], node.value)
+        if isinstance(node, tir.Let) and node.var in mapping:
+            return tir.Let(mapping[node.var], node.value, node.body)
+        return None
+
+    body = tvm.tirx.stmt_functor.ir_transform(body, None, redefine, ["tirx.For", "tirx.Bind", "tirx.Let"])
+    params = [mapping.get(p, p) for p in func.params]
+    buffer_map = {mapping.get(p, p): b for p, b in func.buffer_map.items()}
+    return tir.PrimFunc(params, body, func.ret_type, buffer_map, func.attrs)

@@ -29,6 +29,25 @@ def pass_context() -> Any:
     """A default TVM PassContext (`with pass_context(), target:` for lowering outside tilelang.compile)."""
     return tvm.transform.PassContext()
 
+def pass_context_state() -> tuple[list[tuple[str, str]], bool]:
+    """The current PassContext's config as sorted (key, text) pairs, and whether it carries pass
+    instruments (whose observations a lowering skipped by a cache would lose)."""
+    ctx = tvm.transform.PassContext.current()
+    items = sorted((str(key), str(value)) for key, value in ctx.config.items())
+    return items, bool(list(ctx.instruments))
+
+
+def module_to_json(*mods: Any) -> str:
+    """The complete, deterministic serialization of one IRModule, or of several together
+    (`tvm.ir.save_json`; variables they share stay shared when loaded)."""
+    return tvm.ir.save_json(mods[0] if len(mods) == 1 else list(mods))
+
+
+def module_from_json(text: str) -> Any:
+    """What `module_to_json` wrote: the module, or the list of modules."""
+    return tvm.ir.load_json(text)
+
+
 def pipeline_options() -> Any:
     """tilelang's pass-config readers (vectorize, let-inline, shared-memory merge policy, ...)."""
     from tilelang.backend.pass_pipeline import pipeline_utils

@@ -1,0 +1,158 @@
+"""The lowering cache (tilelang_metal/lowering_cache.py): a second lowering of the same kernel under
+the same options loads the stored module, and the kernel it gives runs; anything that changes the
+lowering (options, pass configs, a patched pass, a substituted instruction) or observes it lowers
+afresh; damaged entries and refusals never reach a caller."""
+
+import dataclasses
+
+# no `from __future__ import annotations`: TileLang evaluates the T.Tensor annotations
+
+import pytest
+import tilelang
+import tilelang.language as T
+import torch
+
+from tilelang_metal import isa, lowering_cache, pipeline
+from tilelang_metal import kernels as K
+from tilelang_metal.errors import GemmLoweringError
+from tilelang_metal.gemm import recorded_plans
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_METAL_LOWERING_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def _entries(root) -> list:
+    return sorted(p for p in root.rglob("*.json.z"))
+
+
+def _delta(before: dict) -> dict:
+    now = lowering_cache.stats()
+    return {k: now[k] - before[k] for k in now}
+
+
+def _source(func, target=None, pass_configs=None) -> str:
+    if pass_configs is not None:
+        return tilelang.compile(func, target=target or K.metal4_target(), execution_backend="emulator",
+                                pass_configs=pass_configs).get_kernel_source()
+    return tilelang.lower(func, target=target or K.metal4_target()).kernel_source
+
+
+def test_second_lowering_is_a_hit_and_its_kernel_runs(cache_dir):
+    func = K.gemm_direct_global(37, 70, 48, out_dtype="float32")
+    before = lowering_cache.stats()
+    first = tilelang.compile(func, out_idx=[-1], target=K.metal4_target(), execution_backend="emulator")
+    assert _delta(before) == {"hits": 0, "misses": 1, "bypassed": 0} and len(_entries(cache_dir)) == 1
+    second = tilelang.compile(K.gemm_direct_global(37, 70, 48, out_dtype="float32"), out_idx=[-1], target=K.metal4_target(),
+                              execution_backend="emulator")
+    assert _delta(before) == {"hits": 1, "misses": 1, "bypassed": 0}
+    assert second.get_kernel_source() == first.get_kernel_source()
+    torch.manual_seed(0)
+    a, b = torch.randn(37, 48).half(), torch.randn(48, 70).half()
+    torch.testing.assert_close(second(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def _dynamic_scale(dtype: str = "float32"):
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def main(X: T.Tensor((n, 4), dtype), Y: T.Tensor((n, 4), dtype)):
+        with T.Kernel(T.ceildiv(n, 32), threads=128) as bx:
+            for i, j in T.Parallel(32, 4):
+                if bx * 32 + i < n:
+                    Y[bx * 32 + i, j] = X[bx * 32 + i, j] * 2.0 + 1.0
+
+    return main
+
+
+@pytest.mark.parametrize("rows", [0, 1, 33, 70])
+def test_a_hit_keeps_the_callers_shape_variables(cache_dir, rows):
+    """The host code of a stored module names the caller's own parameters and shape variables
+    (the adapter binds arguments to them by identity), at every dynamic size."""
+    tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    before = lowering_cache.stats()
+    kernel = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    assert _delta(before)["hits"] == 1
+    x = torch.randn(rows, 4)
+    torch.testing.assert_close(kernel(x), x * 2 + 1)
+
+
+def test_options_and_pass_configs_are_part_of_the_key(cache_dir, monkeypatch):
+    func = K.gemm_direct_global(64, 128, 32)
+    base = _source(func)
+    monkeypatch.setenv("TILELANG_METAL_RELAXED_PRECISION", "0")
+    exact = _source(func)
+    assert exact != base and len(_entries(cache_dir)) == 2
+    monkeypatch.delenv("TILELANG_METAL_RELAXED_PRECISION")
+    before = lowering_cache.stats()
+    assert _source(func, pass_configs={"tilelang_metal.relaxed_precision": "off"}) == exact  # the same options
+    assert _delta(before)["hits"] == 1
+    _source(func, pass_configs={"tl.disable_vectorize_256": True})  # one of tilelang's own: a new key
+    assert len(_entries(cache_dir)) == 3
+    before = lowering_cache.stats()
+    assert _source(func) == base and _delta(before)["hits"] == 1
+
+
+def test_a_patched_pass_is_never_cached_nor_stored(cache_dir, monkeypatch):
+    func = K.gemm_shared(64, 64, 32)
+    plain = _source(func)
+    calls = []
+    real = pipeline.SyncWhileLoops
+    monkeypatch.setattr(pipeline, "SyncWhileLoops", lambda mod: calls.append(1) or real(mod))
+    assert lowering_cache.patched() == "tilelang_metal.pipeline.SyncWhileLoops"
+    before = lowering_cache.stats()
+    assert _source(func) == plain
+    assert calls and _delta(before) == {"hits": 0, "misses": 0, "bypassed": 1} and len(_entries(cache_dir)) == 1
+    monkeypatch.undo()
+    assert lowering_cache.patched() is None
+    before = lowering_cache.stats()
+    _source(func)
+    assert _delta(before)["hits"] == 1
+
+
+def test_a_substituted_instruction_lowers_afresh(cache_dir):
+    inst = isa.REGISTRY.named(isa.SIMDGROUP_8x8x8.name)
+    stand_in = dataclasses.replace(inst)  # equal, but another object: the registry is not as written
+    func = K.gemm_direct_global(64, 64, 32)
+    _source(func, K.plain_metal_target())
+    with isa.REGISTRY.substituted(stand_in):
+        assert lowering_cache.patched() == "isa.REGISTRY"
+        before = lowering_cache.stats()
+        _source(func, K.plain_metal_target())
+        assert _delta(before)["bypassed"] == 1
+
+
+def test_observed_lowerings_run_the_passes(cache_dir):
+    func = K.gemm_direct_global(64, 128, 32)
+    _source(func)
+    with recorded_plans() as plans:
+        before = lowering_cache.stats()
+        _source(func)
+    assert plans and _delta(before)["bypassed"] == 1
+
+
+def test_a_damaged_entry_is_lowered_again(cache_dir):
+    func = K.gemm_direct_global(64, 128, 32)
+    good = _source(func)
+    (entry,) = _entries(cache_dir)
+    entry.write_bytes(b"not an entry")
+    before = lowering_cache.stats()
+    assert _source(func) == good and _delta(before)["misses"] == 1
+    before = lowering_cache.stats()
+    assert _source(func) == good and _delta(before)["hits"] == 1
+
+
+def test_refusals_are_raised_every_time_and_never_stored(cache_dir):
+    for _ in range(2):
+        with pytest.raises(GemmLoweringError, match="threads=100 is not a multiple of 32"):
+            _source(K.gemm_direct_global(64, 128, 32, threads=100))
+    assert _entries(cache_dir) == []
+
+
+def test_off_by_default(monkeypatch, tmp_path):
+    monkeypatch.delenv("TILELANG_METAL_LOWERING_CACHE", raising=False)
+    before = lowering_cache.stats()
+    _source(K.gemm_direct_global(64, 128, 32))
+    assert _delta(before) == {"hits": 0, "misses": 0, "bypassed": 0}

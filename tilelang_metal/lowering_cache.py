@@ -1,0 +1,215 @@
+"""The optional on-disk cache of lowered modules (`TILELANG_METAL_LOWERING_CACHE`, off by default).
+
+Lowering is most of the time a compile takes once the emulator's build cache is warm (tilelang's
+C++ passes and their Z3 proofs: 0.3 s for a GEMM, seconds for a kernel with ten reductions). The
+pass pipeline is a function of what the key below holds, so its result can be kept:
+
+- the input module, serialized whole (`tvm.ir.save_json`: every node, attribute and annotation,
+  deterministic across processes);
+- the target, the lowering options (all fields), the current PassContext's config;
+- tilelang's and the plugin's versions and a hash of the plugin's sources.
+
+The code must be the code as written: `take_baseline()` (run by `activate()`) records the
+functions, classes and instructions the lowering modules hold, and while any of them is another
+object (a test's monkeypatch, `REGISTRY.substituted`) lowerings neither read nor write the cache.
+Nor while something observes the lowering: GEMM-plan recorders (`gemm.recorded_plans`),
+`TILELANG_METAL_DEBUG` logging, PassContext instruments. A lowering that raises stores nothing. An entry that cannot be read is deleted and the module is
+lowered again. Entries are written to a temporary file and renamed, so concurrent processes
+(pytest-xdist workers) publish whole files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .version import __version__
+
+FORMAT = "1"  # bump when what an entry holds changes
+_STATS = {"hits": 0, "misses": 0, "bypassed": 0}
+
+
+def stats() -> dict[str, int]:
+    """This process's hits, misses and bypassed lowerings (for tests and benchmarks)."""
+    return dict(_STATS)
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """Hash of the plugin's own Python sources: an edited checkout never reuses stale kernels."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# Modules that do not run inside the cached passes: what runs after the lowered module exists
+# (launching, emulating; tests patch them, and the race-check tier swaps the emulator adapter's
+# runner), and what builds the input or drives compiles from above (its work is in the key).
+_NOT_LOWERING = ("tilelang_metal.emulator", "tilelang_metal.execution", "tilelang_metal.kernels",
+                 "tilelang_metal.autotune", "tilelang_metal.cli", "tilelang_metal.__main__")
+_baseline: dict[str, dict[str, Any]] = {}  # module -> {attribute: the object it held when taken}
+_registry_baseline: tuple[Any, ...] = ()
+
+
+def _takes_part(name: str) -> bool:
+    if not (name == "tilelang_metal" or name.startswith("tilelang_metal.")):
+        return False
+    return not any(name == prefix or name.startswith(prefix + ".") for prefix in _NOT_LOWERING)
+
+
+def _members(module: Any) -> dict[str, Any]:
+    """The functions and classes `module` holds, and the members of the classes it defines."""
+    held: dict[str, Any] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, type):
+            held[attr] = value
+            if value.__module__ == module.__name__:
+                held.update({f"{attr}.{member}": inner for member, inner in vars(value).items() if callable(inner)
+                             or isinstance(inner, (staticmethod, classmethod, property))})
+        elif callable(value):
+            held[attr] = value
+    return held
+
+
+def take_baseline() -> None:
+    """Record the functions, classes and instructions the lowering modules hold now as the code as
+    written. `activate()` takes it; a test harness that wraps plugin functions for all its tests
+    takes it again after doing so. A lowering while anything differs from it is not cached."""
+    import importlib
+    import pkgutil
+
+    global _registry_baseline
+    package = sys.modules["tilelang_metal"]
+    for info in pkgutil.walk_packages(package.__path__, "tilelang_metal."):
+        if _takes_part(info.name):
+            importlib.import_module(info.name)  # every lowering module is in the baseline before any test runs
+    _baseline.clear()
+    for name in [n for n in sys.modules if _takes_part(n)]:
+        if sys.modules[name] is not None:
+            _baseline[name] = _members(sys.modules[name])
+    from .isa import REGISTRY
+
+    _registry_baseline = tuple(REGISTRY)
+
+
+def patched() -> str | None:
+    """The first function, class or instruction of the lowering modules that is not the one the
+    baseline recorded (a test's monkeypatch, `REGISTRY.substituted`), or None."""
+    from .isa import REGISTRY
+
+    if not _baseline:
+        take_baseline()
+    for name in [n for n in sys.modules if _takes_part(n)]:
+        module = sys.modules[name]
+        if module is None:
+            continue
+        recorded = _baseline.setdefault(name, _members(module))  # imported since: its state now is its baseline
+        for attr, value in _members(module).items():
+            if recorded.get(attr, value) is not value:
+                return f"{name}.{attr}"
+    current = tuple(REGISTRY)
+    if len(current) != len(_registry_baseline) or any(a is not b for a, b in zip(current, _registry_baseline)):
+        return "isa.REGISTRY"
+    return None
+
+
+def _observed(options: Any) -> bool:
+    """Something would miss what a skipped lowering does, or the code is not as written."""
+    from .gemm import plans_are_recorded
+    from .host import pass_context_state
+
+    return options.debug or plans_are_recorded() or pass_context_state()[1] or patched() is not None
+
+
+def entry_key(mod_json: str, target: Any, options: Any) -> str:
+    """The key of a lowering of the module serialized as `mod_json`."""
+    import tilelang
+
+    from .host import pass_context_state
+
+    export = target.export() if hasattr(target, "export") else str(target)
+    parts = {
+        "format": FORMAT,
+        "tilelang": getattr(tilelang, "__version__", "?"),
+        "plugin": __version__,
+        "sources": source_fingerprint(),
+        "target": json.dumps(export, sort_keys=True, default=str),
+        "options": options.to_json(),
+        "pass_config": pass_context_state()[0],
+    }
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode())
+    digest.update(b"\0")
+    digest.update(mod_json.encode())
+    return digest.hexdigest()
+
+
+def cached_lowering(mod: Any, target: Any, options: Any, lower: Callable[[Any, Any, Any], Any]) -> Any:
+    """`lower(mod, target, options)`, or the module a previous identical lowering stored."""
+    root = config.lowering_cache()
+    if root is None:
+        return lower(mod, target, options)
+    if _observed(options):
+        _STATS["bypassed"] += 1
+        return lower(mod, target, options)
+    from .host import module_from_json, module_to_json
+
+    key = entry_key(module_to_json(mod), target, options)
+    path = root / key[:2] / f"{key[2:34]}.json.z"
+    try:
+        text = zlib.decompress(path.read_bytes()).decode()
+    except FileNotFoundError:
+        text = None
+    except (OSError, zlib.error, UnicodeDecodeError):
+        path.unlink(missing_ok=True)  # unreadable: lowered again below and written anew
+        text = None
+    if text is not None:
+        try:
+            lowered = _rebound(module_from_json(text), mod)
+        except Exception:  # noqa: BLE001 - a damaged entry is a miss, never an error
+            path.unlink(missing_ok=True)
+        else:
+            _STATS["hits"] += 1
+            return lowered
+    _STATS["misses"] += 1
+    lowered = lower(mod, target, options)
+    # stored with its input: the variables they share (parameters, buffer data, shape variables)
+    # come back shared, and are then swapped for the caller's own
+    _publish(path, zlib.compress(module_to_json(mod, lowered).encode(), 1))
+    return lowered
+
+
+def _rebound(stored: Any, mod: Any) -> Any:
+    """The stored lowered module with the variables it shares with its stored input replaced by
+    the caller's: the host's call sites then name the caller's own parameters (the adapters match
+    kernel arguments to parameters by identity)."""
+    from .host import paired_free_vars, rebind_vars, tir
+
+    stored_input, lowered = stored[0], stored[1]
+    mapping = paired_free_vars(stored_input, mod)
+    for gv, func in list(lowered.functions.items()):
+        if isinstance(func, tir.PrimFunc):
+            lowered.update_func(gv, rebind_vars(func, mapping))
+    return lowered
+
+
+def _publish(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # atomic: readers see the old state or the whole entry
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)  # a full disk costs the next lowering, nothing else
