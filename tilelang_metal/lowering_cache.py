@@ -88,13 +88,14 @@ def take_baseline() -> None:
     written. `activate()` takes it; a test harness that wraps plugin functions for all its tests
     takes it again after doing so. A lowering while anything differs from it is not cached."""
     import importlib
-    import pkgutil
 
     global _registry_baseline
-    package = sys.modules["tilelang_metal"]
-    for info in pkgutil.walk_packages(package.__path__, "tilelang_metal."):
-        if _takes_part(info.name):
-            importlib.import_module(info.name)  # every lowering module is in the baseline before any test runs
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(("tilelang_metal", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+        if _takes_part(name):
+            importlib.import_module(name)  # every lowering module is in the baseline before any test runs
     _baseline.clear()
     for name in [n for n in sys.modules if _takes_part(n)]:
         if sys.modules[name] is not None:
@@ -115,8 +116,9 @@ def patched() -> str | None:
         module = sys.modules[name]
         if module is None:
             continue
-        recorded = _baseline.setdefault(name, _members(module))  # imported since: its state now is its baseline
-        for attr, value in _members(module).items():
+        now = _members(module)
+        recorded = _baseline.setdefault(name, now)  # imported since the baseline: its state now is its own
+        for attr, value in now.items():
             if recorded.get(attr, value) is not value:
                 return f"{name}.{attr}"
     current = tuple(REGISTRY)
