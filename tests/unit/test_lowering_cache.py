@@ -100,14 +100,14 @@ def test_a_patched_pass_is_never_cached_nor_stored(cache_dir, monkeypatch):
     plain = _source(func)
     calls = []
     real = pipeline.SyncWhileLoops
-    monkeypatch.setattr(pipeline, "SyncWhileLoops", lambda mod: calls.append(1) or real(mod))
-    assert lowering_cache.patched() == "tilelang_metal.pipeline.SyncWhileLoops"
-    before = lowering_cache.stats()
-    assert _source(func) == plain
-    assert calls, "the patched pass did not run"
-    assert _delta(before) == {"hits": 0, "misses": 0, "bypassed": 1}, _delta(before)
-    assert len(_entries(cache_dir)) == 1, _entries(cache_dir)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # its own context: undoing it keeps cache_dir's setting
+        patch.setattr(pipeline, "SyncWhileLoops", lambda mod: calls.append(1) or real(mod))
+        assert lowering_cache.patched() == "tilelang_metal.pipeline.SyncWhileLoops"
+        before = lowering_cache.stats()
+        assert _source(func) == plain
+        assert calls, "the patched pass did not run"
+        assert _delta(before) == {"hits": 0, "misses": 0, "bypassed": 1}, _delta(before)
+        assert len(_entries(cache_dir)) == 1, _entries(cache_dir)
     assert lowering_cache.patched() is None
     before = lowering_cache.stats()
     _source(func)
