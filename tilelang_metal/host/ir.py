@@ -20,7 +20,13 @@ def fresh_definitions(stmt: Any) -> Any:
     tvm.tirx.stmt_functor.post_order_visit(stmt, collect)
     if not mapping:
         return stmt
-    stmt = tvm.tirx.stmt_functor.substitute(stmt, mapping)  # uses; the definitions keep the old vars
+    return _renamed(stmt, mapping)
+
+
+def _renamed(stmt: Any, mapping: dict[Any, Any]) -> Any:
+    """`stmt` with the variables of `mapping` replaced where used and where defined (loop
+    variables, `Bind`s, `Let`s): `substitute` alone leaves the definitions on the old variables."""
+    stmt = tvm.tirx.stmt_functor.substitute(stmt, mapping)
 
     def redefine(node: Any) -> Any:
         if isinstance(node, tir.For) and node.loop_var in mapping:
@@ -67,19 +73,7 @@ def rebind_vars(func: Any, mapping: dict[Any, Any]) -> Any:
     `Let`, loop variables) alike."""
     if not mapping:
         return func
-    body = tvm.tirx.stmt_functor.substitute(func.body, mapping)
-
-    def redefine(node: Any) -> Any:
-        if isinstance(node, tir.For) and node.loop_var in mapping:
-            return tir.For(mapping[node.loop_var], node.min, node.extent, node.kind, node.body,
-                           node.thread_binding, node.annotations, node.step)
-        if isinstance(node, tir.Bind) and node.var in mapping:
-            return tir.Bind(mapping[node.var], node.value)
-        if isinstance(node, tir.Let) and node.var in mapping:
-            return tir.Let(mapping[node.var], node.value, node.body)
-        return None
-
-    body = tvm.tirx.stmt_functor.ir_transform(body, None, redefine, ["tirx.For", "tirx.Bind", "tirx.Let"])
+    body = _renamed(func.body, mapping)
     params = [mapping.get(p, p) for p in func.params]
     buffer_map = {mapping.get(p, p): b for p, b in func.buffer_map.items()}
     return tir.PrimFunc(params, body, func.ret_type, buffer_map, func.attrs)
