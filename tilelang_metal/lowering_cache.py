@@ -168,7 +168,10 @@ def cached_lowering(mod: Any, target: Any, options: Any, lower: Callable[[Any, A
     from .host import module_from_json, module_to_json
 
     key = entry_key(module_to_json(mod), target, options)
-    path = root / key[:2] / f"{key[2:34]}.json.z"
+    # one directory per version of the plugin's sources: entries of an edited checkout can never be
+    # read again, so all but the KEPT_VERSIONS most recently used versions are deleted
+    version_dir = root / source_fingerprint()
+    path = version_dir / key[:2] / f"{key[2:34]}.json.z"
     try:
         text = zlib.decompress(path.read_bytes()).decode()
     except FileNotFoundError:
@@ -183,9 +186,15 @@ def cached_lowering(mod: Any, target: Any, options: Any, lower: Callable[[Any, A
             path.unlink(missing_ok=True)
         else:
             _STATS["hits"] += 1
+            try:
+                os.utime(version_dir)  # recently used: kept by _drop_old_versions
+            except OSError:
+                pass
             return lowered
     _STATS["misses"] += 1
     lowered = lower(mod, target, options)
+    if not version_dir.exists():
+        _drop_old_versions(root)
     # stored with its input: the variables they share (parameters, buffer data, shape variables)
     # come back shared, and are then swapped for the caller's own
     _publish(path, zlib.compress(module_to_json(mod, lowered).encode(), 1))
@@ -204,6 +213,22 @@ def _rebound(stored: Any, mod: Any) -> Any:
         if isinstance(func, tir.PrimFunc):
             lowered.update_func(gv, rebind_vars(func, mapping))
     return lowered
+
+
+KEPT_VERSIONS = 3  # source versions kept (switching between a few branches stays warm)
+
+
+def _drop_old_versions(root: Path) -> None:
+    """Delete the entries of all but the KEPT_VERSIONS - 1 most recently used source versions (a
+    new one is about to be written): the cache then holds a few suite runs' worth at most."""
+    import shutil
+
+    try:
+        versions = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in versions[KEPT_VERSIONS - 1:]:
+        shutil.rmtree(old, ignore_errors=True)  # another process may be reading it: a miss there, no error
 
 
 def _publish(path: Path, data: bytes) -> None:

@@ -153,6 +153,21 @@ def test_refusals_are_raised_every_time_and_never_stored(cache_dir):
     assert _entries(cache_dir) == []
 
 
+def test_only_the_latest_source_versions_are_kept(cache_dir):
+    """Entries live under the hash of the plugin's sources; an edited checkout's first lowering
+    deletes all but the most recently used versions, so the directory does not grow with each edit."""
+    import os
+
+    for age, name in enumerate(["v_newest", "v_newer", "v_old", "v_oldest"]):
+        (cache_dir / name / "ab").mkdir(parents=True)
+        (cache_dir / name / "ab" / "x.json.z").write_bytes(b"stale")
+        os.utime(cache_dir / name, (1_000_000 - age * 1000, 1_000_000 - age * 1000))
+    _source(K.gemm_direct_global(64, 128, 32))
+    kept = sorted(d.name for d in cache_dir.iterdir())
+    assert kept == sorted(["v_newest", "v_newer", lowering_cache.source_fingerprint()]), kept
+    assert lowering_cache.KEPT_VERSIONS == 3
+
+
 def test_off_by_default(monkeypatch, tmp_path):
     monkeypatch.delenv("TILELANG_METAL_LOWERING_CACHE", raising=False)
     before = lowering_cache.stats()
