@@ -36,7 +36,7 @@ struct checked_ptr {
   TLM_INLINE checked_ptr p() const { return with_flags(2); }
   TLM_INLINE checked_ptr wp() const { return with_flags(3); }
   TLM_INLINE checked_ptr s() const { return with_flags(8); }  // operand of a shuffle (access_marks.py)
-  TLM_INLINE checked_ptr with_flags([[maybe_unused]] uint8_t f) const {
+  TLM_ACCESS checked_ptr with_flags([[maybe_unused]] uint8_t f) const {
     checked_ptr r = *this;
 #ifdef TLM_INSTRUMENTED
     r.flags |= f;
@@ -165,7 +165,7 @@ struct local_array {
   uint8_t written[N];
   const char* name;
   explicit local_array(const char* nm) : name(nm) { __builtin_memset(written, 0, sizeof written); }
-  TLM_INLINE checked_ptr<T> ptr() {
+  TLM_ACCESS checked_ptr<T> ptr() {
     checked_ptr<T> r(data, N, name, "thread array");
     r.kind = rt::space_kind::thread_memory;
     r.init = written;

@@ -28,7 +28,9 @@
 
 // Checked accesses (checked_ptr.h). Instrumented builds report every access to the runtime: out of
 // line, the report's setup is one copy per type instead of one per access site (a racecheck build of
-// an attention kernel: 17 s -> 4 s). Plain builds keep the bounds check inline.
+// an attention kernel: 17 s -> 4 s), and so is the building of the marked pointers each access goes
+// through (`with_flags`, a thread array's `ptr()`: another attention kernel 7.7 s -> 2.7 s). Plain
+// builds keep all of it inline.
 #ifdef TLM_INSTRUMENTED
 #define TLM_ACCESS TLM_OUTLINE
 #else
