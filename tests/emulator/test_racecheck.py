@@ -204,6 +204,19 @@ def test_gemm_kernels_have_no_races(which, shape):
     torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-3)
 
 
+def test_inputs_with_a_strided_size_one_dimension_are_compared():
+    """`a.t()` of a (1, K) tensor is (K, 1) with strides (1, K): torch calls it contiguous, and the
+    schedule comparison must still read its bytes (it raised a RuntimeError from `view`)."""
+    from tilelang_metal import kernels as examples
+
+    a = torch.randn(1, 13, dtype=torch.float16).t()  # (13, 1), strides (1, 13)
+    assert a.is_contiguous() and a.stride(-1) == 13
+    b = torch.randn(13, 97, dtype=torch.float16)
+    kern = jit(examples.gemm_direct_global(1, 97, 13, trans_A=True, out_dtype="float32"), examples.metal4_target())
+    c = racecheck(kern, a, b, seeds=(0, 1))
+    torch.testing.assert_close(c, a.t().float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 def test_racy_tilelang_kernels_are_caught():
     import tilelang.language as T
 

@@ -118,7 +118,9 @@ def launch_counters(msl: str, tensors: Sequence[Any], grid: Sequence[int], block
 def _first_difference(a: Any, b: Any) -> tuple[int, Any, Any] | None:
     import torch
 
-    ab, bb = a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
+    # reshape(-1), not contiguous(): a tensor torch calls contiguous may still have a size-1 last
+    # dimension with a stride other than 1 (`x.t()` of a (1, n) x), which view() cannot reinterpret
+    ab, bb = a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
     if torch.equal(ab, bb):
         return None
     width = a.element_size()
