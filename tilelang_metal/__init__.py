@@ -38,11 +38,11 @@ def activate() -> bool:
     Idempotent; returns True if this call activated it."""
     autoload.cancel()  # activating now: a pending post-import hook must not re-enter this import
     from . import host as _host
-    from .lowering_cache import take_baseline
+    from .lowering_cache import take_baseline_if_on
     from .plugin import build_hooks
 
     installed = _host.install(build_hooks())
-    take_baseline()  # the lowering code as written, before anyone wraps or patches it
+    take_baseline_if_on()  # the lowering code as written, before anyone wraps or patches it
     return installed
 
 

@@ -9,13 +9,14 @@ pass pipeline is a function of what the key below holds, so its result can be ke
 - the target, the lowering options (all fields), the current PassContext's config;
 - tilelang's and the plugin's versions and a hash of the plugin's sources.
 
-The code must be the code as written: `take_baseline()` (run by `activate()`) records the
-functions, classes and instructions the lowering modules hold, and while any of them is another
-object (a test's monkeypatch, `REGISTRY.substituted`) lowerings neither read nor write the cache.
+The code must be the code as written: `take_baseline()` (`activate()` runs it when the cache is
+on) records the functions, classes and instructions the lowering modules hold, and while any of
+them is another object (a test's monkeypatch, `REGISTRY.substituted`) lowerings neither read nor
+write the cache.
 Nor while something observes the lowering: GEMM-plan recorders (`gemm.recorded_plans`),
-`TILELANG_METAL_DEBUG` logging, PassContext instruments. A lowering that raises stores nothing. An entry that cannot be read is deleted and the module is
-lowered again. Entries are written to a temporary file and renamed, so concurrent processes
-(pytest-xdist workers) publish whole files.
+`TILELANG_METAL_DEBUG` logging, PassContext instruments. A lowering that raises stores nothing. An
+entry that cannot be read is deleted and the module is lowered again. Entries are written to a
+temporary file and renamed, so concurrent processes (pytest-xdist workers) publish whole files.
 """
 
 from __future__ import annotations
@@ -105,6 +106,13 @@ def take_baseline() -> None:
     _registry_baseline = tuple(REGISTRY)
 
 
+def take_baseline_if_on() -> None:
+    """`activate()`'s part: the baseline, when the cache is on (otherwise nothing is imported or
+    walked; a cache turned on later takes it at its first lowering)."""
+    if config.lowering_cache() is not None:
+        take_baseline()
+
+
 def patched() -> str | None:
     """The first function, class or instruction of the lowering modules that is not the one the
     baseline recorded (a test's monkeypatch, `REGISTRY.substituted`), or None."""
@@ -127,19 +135,17 @@ def patched() -> str | None:
     return None
 
 
-def _observed(options: Any) -> bool:
+def _observed(options: Any, instrumented: bool) -> bool:
     """Something would miss what a skipped lowering does, or the code is not as written."""
     from .gemm import plans_are_recorded
-    from .host import pass_context_state
 
-    return options.debug or plans_are_recorded() or pass_context_state()[1] or patched() is not None
+    return options.debug or plans_are_recorded() or instrumented or patched() is not None
 
 
-def entry_key(mod_json: str, target: Any, options: Any) -> str:
-    """The key of a lowering of the module serialized as `mod_json`."""
+def entry_key(mod_json: str, target: Any, options: Any, pass_config: list[tuple[str, str]]) -> str:
+    """The key of a lowering of the module serialized as `mod_json` under the PassContext config
+    `pass_config` (sorted pairs)."""
     import tilelang
-
-    from .host import pass_context_state
 
     export = target.export() if hasattr(target, "export") else str(target)
     parts = {
@@ -149,7 +155,7 @@ def entry_key(mod_json: str, target: Any, options: Any) -> str:
         "sources": source_fingerprint(),
         "target": json.dumps(export, sort_keys=True, default=str),
         "options": options.to_json(),
-        "pass_config": pass_context_state()[0],
+        "pass_config": pass_config,
     }
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode())
     digest.update(b"\0")
@@ -162,12 +168,13 @@ def cached_lowering(mod: Any, target: Any, options: Any, lower: Callable[[Any, A
     root = config.lowering_cache()
     if root is None:
         return lower(mod, target, options)
-    if _observed(options):
+    from .host import module_from_json, module_to_json, pass_context_state
+
+    pass_config, instrumented = pass_context_state()
+    if _observed(options, instrumented):
         _STATS["bypassed"] += 1
         return lower(mod, target, options)
-    from .host import module_from_json, module_to_json
-
-    key = entry_key(module_to_json(mod), target, options)
+    key = entry_key(module_to_json(mod), target, options, pass_config)
     # one directory per version of the plugin's sources: entries of an edited checkout can never be
     # read again, so all but the KEPT_VERSIONS most recently used versions are deleted
     version_dir = root / source_fingerprint()
