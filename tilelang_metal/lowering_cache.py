@@ -184,13 +184,13 @@ def cached_lowering(mod: Any, target: Any, options: Any, lower: Callable[[Any, A
     except FileNotFoundError:
         text = None
     except (OSError, zlib.error, UnicodeDecodeError):
-        path.unlink(missing_ok=True)  # unreadable: lowered again below and written anew
+        _forget(path)  # unreadable: lowered again below and written anew
         text = None
     if text is not None:
         try:
             lowered = _rebound(module_from_json(text), mod)
         except Exception:  # noqa: BLE001 - a damaged entry is a miss, never an error
-            path.unlink(missing_ok=True)
+            _forget(path)
         else:
             _STATS["hits"] += 1
             try:
@@ -238,12 +238,23 @@ def _drop_old_versions(root: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)  # another process may be reading it: a miss there, no error
 
 
-def _publish(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
+def _forget(path: Path) -> None:
     try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # not even removable (the cache path is not a directory): the miss stays a miss
+
+
+def _publish(path: Path, data: bytes) -> None:
+    """Write an entry whole or not at all; a cache that cannot be written (read-only, full) costs
+    the next lowering, never this compile."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)  # atomic: readers see the old state or the whole entry
     except OSError:
-        Path(tmp).unlink(missing_ok=True)  # a full disk costs the next lowering, nothing else
+        if tmp is not None:
+            _forget(Path(tmp))

@@ -168,6 +168,18 @@ def test_only_the_latest_source_versions_are_kept(cache_dir):
     assert lowering_cache.KEPT_VERSIONS == 3
 
 
+def test_an_unwritable_cache_never_fails_a_compile(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    func = K.gemm_direct_global(64, 128, 32)
+    monkeypatch.delenv("TILELANG_METAL_LOWERING_CACHE", raising=False)
+    uncached = _source(func)
+    monkeypatch.setenv("TILELANG_METAL_LOWERING_CACHE", str(blocker))
+    before = lowering_cache.stats()
+    assert _source(func) == uncached
+    assert _delta(before)["misses"] == 1
+
+
 def test_off_by_default(monkeypatch, tmp_path):
     monkeypatch.delenv("TILELANG_METAL_LOWERING_CACHE", raising=False)
     before = lowering_cache.stats()
