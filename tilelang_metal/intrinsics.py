@@ -11,6 +11,7 @@ read them back with `match_*`, so an operand added to an intrinsic changes this 
 The late MSL legalization (`legalize/`) adds: `tlm_copy16` (a 16-byte move between two ends it
 proved 16-byte aligned, one `uint4` load and store), Metal's simdgroup shuffles and lane-wise
 `select` (CUDA-width shuffles), and `tlm_atomic` (an element atomic in the Metal form chosen for it).
+GEMM lowering adds `tlm_packed_load` / `tlm_packed_store` (vectors at element alignment).
 """
 
 from __future__ import annotations
@@ -140,6 +141,62 @@ def match_copy16(call: Any) -> Copy16 | None:
         return None
     dst, src = (arg.args[0] for arg in call.args[1:])
     return Copy16(dst.buffer, dst.indices[0], src.buffer, src.indices[0])
+
+
+# ---------------------------------------------------------------- packed vector accesses
+# A vector access whose first element is only element-aligned (a row pitch of 4097 halves): MSL's
+# packed_T2 / T3 / T4 types, which carry the element's alignment. Lowering builds them where it
+# proved the lanes contiguous and inside the buffer but not the vector alignment; the address is a
+# `tvm_access_ptr` (read or write intent visible to passes, flattened with the buffer), or the
+# `address_of` a tile pointer's rebasing makes of it.
+PACKED_LOAD = "tlm_packed_load"
+PACKED_STORE = "tlm_packed_store"
+# Element types whose packed vectors MSL has always had; bfloat keeps element accesses (the plugin does not
+# rely on a packed bfloat type).
+PACKED_ELEMENTS = frozenset({"float16", "float32", "int8", "uint8", "int16", "uint16", "int32", "uint32"})
+
+
+@dataclass(frozen=True)
+class PackedAccess:
+    """`lanes` elements of `data` from element `offset` on, loaded (value None) or stored (value)."""
+
+    data: Any  # the buffer's data Var
+    offset: Any
+    dtype: str  # the vector's dtype, e.g. float16x4
+    value: Any = None
+
+
+def packable(dtype: str, lanes: int) -> bool:
+    return 2 <= lanes <= 4 and dtype in PACKED_ELEMENTS
+
+
+def build_packed_load(address: Any, dtype: str) -> Any:
+    """The vector at `address` (a tvm_access_ptr with read intent) as a `dtype` value."""
+    return tir.call_extern(dtype, PACKED_LOAD, address)
+
+
+def build_packed_store(address: Any, value: Any) -> Any:
+    """Store the vector `value` at `address` (a tvm_access_ptr with write intent)."""
+    return tir.Evaluate(tir.call_extern("handle", PACKED_STORE, address, value))
+
+
+def match_packed(call: Any) -> PackedAccess | None:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS:
+        return None
+    name = str(call.args[0].value)
+    if name not in (PACKED_LOAD, PACKED_STORE):
+        return None
+    address = call.args[1]
+    if op_name(address) == vocab.TIRX_TVM_ACCESS_PTR:
+        data, offset = address.args[1], address.args[2]
+    elif op_name(address) == vocab.TIRX_ADDRESS_OF:  # rebased on a tile pointer (transform/tile_pointers.py)
+        data, offset = address.args[0].buffer.data, address.args[0].indices[-1]
+    else:
+        raise ValueError(f"{name}: the address must stay a tvm_access_ptr or an address_of, got {address}")
+    if name == PACKED_LOAD:
+        return PackedAccess(data, offset, str(call.dtype))
+    value = call.args[2]
+    return PackedAccess(data, offset, str(value.dtype), value)
 
 
 # ---------------------------------------------------------------- simdgroup shuffles

@@ -13,6 +13,7 @@ from tilelang_metal.emulator import (
     EmulatorRuntimeError,
     check_source,
     compile_kernel,
+    launch_counters,
 )
 
 
@@ -80,6 +81,36 @@ def test_misaligned_vector_access_is_reported():
         "  *(device half4*)(B + (((int)threadIdx.x) * 4)) = *(const device half4*)(A + ((((int)threadIdx.x) * 4) + 2));\n",
     )
     launch_fails(src, r"misaligned vector access to device buffer 'A'.*element index 2", [torch.zeros(64, dtype=torch.float16), torch.zeros(64, dtype=torch.float16)], (1, 1, 1), (8, 1, 1))
+
+
+PACKED_COPY = (
+    "  half4 v = half4(*(const device packed_half4*)(A + ((((int)threadIdx.x) * 4) + 1)));\n"
+    "  *(device packed_half4*)(B + ((((int)threadIdx.x) * 4) + 3)) = v;\n"
+)
+PACKED_PARAMS = ["const device half* __restrict A [[ buffer(0) ]]", "device half* __restrict B [[ buffer(1) ]]", THREAD_IDX]
+
+
+def test_packed_vectors_need_only_element_alignment():
+    """MSL's packed_half4 at odd element offsets: the same cast to half4 is reported above; the packed
+    one copies, and counts one 8-byte access per load and per store."""
+    src = kernel("packed_copy", PACKED_PARAMS, PACKED_COPY)
+    k = compile_kernel(src)
+    a = torch.arange(64, dtype=torch.float16)
+    b = torch.zeros(64, dtype=torch.float16)
+    k.launch([a, b], (1, 1, 1), (8, 1, 1))
+    expected = torch.zeros(64, dtype=torch.float16)
+    for t in range(8):
+        expected[4 * t + 3 : 4 * t + 7] = a[4 * t + 1 : 4 * t + 5]
+    assert torch.equal(b[:35], expected[:35])
+    counts = launch_counters(src, [a, torch.zeros(64, dtype=torch.float16)], (1, 1, 1), (8, 1, 1)).total
+    assert counts["device_load_instructions"] == 8 and counts["device_load_bytes"] == 64, counts
+    assert counts["narrow_device_loads"] == 0 and counts["device_store_instructions"] == 8, counts
+
+
+def test_packed_vector_partially_outside_the_buffer_is_reported():
+    a = torch.zeros(32, dtype=torch.float16)  # thread 7 reads elements 29..32
+    launch_fails(kernel("packed_oob", PACKED_PARAMS, PACKED_COPY), r"device buffer 'A'.*4-element vector at element index 29",
+                 [a, torch.zeros(64, dtype=torch.float16)], (1, 1, 1), (8, 1, 1))
 
 
 def test_threadgroup_array_bounds_are_checked():

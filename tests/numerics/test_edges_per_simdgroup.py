@@ -1,6 +1,7 @@
 """Edges and pitches (issue #21 item 3, in part): a run whose alignment holds only for half its
-width becomes two narrower vector accesses instead of elements, and simdgroups whose block of C lies
-past the matrix skip their loads and matrix operations. Counted in the emulator, checked against
+width becomes two narrower vector accesses instead of elements, a run with no vector alignment at
+all (an odd pitch) one packed vector access, and simdgroups whose block of C lies past the matrix
+skip their loads and matrix operations. Counted in the emulator, checked against
 torch under the race checker."""
 
 from __future__ import annotations
@@ -29,6 +30,28 @@ def test_a_pitch_of_two_mod_four_loads_half2_pairs(metal4):
     assert not scalar_device_loads(source, interior) and "device half2*)" in interior
     assert "*(device float2*)(C + " in source
     assert total["narrow_device_loads"] < total["device_load_instructions"] // 2, total
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_an_odd_pitch_keeps_vector_loads(metal4, dtype):
+    """N = 131 (B's and C's row pitch odd): the interior threadgroup's K loop reads B in packed
+    vectors (element-aligned, one access per run) where it read elements, and C is stored the same
+    way; half of the load instructions were narrow before."""
+    kernel, total = _run(metal4, 64, 131, 48, dtype)
+    source = kernel.get_kernel_source()
+    interior = k_loops(source)[0]
+    packed = "packed_half4" if dtype == "float16" else "packed_float4"
+    assert not scalar_device_loads(source, interior) and f"*(const device {packed}*)(" in interior, interior
+    assert "*(device packed_float4*)(C + " in source or "*(device packed_float2*)(C + " in source
+    assert total["narrow_device_loads"] * 8 < total["device_load_instructions"], total
+
+
+def test_bfloat16_at_an_odd_pitch_reads_elements_and_matches_torch(metal4):
+    """The plugin does not rely on a packed bfloat type: bfloat16 odd-pitch runs stay element accesses
+    (never a misaligned bfloat4), still equal to torch under the race checker."""
+    kernel, _ = _run(metal4, 64, 131, 48, "bfloat16")
+    source = kernel.get_kernel_source()
+    assert "packed_bfloat" not in source and scalar_device_loads(source, k_loops(source)[0])
 
 
 @pytest.mark.slow

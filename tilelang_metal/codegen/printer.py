@@ -411,6 +411,10 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if copy is not None:
             self.copy16(copy)
             return True
+        packed = intrinsics.match_packed(call)
+        if packed is not None and packed.value is not None:
+            self.emit(f"{self.packed_access(packed)} = {self.expr(packed.value)};")
+            return True
         return self.matrix_statement(call)
 
     def check_whole_threadgroup_barrier(self, call: Any) -> None:
@@ -452,6 +456,14 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         """A 16-byte move legalize.UseWideCopies proved aligned at both ends, as one `uint4`."""
         load = f"*({self.space_of(copy.src.data)} uint4*)({self.ref(copy.src.data)} + ({self.offset(copy.src_offset)}))"
         self.emit(f"*({self.space_of(copy.dst.data)} uint4*)({self.ref(copy.dst.data, store=True)} + ({self.offset(copy.dst_offset)})) = {load};")
+
+    def packed_access(self, packed: intrinsics.PackedAccess) -> str:
+        """`*(device packed_half4*)(A + off)`: a vector at element alignment (intrinsics.PACKED_LOAD)."""
+        var = packed.data
+        if var not in self.device and var not in self.threadgroup:
+            raise CodegenError(f"a packed vector access to {self.name_of(var)}, which is not a device buffer or threadgroup array")
+        ref = self.ref(var, store=packed.value is not None)
+        return f"*({self.space_of(var)} packed_{msl_type(packed.dtype)}*)({ref} + ({self.offset(packed.offset)}))"
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -657,6 +669,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if op == vocab.TIRX_REINTERPRET:
             return f"as_type<{msl_type(str(e.dtype))}>({self.expr(args[0])})"
         if op in (vocab.TIRX_CALL_EXTERN, vocab.TIRX_CALL_PURE_EXTERN):
+            packed = intrinsics.match_packed(e)
+            if packed is not None:
+                return f"{msl_type(packed.dtype)}({self.packed_access(packed)})"
             atomic = intrinsics.match_atomic(e)
             if atomic is not None:
                 self.note_atomic(atomic, discarded=self.discarded_atomic is not None and e.same_as(self.discarded_atomic))

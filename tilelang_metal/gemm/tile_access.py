@@ -3,16 +3,19 @@
 A group becomes one vector access when the elements are contiguous in storage (no transpose, no
 annotated layout), the first one is provably aligned to the vector width, and the tile is provably
 inside its buffer; two accesses of half the width when only that alignment holds (a row pitch of
-70 halves: `half2`, not `half4`), and so on down. Otherwise (an odd pitch, or a tile that can cross
-the buffer's edge) it becomes per-element accesses, each guarded by its own bounds condition when
-the tile can cross the edge. Aligned tiles therefore stay branch-free and vectorized; edge tiles
-read zeros and skip stores outside the buffer.
+70 halves: `half2`, not `half4`), and so on down. Inside the buffer with no vector alignment at all
+(an odd pitch: 4097 halves) a group is one packed vector access (`packed_half4`, element-aligned;
+element types without an MSL packed vector keep element accesses). A tile that can cross the
+buffer's edge becomes per-element accesses, each guarded by its own bounds condition. Aligned
+tiles therefore stay branch-free and vectorized; edge tiles read zeros and skip stores outside the
+buffer.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .. import intrinsics
 from ..host import tir
 from ..transform.guarded_bodies import note_assumption
 from .problem import Operand, const_int
@@ -77,12 +80,15 @@ def load_group(
 
     contiguous = width > 1 and not transposed and not op.remapped
     vector = contiguous and op.vector_aligned(row, col, width, analyzer)
-    if in_bounds and contiguous and not vector and width % 2 == 0 and op.vector_aligned(row, col, width // 2, analyzer):
+    if in_bounds and contiguous and not vector and _split_in_halves(op, row, col, width, analyzer):
         half = width // 2  # the widest access whose alignment holds: two of half the width
         return seq(load_group(op, False, row, col + h, half, dst, dst_offset + h, in_bounds, analyzer) for h in (0, half))
     if vector and in_bounds:
         value = cast(op.load(row, col, lanes=width), _vec(str(dst.dtype), width))
         return tir.BufferStore(dst, value, [tir.Ramp(dst_offset, 1, width)])
+    if in_bounds and contiguous and intrinsics.packable(str(op.dtype), width):
+        loaded = intrinsics.build_packed_load(op.address(row, col, "r"), _vec(str(op.dtype), width))
+        return tir.BufferStore(dst, cast(loaded, _vec(str(dst.dtype), width)), [tir.Ramp(dst_offset, 1, width)])
     stmts = []
     for t in range(width):
         r, c = logical_rc(row, col + t)
@@ -106,18 +112,27 @@ def store_group(
     out_dtype = op.dtype
     contiguous = width > 1 and not op.remapped
     vector = contiguous and op.vector_aligned(row, col, width, analyzer)
-    if in_bounds and contiguous and not vector and width % 2 == 0 and op.vector_aligned(row, col, width // 2, analyzer):
+    if in_bounds and contiguous and not vector and _split_in_halves(op, row, col, width, analyzer):
         half = width // 2
         return seq(store_group(op, row, col + h, half, src, src_offset + h, in_bounds, analyzer) for h in (0, half))
     if vector and in_bounds:
         value = tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)])
         return op.store(cast(value, _vec(out_dtype, width)), row, col, lanes=width)
+    if in_bounds and contiguous and intrinsics.packable(str(out_dtype), width):
+        value = cast(tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)]), _vec(str(out_dtype), width))
+        return intrinsics.build_packed_store(op.address(row, col, "w"), value)
     stmts = []
     for t in range(width):
         store = op.store(cast(tir.BufferLoad(src, [src_offset + t]), out_dtype), row, col + t)
         cond = None if in_bounds else _elem_cond(op, row, col + t, analyzer)
         stmts.append(store if cond is None else tir.IfThenElse(cond, store, None))
     return seq(stmts)
+
+
+def _split_in_halves(op: Operand, row: Any, col: Any, width: int, analyzer: Any) -> bool:
+    """An unaligned group of `width` lanes is two groups of half the width when the halves are
+    vector-aligned, or when it is wider than a packed vector (4 lanes)."""
+    return width % 2 == 0 and (width > 4 or op.vector_aligned(row, col, width // 2, analyzer))
 
 
 def _vec(dtype: str, lanes: int) -> str:

@@ -7,6 +7,7 @@
 #include "atomic.h"  // tlm::is_atomic_object_v
 #include "runtime_api.h"
 #include "scalar.h"
+#include "vector.h"  // tlm::is_packed_vec_v
 
 namespace tlm {
 
@@ -82,7 +83,8 @@ struct checked_ptr {
   TLM_INLINE checked_ptr& operator+=(int64_t d) { offset += d; return *this; }
   TLM_INLINE checked_ptr& operator-=(int64_t d) { offset -= d; return *this; }
 
-  // `(device half4*)(NAME + off)`: the vector must lie inside the buffer.
+  // `(device half4*)(NAME + off)` / `(device packed_half4*)(NAME + off)`: the vector must lie
+  // inside the buffer.
   template <class V>
   TLM_ACCESS explicit operator V*() const {
     using E = std::remove_cv_t<T>;
@@ -90,8 +92,9 @@ struct checked_ptr {
     constexpr int64_t lanes = static_cast<int64_t>(sizeof(V) / sizeof(E));
     if (__builtin_expect(offset < 0 || offset + lanes > extent, 0))
       return static_cast<V*>(rt::out_of_bounds(space, name, offset, lanes, extent));
-    if constexpr (lanes > 1 && (lanes & (lanes - 1)) == 0) {
-      // MSL aligns an N-lane vector to N elements (buffers themselves are aligned).
+    if constexpr (lanes > 1 && (lanes & (lanes - 1)) == 0 && !is_packed_vec_v<std::remove_cv_t<V>>) {
+      // MSL aligns an N-lane vector to N elements (buffers themselves are aligned); packed_T4 only
+      // to its element.
       if (__builtin_expect(((align0 + offset) & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
     }
     note(offset, lanes, is_atomic_object_v<std::remove_cv_t<V>>);

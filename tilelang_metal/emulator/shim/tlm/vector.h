@@ -137,12 +137,26 @@ struct vec : vec_storage<T, N> {
 template <class T> inline constexpr bool is_trivial_vec_v =
     std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
 
+// MSL's packed_T2 / T3 / T4: the lanes of a vector with only the element's alignment. Converts to
+// and from the vector of the same type (what MSL allows: `half4 v = p;`, `p = v;`); a checked
+// pointer cast to one skips the vector-alignment check and counts one access of all its lanes.
+template <class T, int N>
+struct packed_vec : vec<T, N> {
+  packed_vec() = default;
+  constexpr packed_vec(const vec<T, N>& v) : vec<T, N>(v) {}
+};
+template <class V> inline constexpr bool is_packed_vec_v = false;
+template <class T, int N> inline constexpr bool is_packed_vec_v<packed_vec<T, N>> = true;
+
 }  // namespace tlm
 
-#define TLM_VEC_TYPES(T)            \
-  typedef tlm::vec<T, 2> T##2;      \
-  typedef tlm::vec<T, 3> T##3;      \
-  typedef tlm::vec<T, 4> T##4;
+#define TLM_VEC_TYPES(T)                        \
+  typedef tlm::vec<T, 2> T##2;                  \
+  typedef tlm::vec<T, 3> T##3;                  \
+  typedef tlm::vec<T, 4> T##4;                  \
+  typedef tlm::packed_vec<T, 2> packed_##T##2;  \
+  typedef tlm::packed_vec<T, 3> packed_##T##3;  \
+  typedef tlm::packed_vec<T, 4> packed_##T##4;
 TLM_VEC_TYPES(bool)
 TLM_VEC_TYPES(char)
 TLM_VEC_TYPES(uchar)
@@ -159,9 +173,11 @@ TLM_VEC_TYPES(float)
 
 static_assert(sizeof(half4) == 8 && sizeof(float4) == 16 && sizeof(bfloat2) == 4);
 static_assert(tlm::is_trivial_vec_v<half4> && tlm::is_trivial_vec_v<bfloat4>);
+static_assert(sizeof(packed_half4) == 8 && alignof(packed_half4) == alignof(half) && tlm::is_trivial_vec_v<packed_float4>);
 
 namespace metal {
-#define TLM_VEC_USING(T) using ::T##2; using ::T##3; using ::T##4;
+#define TLM_VEC_USING(T) \
+  using ::T##2; using ::T##3; using ::T##4; using ::packed_##T##2; using ::packed_##T##3; using ::packed_##T##4;
 TLM_VEC_USING(bool)
 TLM_VEC_USING(char)
 TLM_VEC_USING(uchar)
