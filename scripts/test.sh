@@ -26,7 +26,10 @@ if [[ ${#tier[@]} -eq 0 || "${tier[0]}" == "-m" ]]; then
 fi
 bash "$root/scripts/setup_env.sh"
 cd "$root"
-workers=(-n "${TILELANG_METAL_TEST_WORKERS:-auto}")
+# worksteal: a worker that runs out takes half of the other's queue. The default (load) hands each
+# worker a fixed first chunk of ~1/8 of the suite, which it must finish alone: the one holding the
+# slow tier's sweeps ran 150 s after the other had nothing left (cold run, 175% of 2 CPUs).
+workers=(-n "${TILELANG_METAL_TEST_WORKERS:-auto}" --dist worksteal)
 if [[ "${TILELANG_METAL_TEST_WORKERS:-auto}" == "0" ]]; then
   workers=()
 fi
