@@ -21,7 +21,7 @@ def _compile_torch_backend(func, target):
 def test_metal_keys_carry_the_plugin_identity_only_while_active():
     from tilelang.cache.kernel_cache import KernelCache
 
-    cache = KernelCache.__new__(KernelCache)
+    cache = object.__new__(KernelCache)  # not KernelCache(): that would become tilelang's singleton
     func = E.gemm_direct_global(128, 128, 64)
 
     def key(target):
@@ -64,3 +64,18 @@ def test_cache_never_crosses_backends(monkeypatch, tmp_path):
     finally:
         tilelang_metal.activate()
         (env.enable_cache if was_enabled else env.disable_cache)()
+
+
+def test_plugin_backends_keep_memory_only_caches_after_a_bare_kernel_cache_exists(monkeypatch):
+    """tilelang's KernelCache is a singleton whose `_instance` subclasses inherit: with a bare one
+    built (as any code may), a re-activation once made the emulator's cache that instance, which
+    wrote emulator kernels to disk and logged "Error during atomic cache save"."""
+    import tilelang.cache as cache_pkg
+    from tilelang.cache.kernel_cache import KernelCache
+
+    monkeypatch.setattr(KernelCache, "_instance", object.__new__(KernelCache))
+    tilelang_metal.deactivate()
+    tilelang_metal.activate()
+    emulator_cache = cache_pkg._dispatch_map["emulator"]
+    assert type(emulator_cache) is not KernelCache and emulator_cache is not KernelCache._instance
+    assert emulator_cache._save_kernel_to_disk("key", None, None, False) is None  # memory only

@@ -333,6 +333,10 @@ def make_memory_only_kernel_cache() -> Any:
     from tilelang.cache.kernel_cache import KernelCache
 
     class MemoryOnlyKernelCache(KernelCache):
+        # KernelCache.__new__ keeps its singleton in `cls._instance`, which a subclass inherits: once
+        # anything has built a bare KernelCache, this class would return that instance (and write to disk)
+        _instance = None
+
         def _load_kernel_from_disk(self, *args: Any, **kwargs: Any) -> None:
             return None
 
