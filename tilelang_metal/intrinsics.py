@@ -158,7 +158,8 @@ PACKED_ELEMENTS = frozenset({"float16", "float32", "int8", "uint8", "int16", "ui
 
 @dataclass(frozen=True)
 class PackedAccess:
-    """`lanes` elements of `data` from element `offset` on, loaded (value None) or stored (value)."""
+    """The vector (`dtype`: its element type and lanes) at element `offset` of `data`, loaded
+    (value None) or stored (value)."""
 
     data: Any  # the buffer's data Var
     offset: Any
