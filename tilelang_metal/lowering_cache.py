@@ -44,13 +44,26 @@ def stats() -> dict[str, int]:
     return dict(_STATS)
 
 
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _source_files() -> tuple[tuple[Path, str], ...]:
+    """Each Python file of the plugin, with its module name (`tilelang_metal.gemm` for
+    `gemm/__init__.py`), in a fixed order."""
+    files = []
+    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
+        parts = path.relative_to(_PACKAGE_ROOT).with_suffix("").parts
+        files.append((path, ".".join(("tilelang_metal", *(parts[:-1] if parts[-1] == "__init__" else parts)))))
+    return tuple(files)
+
+
 @functools.cache
 def source_fingerprint() -> str:
     """Hash of the plugin's own Python sources: an edited checkout never reuses stale kernels."""
-    root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
+    for path, _ in _source_files():
+        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -91,10 +104,7 @@ def take_baseline() -> None:
     import importlib
 
     global _registry_baseline
-    root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(("tilelang_metal", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+    for _, name in _source_files():
         if _takes_part(name):
             importlib.import_module(name)  # every lowering module is in the baseline before any test runs
     _baseline.clear()
