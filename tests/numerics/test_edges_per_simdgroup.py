@@ -7,6 +7,8 @@ torch under the race checker."""
 from __future__ import annotations
 
 import pytest
+import tilelang.language as T
+import torch
 from gemm_support import assert_close, compile_emulated, k_loops, operands, scalar_device_loads
 
 from tilelang_metal import kernels as E
@@ -44,6 +46,41 @@ def test_an_odd_pitch_keeps_vector_loads(metal4, dtype):
     assert not scalar_device_loads(source, interior) and f"*(const device {packed}*)(" in interior, interior
     assert "*(device packed_float4*)(C + " in source or "*(device packed_float2*)(C + " in source
     assert total["narrow_device_loads"] * 8 < total["device_load_instructions"], total
+
+
+def _padded_shared_gemm(M, N, K, pad, bm=64, bn=64, bk=32):
+    """Shared tiles with `pad` extra elements per row (an odd pitch in threadgroup memory)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk + pad), "float16")
+            B_s = T.alloc_shared((bk, bn + pad), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=0):
+                T.copy(A[by * bm, ko * bk], A_s[:, 0:bk])
+                T.copy(B[ko * bk, bx * bn], B_s[:, 0:bn])
+                T.gemm(A_s[:, 0:bk], B_s[:, 0:bn], C_f)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return main
+
+
+def test_an_odd_threadgroup_pitch_reads_packed_vectors(metal4):
+    """Shared tiles padded by 3 halves per row: the cooperative-tensor operands are read from
+    threadgroup memory through packed vectors (elements before), ragged edges and NaN / inf included,
+    equal to torch under the race checker."""
+    M, N, K = 100, 70, 45
+    kernel = compile_emulated(_padded_shared_gemm(M, N, K, pad=3), metal4)
+    assert "*(threadgroup packed_half" in kernel.get_kernel_source()
+    a, b, _ = operands(M, N, K, "float16", seed=7)
+    a[2, 3], b[4, 5] = float("nan"), float("inf")
+    ref = a.float() @ b.float()
+    out = racecheck(kernel, a, b)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    finite = torch.isfinite(ref)  # row 2 and column 5 hold the NaN / inf; the rest must match
+    assert_close(torch.where(finite, out, 0), torch.where(finite, ref, 0), "float16", "float32", K, "padded shared tiles")
 
 
 def test_bfloat16_at_an_odd_pitch_reads_elements_and_matches_torch(metal4):
