@@ -9,9 +9,11 @@ Every operand list is written here; lowering builds calls with `build_*`, passes
 read them back with `match_*`, so an operand added to an intrinsic changes this module only.
 
 The late MSL legalization (`legalize/`) adds: `tlm_copy16` (a 16-byte move between two ends it
-proved 16-byte aligned, one `uint4` load and store), Metal's simdgroup shuffles and lane-wise
-`select` (CUDA-width shuffles), and `tlm_atomic` (an element atomic in the Metal form chosen for it).
-GEMM lowering adds `tlm_packed_load` / `tlm_packed_store` (vectors at element alignment).
+proved 16-byte aligned, one `uint4` load and store; `tlm_packed_copy16` at element alignment),
+Metal's simdgroup shuffles and lane-wise `select` (CUDA-width shuffles), and `tlm_atomic` (an
+element atomic in the Metal form chosen for it).
+GEMM lowering adds `tlm_packed_load` / `tlm_packed_store` (vectors at element alignment) and their
+aligned flavour for edge tiles.
 """
 
 from __future__ import annotations
@@ -116,31 +118,55 @@ def mma_accumulator(call: Any) -> Any | None:
 
 
 # ---------------------------------------------------------------- 16-byte copies
+# The packed flavour `tlm_packed_copy16` moves 16 bytes between ends aligned to their element only
+# (a row pitch of 4097 halves): legalize.UseWideCopies makes it of an element loop over 16 bytes
+# (kernels/gemm.py's `copy_runs`), after the barriers are planned on the plain loads and stores;
+# printed as a copy of a 16-byte struct of elements.
 COPY16 = "tlm_copy16"
+PACKED_COPY16 = "tlm_packed_copy16"
 
 
 @dataclass(frozen=True)
 class Copy16:
-    """dst[dst_offset : +16 bytes] = src[src_offset : +16 bytes]; both ends proved 16-byte aligned.
-    Offsets count elements of each buffer's own dtype."""
+    """dst[dst_offset : +16 bytes] = src[src_offset : +16 bytes]; both ends proved 16-byte aligned
+    (`aligned`), or element-aligned only. dst and src are the buffers' data Vars; offsets count
+    elements of `dtype`, the element type of both ends."""
 
-    dst: Any  # Buffer
+    dst: Any
     dst_offset: Any
     src: Any
     src_offset: Any
+    dtype: str
+    aligned: bool = True
 
 
-def build_copy16(dst: Any, dst_offset: Any, src: Any, src_offset: Any) -> Any:
+def build_copy16(dst: Any, dst_offset: Any, src: Any, src_offset: Any, *, aligned: bool = True) -> Any:
     dst_at = tir.address_of(tir.BufferLoad(dst, [dst_offset]))
     src_at = tir.address_of(tir.BufferLoad(src, [src_offset]))
-    return tir.Evaluate(tir.call_extern("handle", COPY16, dst_at, src_at))
+    return tir.Evaluate(tir.call_extern("handle", COPY16 if aligned else PACKED_COPY16, dst_at, src_at))
+
+
+def _address(address: Any, what: str) -> tuple[Any, Any, str]:
+    """(data Var, element offset, element dtype) of a `tvm_access_ptr` or an `address_of` element."""
+    if op_name(address) == vocab.TIRX_TVM_ACCESS_PTR:
+        return address.args[1], address.args[2], str(address.args[0].dtype)
+    if op_name(address) == vocab.TIRX_ADDRESS_OF:  # built so, or rebased on a tile pointer (transform/tile_pointers.py)
+        element = address.args[0]
+        return element.buffer.data, element.indices[-1], str(element.buffer.dtype)
+    raise ValueError(f"{what}: the address must stay a tvm_access_ptr or an address_of, got {address}")
 
 
 def match_copy16(call: Any) -> Copy16 | None:
-    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS or str(call.args[0].value) != COPY16:
+    if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS:
         return None
-    dst, src = (arg.args[0] for arg in call.args[1:])
-    return Copy16(dst.buffer, dst.indices[0], src.buffer, src.indices[0])
+    name = str(call.args[0].value)
+    if name not in (COPY16, PACKED_COPY16):
+        return None
+    dst, dst_offset, dtype = _address(call.args[1], name)
+    src, src_offset, src_dtype = _address(call.args[2], name)
+    if src_dtype != dtype:
+        raise ValueError(f"{name}: both ends must have one element type, got {dtype} and {src_dtype}")
+    return Copy16(dst, dst_offset, src, src_offset, dtype, aligned=name == COPY16)
 
 
 # ---------------------------------------------------------------- packed vector accesses
@@ -149,8 +175,15 @@ def match_copy16(call: Any) -> Copy16 | None:
 # proved the lanes contiguous and inside the buffer but not the vector alignment; the address is a
 # `tvm_access_ptr` (read or write intent visible to passes, flattened with the buffer), or the
 # `address_of` a tile pointer's rebasing makes of it.
+# The same calls in an aligned flavour (`tlm_aligned_load` / `tlm_aligned_store`: a plain `half4`
+# access) serve edge tiles, where one branch per group holds the run inside the buffer: a call, unlike a
+# vector BufferLoad, is not guarded a second time by LegalizeSafeMemoryAccess.
 PACKED_LOAD = "tlm_packed_load"
 PACKED_STORE = "tlm_packed_store"
+ALIGNED_LOAD = "tlm_aligned_load"
+ALIGNED_STORE = "tlm_aligned_store"
+_LOADS = (PACKED_LOAD, ALIGNED_LOAD)
+_ACCESS_CALLS = (PACKED_LOAD, PACKED_STORE, ALIGNED_LOAD, ALIGNED_STORE)
 # Element types whose packed vectors MSL has always had; bfloat keeps element accesses (the plugin does not
 # rely on a packed bfloat type).
 PACKED_ELEMENTS = frozenset({"float16", "float32", "int8", "uint8", "int16", "uint16", "int32", "uint32"})
@@ -165,39 +198,35 @@ class PackedAccess:
     offset: Any
     dtype: str  # the vector's dtype, e.g. float16x4
     value: Any = None
+    aligned: bool = False  # the offset is a multiple of the lanes: a plain vector access
 
 
 def packable(dtype: str, lanes: int) -> bool:
     return 2 <= lanes <= 4 and dtype in PACKED_ELEMENTS
 
 
-def build_packed_load(address: Any, dtype: str) -> Any:
+def build_packed_load(address: Any, dtype: str, *, aligned: bool = False) -> Any:
     """The vector at `address` (a tvm_access_ptr with read intent) as a `dtype` value."""
-    return tir.call_extern(dtype, PACKED_LOAD, address)
+    return tir.call_extern(dtype, ALIGNED_LOAD if aligned else PACKED_LOAD, address)
 
 
-def build_packed_store(address: Any, value: Any) -> Any:
+def build_packed_store(address: Any, value: Any, *, aligned: bool = False) -> Any:
     """Store the vector `value` at `address` (a tvm_access_ptr with write intent)."""
-    return tir.Evaluate(tir.call_extern("handle", PACKED_STORE, address, value))
+    return tir.Evaluate(tir.call_extern("handle", ALIGNED_STORE if aligned else PACKED_STORE, address, value))
 
 
 def match_packed(call: Any) -> PackedAccess | None:
     if not isinstance(call, tir.Call) or op_name(call) not in _EXTERN_OPS:
         return None
     name = str(call.args[0].value)
-    if name not in (PACKED_LOAD, PACKED_STORE):
+    if name not in _ACCESS_CALLS:
         return None
-    address = call.args[1]
-    if op_name(address) == vocab.TIRX_TVM_ACCESS_PTR:
-        data, offset = address.args[1], address.args[2]
-    elif op_name(address) == vocab.TIRX_ADDRESS_OF:  # rebased on a tile pointer (transform/tile_pointers.py)
-        data, offset = address.args[0].buffer.data, address.args[0].indices[-1]
-    else:
-        raise ValueError(f"{name}: the address must stay a tvm_access_ptr or an address_of, got {address}")
-    if name == PACKED_LOAD:
-        return PackedAccess(data, offset, str(call.dtype))
+    data, offset, _ = _address(call.args[1], name)
+    aligned = name in (ALIGNED_LOAD, ALIGNED_STORE)
+    if name in _LOADS:
+        return PackedAccess(data, offset, str(call.dtype), aligned=aligned)
     value = call.args[2]
-    return PackedAccess(data, offset, str(value.dtype), value)
+    return PackedAccess(data, offset, str(value.dtype), value, aligned=aligned)
 
 
 # ---------------------------------------------------------------- simdgroup shuffles

@@ -1,7 +1,8 @@
 """Edges and pitches (issue #21 item 3, in part): a run whose alignment holds only for half its
 width becomes two narrower vector accesses instead of elements, a run with no vector alignment at
 all (an odd pitch) one packed vector access, and simdgroups whose block of C lies past the matrix
-skip their loads and matrix operations. Counted in the emulator, checked against
+skip their loads and matrix operations; in edge tiles, the runs inside the matrix stay vector
+accesses. Counted in the emulator, checked against
 torch under the race checker."""
 
 from __future__ import annotations
@@ -81,6 +82,33 @@ def test_an_odd_threadgroup_pitch_reads_packed_vectors(metal4):
     assert torch.equal(torch.isnan(out), torch.isnan(ref))
     finite = torch.isfinite(ref)  # row 2 and column 5 hold the NaN / inf; the rest must match
     assert_close(torch.where(finite, out, 0), torch.where(finite, ref, 0), "float16", "float32", K, "padded shared tiles")
+
+
+@pytest.mark.parametrize(
+    "target_name,N,out_dtype", [("metal4", 72, "float32"), ("metal4", 70, "float16"), pytest.param("metal", 70, "float32", marks=pytest.mark.slow)]
+)
+def test_edge_tiles_access_the_runs_inside_as_vectors(request, target_name, N, out_dtype):
+    """37 x N x 48 on 64 x 128 tiles: every threadgroup is an edge tile, yet each run of 4 that lies
+    inside the matrix is one vector access under one branch; only the runs the edge cuts go element
+    by element (before: every load and store of an edge tile was an element, 10464 narrow loads of
+    10464 at N = 72 on metal4). N = 72 puts the column edge on a run boundary: no narrow load, and C
+    is stored in exactly M x N / 4 accesses. NaN and inf in the last row and column reach C where
+    torch puts them, under the race checker."""
+    target = request.getfixturevalue("metal4" if target_name == "metal4" else "plain_metal")
+    M, K = 37, 48
+    kernel = compile_emulated(E.gemm_direct_global(M, N, K, out_dtype=out_dtype), target)
+    a, b, _ = operands(M, N, K, "float16", seed=N)
+    a[M - 1, K - 1], b[K - 1, N - 1] = float("nan"), float("inf")
+    ref = a.float() @ b.float()
+    out = racecheck(kernel, a, b).float()
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.equal(torch.isinf(out), torch.isinf(ref))
+    finite = torch.isfinite(ref)  # row M-1 and column N-1 hold the NaN / inf; the rest must match
+    assert_close(torch.where(finite, out, 0), torch.where(finite, ref, 0), "float16", out_dtype, K, f"37x{N}x48")
+    total = counters(kernel, a, b).total
+    if N % 4 == 0:
+        assert total["narrow_device_loads"] == 0 and total["device_store_instructions"] == M * N // 4, total
+    else:
+        assert total["narrow_device_loads"] * 8 < total["device_load_instructions"], total
 
 
 def test_bfloat16_at_an_odd_pitch_reads_elements_and_matches_torch(metal4):

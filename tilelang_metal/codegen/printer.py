@@ -47,6 +47,10 @@ SIGNATURES = (STANDARD, TVM_RUNTIME)
 # such a branch masks no access).
 UNIFORM_NOTE = "  // threadgroup-uniform"
 FLOAT_ATOMIC_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+# 16 bytes of elements with the element's alignment: what a packed 16-byte copy moves (MSL has no
+# packed 8-lane half vector); declared once in a kernel file that uses it.
+RUN16 = "tlm_run16"
+RUN16_DECLARATION = f"template <typename T> struct {RUN16} {{ T elements[16 / sizeof(T)]; }};\n"
 
 # Hardware position parameters: (attribute, MSL type, default parameter name). A pass may rename a
 # parameter through the function attribute POSITION_NAMES_ATTR (the block swizzle does).
@@ -453,17 +457,25 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.emit(f"{self.access(var, index, lanes, str(stmt.buffer.dtype), store=True)} = {value};")
 
     def copy16(self, copy: intrinsics.Copy16) -> None:
-        """A 16-byte move legalize.UseWideCopies proved aligned at both ends, as one `uint4`."""
-        load = f"*({self.space_of(copy.src.data)} uint4*)({self.ref(copy.src.data)} + ({self.offset(copy.src_offset)}))"
-        self.emit(f"*({self.space_of(copy.dst.data)} uint4*)({self.ref(copy.dst.data, store=True)} + ({self.offset(copy.dst_offset)})) = {load};")
+        """A 16-byte move legalize.UseWideCopies proved aligned at both ends, as one `uint4`; in the
+        packed flavour (element alignment), a copy of the 16-byte struct `tlm_run16<T>`."""
+        if copy.aligned:
+            unit = "uint4"
+        else:
+            self.support_code[RUN16] = RUN16_DECLARATION
+            unit = f"{RUN16}<{msl_type(copy.dtype)}>"
+        load = f"*({self.space_of(copy.src)} {unit}*)({self.ref(copy.src)} + ({self.offset(copy.src_offset)}))"
+        self.emit(f"*({self.space_of(copy.dst)} {unit}*)({self.ref(copy.dst, store=True)} + ({self.offset(copy.dst_offset)})) = {load};")
 
     def packed_access(self, packed: intrinsics.PackedAccess) -> str:
-        """`*(device packed_half4*)(A + off)`: a vector at element alignment (intrinsics.PACKED_LOAD)."""
+        """`*(device packed_half4*)(A + off)`: a vector at element alignment (intrinsics.PACKED_LOAD);
+        `*(device half4*)(A + off)` in the aligned flavour."""
         var = packed.data
         if var not in self.device and var not in self.threadgroup:
             raise CodegenError(f"a packed vector access to {self.name_of(var)}, which is not a device buffer or threadgroup array")
         ref = self.ref(var, store=packed.value is not None)
-        return f"*({self.space_of(var)} packed_{msl_type(packed.dtype)}*)({ref} + ({self.offset(packed.offset)}))"
+        vector = msl_type(packed.dtype) if packed.aligned else f"packed_{msl_type(packed.dtype)}"
+        return f"*({self.space_of(var)} {vector}*)({ref} + ({self.offset(packed.offset)}))"
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:

@@ -5,10 +5,15 @@ annotated layout), the first one is provably aligned to the vector width, and th
 inside its buffer; two accesses of half the width when only that alignment holds (a row pitch of
 70 halves: `half2`, not `half4`), and so on down. Inside the buffer with no vector alignment at all
 (an odd pitch: 4097 halves) a group is one packed vector access (`packed_half4`, element-aligned;
-element types without an MSL packed vector keep element accesses). A tile that can cross the
-buffer's edge becomes per-element accesses, each guarded by its own bounds condition. Aligned
-tiles therefore stay branch-free and vectorized; edge tiles read zeros and skip stores outside the
-buffer.
+element types without an MSL packed vector keep element accesses). Aligned tiles therefore stay
+branch-free and vectorized.
+
+In a tile that can cross the buffer's edge, a contiguous group is one vector access (aligned or
+packed, as above) when its last element is inside, else per-element accesses, each guarded by its
+own bounds condition: edge tiles read zeros and skip stores outside the buffer, and only the groups
+the edge cuts go element by element. Edge vectors are intrinsic calls (`intrinsics.ALIGNED_LOAD`
+and the packed ones), which LegalizeSafeMemoryAccess leaves alone, so a GEMM body gives the same
+MSL whether that pass walks it or not.
 """
 
 from __future__ import annotations
@@ -89,13 +94,28 @@ def load_group(
     if in_bounds and contiguous and intrinsics.packable(str(op.dtype), width):
         loaded = intrinsics.build_packed_load(op.address(row, col, "r"), _vec(str(op.dtype), width))
         return tir.BufferStore(dst, cast(loaded, _vec(str(dst.dtype), width)), [tir.Ramp(dst_offset, 1, width)])
-    stmts = []
-    for t in range(width):
-        r, c = logical_rc(row, col + t)
-        cond = None if in_bounds else _elem_cond(op, r, c, analyzer)
-        value = guarded(cond, cast(op.load(r, c), str(dst.dtype)), str(dst.dtype))
-        stmts.append(tir.BufferStore(dst, value, [dst_offset + t]))
-    return seq(stmts)
+
+    def elements() -> Any:
+        stmts = []
+        for t in range(width):
+            r, c = logical_rc(row, col + t)
+            cond = None if in_bounds else _elem_cond(op, r, c, analyzer)
+            value = guarded(cond, cast(op.load(r, c), str(dst.dtype)), str(dst.dtype))
+            stmts.append(tir.BufferStore(dst, value, [dst_offset + t]))
+        return seq(stmts)
+
+    if in_bounds or not contiguous:
+        return elements()
+    edge = _edge_run(op, row, col, width, analyzer)
+    if edge == HALVES:
+        half = width // 2
+        return seq(load_group(op, False, row, col + h, half, dst, dst_offset + h, False, analyzer) for h in (0, half))
+    if edge is None:
+        return elements()
+    cond, aligned = edge
+    loaded = intrinsics.build_packed_load(op.address(row, col, "r"), _vec(str(op.dtype), width), aligned=aligned)
+    run = tir.BufferStore(dst, cast(loaded, _vec(str(dst.dtype), width)), [tir.Ramp(dst_offset, 1, width)])
+    return run if cond is None else tir.IfThenElse(cond, run, elements())
 
 
 def store_group(
@@ -121,12 +141,43 @@ def store_group(
     if in_bounds and contiguous and intrinsics.packable(str(out_dtype), width):
         value = cast(tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)]), _vec(str(out_dtype), width))
         return intrinsics.build_packed_store(op.address(row, col, "w"), value)
-    stmts = []
-    for t in range(width):
-        store = op.store(cast(tir.BufferLoad(src, [src_offset + t]), out_dtype), row, col + t)
-        cond = None if in_bounds else _elem_cond(op, row, col + t, analyzer)
-        stmts.append(store if cond is None else tir.IfThenElse(cond, store, None))
-    return seq(stmts)
+
+    def elements() -> Any:
+        stmts = []
+        for t in range(width):
+            store = op.store(cast(tir.BufferLoad(src, [src_offset + t]), out_dtype), row, col + t)
+            cond = None if in_bounds else _elem_cond(op, row, col + t, analyzer)
+            stmts.append(store if cond is None else tir.IfThenElse(cond, store, None))
+        return seq(stmts)
+
+    if in_bounds or not contiguous:
+        return elements()
+    edge = _edge_run(op, row, col, width, analyzer)
+    if edge == HALVES:
+        half = width // 2
+        return seq(store_group(op, row, col + h, half, src, src_offset + h, False, analyzer) for h in (0, half))
+    if edge is None:
+        return elements()
+    cond, aligned = edge
+    value = cast(tir.BufferLoad(src, [tir.Ramp(src_offset, 1, width)]), _vec(str(out_dtype), width))
+    run = intrinsics.build_packed_store(op.address(row, col, "w"), value, aligned=aligned)
+    return run if cond is None else tir.IfThenElse(cond, run, elements())
+
+
+HALVES = "halves"
+
+
+def _edge_run(op: Operand, row: Any, col: Any, width: int, analyzer: Any) -> Any:
+    """How a contiguous group of an edge tile is accessed: (condition, aligned) for one vector access
+    under the condition that its last element is inside (the guards bound upper edges only, so the
+    last element decides; None: always inside), with the element accesses as the other branch;
+    HALVES for two groups of half the width; None for element accesses alone."""
+    if width < 2:
+        return None
+    aligned = op.vector_aligned(row, col, width, analyzer)
+    if width > 4 or not (aligned or intrinsics.packable(str(op.dtype), width)):
+        return HALVES if width % 2 == 0 else None
+    return _elem_cond(op, row, col + width - 1, analyzer), aligned
 
 
 def _split_in_halves(op: Operand, row: Any, col: Any, width: int, analyzer: Any) -> bool:
