@@ -16,7 +16,7 @@ import torch
 
 from tilelang_metal import kernels
 from tilelang_metal.cli import main
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, THREADGROUPS_PER_CORE, compile_choice, matmul_config
 from tilelang_metal.roofline import chip as chip_named
 
@@ -239,14 +239,36 @@ def test_gemm_route_matches_torch():
     _check(kernel, *_inputs(20, 152, 40, "float16"), "float16")
 
 
-def test_odd_row_pitch_keeps_the_direct_global_kernel_on_plain_metal():
-    """A row pitch that is no multiple of 16 bytes (N = 4097 halves) would make the staged copy of B
-    element by element (one narrow load per element): the direct-global kernel then, with the reason."""
+def test_odd_row_pitch_copies_that_operand_in_runs_on_plain_metal():
+    """A row pitch that is no multiple of 16 bytes (N = 4097 halves): T.copy would stage B one element
+    per thread; the staged kernel stays, with B copied in 16-byte runs per thread, and the reason."""
     choice = matmul_config(4095, 4097, 4096, chip="M3")
-    assert (choice.route, choice.stages) == (GEMM, 0) and "direct-global" in choice.summary()
-    assert any("row pitch N=4097 (float16) is not a multiple of 16 bytes" in r for r in choice.reasons)
-    assert matmul_config(4095, 4100, 4096, "float32", chip="M3").stages == 2  # 4100 floats: 16400 bytes
-    assert matmul_config(4096, 4096, 4100, chip="M3").stages == 0  # K = 4100 halves: A's pitch
+    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, 2, ("B",))
+    assert "threadgroup-staged" in choice.summary() and "B copied in 16-byte runs" in choice.summary()
+    assert any("row pitch N=4097 (float16) is not a multiple of 16 bytes" in r and "copy_runs" in r for r in choice.reasons)
+    assert matmul_config(4095, 4100, 4096, "float32", chip="M3").run_copies == ()  # 4100 floats: 16400 bytes
+    assert matmul_config(4096, 4096, 4100, chip="M3").run_copies == ("A",)  # K = 4100 halves: A's pitch
+    assert matmul_config(4095, 4097, 4096, chip="M5").run_copies == ()  # metal4: direct-global, packed vectors
+
+
+@pytest.mark.parametrize("M, N, K, route", [(65, 131, 97, GEMM), (37, 131, 1031, SPLIT_K)])
+def test_odd_pitch_staged_kernel_matches_torch_with_one_move_per_run(M, N, K, route):
+    """Both pitches odd (A's rows of K, B's of 131 halves), on M4, the gemm route and split-K's
+    slices: NaN / inf at the ragged corners reach C where torch puts them, under the race checker;
+    each 16-byte run inside the matrix is one packed move (before: 8 element loads per run), so at
+    most a quarter of the device loads are narrow (the runs the edges cut)."""
+    choice = matmul_config(M, N, K, chip="M4")
+    assert (choice.route, choice.stages, choice.run_copies) == (route, 2, ("A", "B")), choice.describe()
+    assert any("are not multiples of 16 bytes" in r for r in choice.reasons)
+    kernel = compile_choice(choice, "emulator")
+    assert "tlm_run16<half>" in kernel.get_kernel_source()
+    a, b = _inputs(M, N, K, "float16", seed=5)
+    a[M - 1, K - 1], b[K - 1, N - 1], b[0, 0] = math.nan, math.inf, -math.inf
+    ref = a.float() @ b.float()
+    out = racecheck(kernel, a, b, seeds=(0, 1)).float()
+    torch.testing.assert_close(out, ref.half().float(), rtol=2e-3, atol=2e-3 * math.sqrt(K), equal_nan=True)
+    total = counters(kernel, a, b).total
+    assert total["narrow_device_loads"] * 4 < total["device_load_instructions"], total
 
 
 # ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory
@@ -289,17 +311,17 @@ def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
         matmul_config(64, 64, 64, chip=chip, trans_B=1)
 
 
-@pytest.mark.parametrize("M, N, K, flags, staged", [
-    (4095, 4096, 4096, {}, True),  # NN: the pitches are K and N; M is no pitch
-    (4095, 4096, 4096, {"trans_A": True}, False),  # A^T (K, M): rows of M = 4095 elements
-    (4096, 4096, 4095, {}, False),  # NN: A's rows of K = 4095
-    (4096, 4095, 4096, {"trans_B": True}, True),  # B^T (N, K): rows of K; N is no pitch
-    (4096, 4096, 4095, {"trans_B": True}, False),  # B^T rows of K = 4095
+@pytest.mark.parametrize("M, N, K, flags, runs", [
+    (4095, 4096, 4096, {}, ()),  # NN: the pitches are K and N; M is no pitch
+    (4095, 4096, 4096, {"trans_A": True}, ("A",)),  # A^T (K, M): rows of M = 4095 elements
+    (4096, 4096, 4095, {}, ("A",)),  # NN: A's rows of K = 4095
+    (4096, 4095, 4096, {"trans_B": True}, ()),  # B^T (N, K): rows of K; N is no pitch
+    (4096, 4096, 4095, {"trans_B": True}, ("A", "B")),  # A's rows and B^T's rows of K = 4095
 ])
-def test_odd_pitch_rule_reads_the_pitches_as_stored(M, N, K, flags, staged):
+def test_odd_pitch_rule_reads_the_pitches_as_stored(M, N, K, flags, runs):
     choice = matmul_config(M, N, K, chip="M4", **flags)
-    assert choice.route == GEMM and bool(choice.stages) == staged, choice.describe()
-    assert any("is not a multiple of 16 bytes" in r for r in choice.reasons) == (not staged)
+    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, 2, runs), choice.describe()
+    assert any("is not a multiple of 16 bytes" in r for r in choice.reasons) == bool(runs)
 
 
 @pytest.mark.parametrize("M, N, K, layout, chip", [(1, 40, 24, "nt", "M5"), (3, 72, 40, "tn", "M4"), (37, 8, 53, "tt", "M4")])
@@ -323,8 +345,6 @@ def test_transposed_matmul_matches_torch_under_racecheck(M, N, K, layout, chip):
 def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):
     """The plain-metal gemm route's kernel for `layout` ("nn", "nt": B stored (N, K), "tn": A stored
     (K, M)), its MSL, its output against torch and its counters."""
-    from tilelang_metal.emulator import counters
-
     choice = matmul_config(M, N, K, dtype, chip="M4")
     kernel = compile_choice(choice, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
     a, b = _inputs(M, N, K, dtype)

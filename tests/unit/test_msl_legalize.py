@@ -121,6 +121,42 @@ def test_thread_arrays_need_their_alignas_record():
     assert calls(plain) == [] and len(stores(plain)) == 2
 
 
+def run_loop(dst, src, dst_base, src_base, count, kind=None):
+    """for v in [0, count): dst[dst_base + v] = src[src_base + v], element by element."""
+    v = tir.Var("v", "int32")
+    body = tir.BufferStore(dst, tir.BufferLoad(src, [src_base + v]), [dst_base + v])
+    return tir.For(v, 0, count, kind or tir.ForKind.UNROLLED, body)
+
+
+def test_a_16_byte_run_loop_becomes_one_move():
+    """An element loop over 16 bytes (what tilelang leaves when it cannot prove a vector alignment):
+    one uint4 move where both ends are 16-byte aligned, one packed struct copy otherwise."""
+    aligned = use_wide_copies(kernel(lambda a, b, tx: run_loop(b, a, tx * 8, tx * 8, 8)))
+    (moved,) = calls(aligned)
+    assert moved.aligned and not stores(aligned)
+    packed = use_wide_copies(kernel(lambda a, b, tx: run_loop(b, a, tx * 8 + 1, tx * 4097, 8, tir.ForKind.SERIAL)))
+    (moved,) = calls(packed)
+    assert not moved.aligned and (moved.dst.name, moved.src.name, moved.dtype) == ("B", "A", "float16")
+    with lowering(LoweringOptions()):
+        text, _, _, support, _ = print_kernel(packed, "k")
+    assert support == {"tlm_run16": "template <typename T> struct tlm_run16 { T elements[16 / sizeof(T)]; };\n"}
+    assert "*(device tlm_run16<half>*)(B + ((((int)threadIdx.x) * 8) + 1)) = *(device tlm_run16<half>*)(A + ((((int)threadIdx.x) * 4097)));" in text, text
+    floats = use_wide_copies(kernel(lambda a, b, tx: run_loop(b, a, tx * 4 + 3, tx * 4, 4), "float32"))
+    assert [c.aligned for c in calls(floats)] == [False]
+
+
+def test_run_loops_that_are_no_plain_16_byte_copy_stay_loops():
+    """8 bytes, a stride of 2, a copy within one buffer (it may overlap: element order matters)."""
+    v = tir.Var("v", "int32")
+
+    def strided(a, b, tx):
+        return tir.For(v, 0, 8, tir.ForKind.UNROLLED, tir.BufferStore(b, tir.BufferLoad(a, [tx * 16 + v * 2]), [tx * 8 + v]))
+
+    for body in (lambda a, b, tx: run_loop(b, a, tx * 4, tx * 4, 4), strided, lambda a, b, tx: run_loop(b, b, tx * 8 + 1, tx * 8, 8)):
+        func = use_wide_copies(kernel(body))
+        assert calls(func) == [] and len(stores(func)) == 1
+
+
 def test_split_keeps_expression_lanes():
     """8-lane arithmetic (a load times a broadcast, cast) splits into lanes 0-3 and 4-7 of each operand."""
 

@@ -169,6 +169,42 @@ def gemm_shared(
     return main
 
 
+RUN_BYTES = 16
+
+
+def copy_runs(shape: tuple, tile: tuple, dtype: str, threads: int) -> Any:
+    """A `T.macro(src, dst, row0, col0)`: dst (a `tile` of threadgroup memory) = src[row0 :, col0 :]
+    (a tensor of `shape`), each thread copying runs of 16 bytes of a row. A run inside the tensor is
+    an unrolled element loop that the late legalization turns into one 16-byte move (aligned or
+    packed: `legalize/wide_copies.py`); a run the edge cuts copies its elements, zeros outside.
+    What T.copy does instead at a row pitch that is not a multiple of 16 bytes is one element per
+    thread: eight 2-byte loads where this makes one access."""
+    run = RUN_BYTES // (4 if dtype == "float32" else 2 if dtype in ("float16", "bfloat16") else 1)
+    rows, cols = tile
+    if cols % run:
+        raise ValueError(f"copy_runs: a tile row of {cols} {dtype} elements is not whole runs of {run}; use T.copy")
+    runs_per_row = cols // run
+    total = rows * runs_per_row
+    rounds = -(-total // threads)
+    row_extent, col_extent = shape
+
+    @T.macro
+    def copy(src, dst, row0, col0):
+        tx = T.get_thread_binding()
+        for i in T.unroll(rounds):
+            if total % threads == 0 or i * threads + tx < total:
+                r = (i * threads + tx) // runs_per_row
+                c = (i * threads + tx) % runs_per_row * run
+                if row0 + r < row_extent and col0 + c + run <= col_extent:
+                    for v in T.unroll(run):
+                        dst[r, c + v] = src[row0 + r, col0 + c + v]
+                else:
+                    for v in T.unroll(run):
+                        dst[r, c + v] = T.if_then_else(row0 + r < row_extent and col0 + c + v < col_extent, src[row0 + r, col0 + c + v], T.cast(0, dtype))
+
+    return copy
+
+
 def gemm_staged(
     M: int,
     N: int,
@@ -185,6 +221,7 @@ def gemm_staged(
     num_stages: int = 0,
     swizzle_panel: int = 0,
     keep_staging: bool = False,
+    copy_in_runs: tuple = (),
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
@@ -194,11 +231,19 @@ def gemm_staged(
 
     A transposed operand (trans_A: A stored (K, M); trans_B: B stored (N, K)) is staged in its
     storage order, so the copy reads whole rows of the stored matrix (16-byte moves where aligned),
-    and T.gemm reads the staged tile transposed from threadgroup memory."""
+    and T.gemm reads the staged tile transposed from threadgroup memory.
+
+    `copy_in_runs` names operands ("A", "B") copied by `copy_runs` instead of T.copy: for a row
+    pitch that is not a multiple of 16 bytes, where T.copy moves one element per thread."""
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    unknown = set(copy_in_runs) - {"A", "B"}
+    if unknown:
+        raise ValueError(f"copy_in_runs: {sorted(unknown)} is not an operand; name 'A' and / or 'B'")
+    copy_a = copy_runs(a_shape, a_tile, dtype, threads) if "A" in copy_in_runs else None
+    copy_b = copy_runs(b_shape, b_tile, dtype, threads) if "B" in copy_in_runs else None
 
     @T.prim_func
     def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
@@ -210,11 +255,21 @@ def gemm_staged(
             acc = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(acc)
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
+                if copy_a is not None:
+                    if trans_A:
+                        copy_a(A, A_s, ko * block_K, by * block_M)
+                    else:
+                        copy_a(A, A_s, by * block_M, ko * block_K)
+                elif trans_A:
                     T.copy(A[ko * block_K, by * block_M], A_s)
                 else:
                     T.copy(A[by * block_M, ko * block_K], A_s)
-                if trans_B:
+                if copy_b is not None:
+                    if trans_B:
+                        copy_b(B, B_s, bx * block_N, ko * block_K)
+                    else:
+                        copy_b(B, B_s, ko * block_K, bx * block_N)
+                elif trans_B:
                     T.copy(B[bx * block_N, ko * block_K], B_s)
                 else:
                     T.copy(B[ko * block_K, bx * block_N], B_s)

@@ -14,10 +14,10 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
   on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged, 64x128 on 4
   simdgroups with A and B staged through threadgroup memory in 2 stages (16-byte copies, one barrier
-  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits, unless a row
-  pitch (K or N) is not a multiple of 16 bytes (a staged copy of it would load element by element:
-  the direct-global kernel then); block swizzle on grids large enough for neighbouring threadgroups
-  to share panels of A and B.
+  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits; an operand
+  whose row pitch (K or N) is not a multiple of 16 bytes is copied in 16-byte runs per thread
+  (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
+  enough for neighbouring threadgroups to share panels of A and B.
 
 On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
@@ -77,6 +77,7 @@ class MatmulChoice:
     swizzle: int = 0
     splits: int = 1
     stages: int = 0
+    run_copies: tuple[str, ...] = ()  # staged operands copied in 16-byte runs (kernels.gemm.copy_runs)
     gemv_variant: str = ""
     trans_A: bool = False  # A stored (K, M)
     trans_B: bool = False  # B stored (N, K)
@@ -94,6 +95,8 @@ class MatmulChoice:
             return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
         size = f"{self.block_m}x{self.block_n}" + (f"x{self.block_k}" if self.stages else "")
         staging = f", {self.stages} stages" if self.stages else ""
+        if self.run_copies:
+            staging += f", {' and '.join(self.run_copies)} copied in 16-byte runs"
         tile = f"{size} tile{staging}, {self.threads} threads ({self.simdgroups} simdgroups), swizzle {self.swizzle or 'off'}"
         if self.route == SPLIT_K:
             return f"matmul {shape}: split_k in {self.splits} slices of K, {tile}"
@@ -237,6 +240,16 @@ def matmul_config(
     splits = 1
     if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
         splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
+    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
+    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
+    odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
+    run_copies = tuple(operand for operand, is_odd in zip("AB", odd_pitch) if is_odd) if stages else ()
+    if run_copies:
+        odd = sorted({f"{name}={value}" for (name, value), is_odd in zip(pitches, odd_pitch) if is_odd})
+        verb = "are not multiples" if len(odd) > 1 else "is not a multiple"
+        reasons.append(f"row pitch {' and '.join(odd)} ({dtype}) {verb} of 16 bytes: T.copy would stage "
+                       f"{' and '.join(run_copies)} one element per thread, so each thread copies runs of 16 bytes "
+                       "(kernels.gemm.copy_runs: one packed 16-byte move per run inside the matrix)")
     if splits > 1:
         if mlx_rule:
             reasons.append(f"K={K} vs max(M, N)={largest}: MLX's NAX split-K rule (K >= 3 max(M, N), or K > 2 max(M, N) "
@@ -246,19 +259,12 @@ def matmul_config(
         reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "
                        f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
         return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=block_k,
-                            splits=splits, stages=stages, reasons=tuple(reasons))
+                            splits=splits, stages=stages, run_copies=run_copies, reasons=tuple(reasons))
     if few_tiles and transposed:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed operands only")
     elif few_tiles:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
-    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
-    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
-    odd = sorted({f"{name}={value}" for name, value in pitches if value * (4 if dtype == "float32" else 2) % 16})
-    if stages and odd:
-        stages = 0
-        reasons.append(f"row pitch {' and '.join(odd)} ({dtype}) is not a multiple of 16 bytes: staged copies of that operand "
-                       "would load it element by element (narrow loads), so the direct-global kernel instead (kernels.gemm_direct_global)")
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
     swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES else 0
     if swizzle:
@@ -267,7 +273,7 @@ def matmul_config(
     else:
         reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles: no swizzle (below {SWIZZLE_MIN_TILES} tiles on a side)")
     return MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads, swizzle=swizzle,
-                        **({"block_k": block_k, "stages": stages} if stages else {}), reasons=tuple(reasons))
+                        **({"block_k": block_k, "stages": stages, "run_copies": run_copies} if stages else {}), reasons=tuple(reasons))
 
 
 def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool = False) -> Any:
@@ -284,11 +290,12 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
         return build(M, N, K, dtype=dtype, out_dtype=out_dtype)
     if choice.route == SPLIT_K:
         return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
-                            out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages)
+                            out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages,
+                            copy_in_runs=choice.run_copies)
     if choice.stages:
         return gemm_staged(M, N, K, choice.block_m, choice.block_n, choice.block_k, dtype=dtype, out_dtype=out_dtype,
                            threads=choice.threads, trans_A=trans_A, trans_B=trans_B, num_stages=choice.stages,
-                           swizzle_panel=choice.swizzle, keep_staging=True)
+                           swizzle_panel=choice.swizzle, keep_staging=True, copy_in_runs=choice.run_copies)
     return gemm_direct_global(M, N, K, choice.block_m, choice.block_n, dtype=dtype, out_dtype=out_dtype,
                               threads=choice.threads, trans_A=trans_A, trans_B=trans_B, swizzle_panel=choice.swizzle)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import tilelang.language as T
 
+from .gemm import copy_runs
+
 ACCUM = "float32"
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -61,14 +63,21 @@ def gemm_split_k(
     threads: int = 128,
     num_stages: int = 0,
     reduce_threads: int = 128,
+    copy_in_runs: tuple = (),
 ) -> Any:
-    """The split-K module as a `T.prim_func` (compile with `out_idx=[-1]`)."""
+    """The split-K module as a `T.prim_func` (compile with `out_idx=[-1]`). `copy_in_runs`: as in
+    kernels.gemm_staged (operands whose row pitch is not a multiple of 16 bytes)."""
     out_dtype = out_dtype or dtype
     check_split_k(M, N, K, splits, block_k, dtype, out_dtype)
     splits = effective_splits(K, splits, block_k)
     per_slice = slice_k(K, splits, block_k)
     steps = per_slice // block_k
     reduce_cols = reduce_threads  # kernel 2: one thread per output element of a row segment
+    unknown = set(copy_in_runs) - {"A", "B"}
+    if unknown:
+        raise ValueError(f"copy_in_runs: {sorted(unknown)} is not an operand; name 'A' and / or 'B'")
+    copy_a = copy_runs((M, K), (block_m, block_k), dtype, threads) if "A" in copy_in_runs else None
+    copy_b = copy_runs((K, N), (block_k, block_n), dtype, threads) if "B" in copy_in_runs else None
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
@@ -80,8 +89,14 @@ def gemm_split_k(
             T.clear(acc)
             for ko in T.Pipelined(steps, num_stages=num_stages):
                 k0 = bz * per_slice + ko * block_k
-                T.copy(A[by * block_m, k0], A_s)
-                T.copy(B[k0, bx * block_n], B_s)
+                if copy_a is not None:
+                    copy_a(A, A_s, by * block_m, k0)
+                else:
+                    T.copy(A[by * block_m, k0], A_s)
+                if copy_b is not None:
+                    copy_b(B, B_s, k0, bx * block_n)
+                else:
+                    T.copy(B[k0, bx * block_n], B_s)
                 T.gemm(A_s, B_s, acc)
             T.copy(acc, partials[bz, by * block_m, bx * block_n])
 

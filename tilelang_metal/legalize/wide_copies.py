@@ -6,6 +6,12 @@ single-index accesses of device, threadgroup or `alignas(16)` thread memory (of 
 element type) and both offsets are provably multiples of the lane count for every thread, the copy
 becomes one `tlm_copy16` call. The proof substitutes the values of the `Bind`s printed before the
 store (prelude offsets, tile origins) and reads LowerIntrin's shifts and masks as division and modulo.
+
+An element loop over 16 bytes between two device or threadgroup buffers (`for v: dst[d + v] =
+src[s + v]`: what tilelang leaves of a copy whose vector alignment it cannot prove, as in
+kernels.gemm.copy_runs at an odd row pitch) becomes one move as well: `tlm_copy16` when both ends
+are proved 16-byte aligned, else `tlm_packed_copy16` (a struct of 16 bytes of elements, aligned to
+its element). This runs after tilelang planned the barriers, which saw plain element accesses.
 """
 
 from __future__ import annotations
@@ -42,7 +48,39 @@ class _WideCopies:
         return None
 
     def postorder(self, node: Any) -> Any:
+        if isinstance(node, tir.For):
+            return self._run_as_copy16(node)
         return self._as_copy16(node) if isinstance(node, tir.BufferStore) else None
+
+    def _run_as_copy16(self, loop: Any) -> Any:
+        """`for v in [0, n): dst[d + v] = src[s + v]`, n elements of 16 bytes in all between two
+        different device or threadgroup buffers, as one move: `tlm_copy16` when both ends are
+        provably 16-byte aligned, else the packed flavour (element alignment). A copy the vectorizer
+        left element by element (it could not prove a vector alignment) so costs one access."""
+        store = loop.body
+        if not (isinstance(store, tir.BufferStore) and isinstance(store.value, tir.BufferLoad)):
+            return None
+        load = store.value
+        if len(store.indices) != 1 or len(load.indices) != 1 or store.buffer.data.same_as(load.buffer.data):
+            return None
+        if not (isinstance(loop.min, tir.IntImm) and int(loop.min.value) == 0 and isinstance(loop.extent, tir.IntImm)):
+            return None
+        dtype = tvm.DataType(str(load.dtype))
+        lanes = int(loop.extent.value)
+        if dtype.lanes != 1 or str(store.buffer.dtype) != str(load.buffer.dtype) or dtype.bits * lanes != COPY_BITS:
+            return None
+        bases = []
+        for buf, index in ((store.buffer, store.indices[0]), (load.buffer, load.indices[0])):
+            if self.memory.space.get(buf.data) not in (DEVICE, THREADGROUP) or self.element_dtype(buf.data) != str(buf.dtype):
+                return None
+            base = self.analyzer.simplify(tvm.tirx.stmt_functor.substitute(index, {loop.loop_var: tir.const(0, loop.loop_var.dtype)}))
+            if not self.analyzer.can_prove_equal(index - base, loop.loop_var):
+                return None  # not consecutive elements in v
+            bases.append(base)
+        dst_base, src_base = bases
+        if all(self._provably_multiple(base, lanes) for base in bases):
+            return intrinsics.build_copy16(store.buffer, dst_base, load.buffer, src_base)
+        return intrinsics.build_copy16(store.buffer, dst_base, load.buffer, src_base, aligned=False)
 
     def _as_copy16(self, store: Any) -> Any:
         value = store.value
@@ -69,7 +107,7 @@ class _WideCopies:
 
 def use_wide_copies(func: Any) -> Any:
     rewriter = _WideCopies(func)
-    kinds = [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_BIND, vocab.TIRX_BUFFERSTORE]
+    kinds = [vocab.TIRX_ALLOCBUFFER, vocab.TIRX_BIND, vocab.TIRX_BUFFERSTORE, vocab.TIRX_FOR]
     body = tvm.tirx.stmt_functor.ir_transform(func.body, rewriter.preorder, rewriter.postorder, kinds)
     return func.with_body(body)
 

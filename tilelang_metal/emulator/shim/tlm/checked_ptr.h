@@ -92,10 +92,14 @@ struct checked_ptr {
     constexpr int64_t lanes = static_cast<int64_t>(sizeof(V) / sizeof(E));
     if (__builtin_expect(offset < 0 || offset + lanes > extent, 0))
       return static_cast<V*>(rt::out_of_bounds(space, name, offset, lanes, extent));
-    if constexpr (lanes > 1 && (lanes & (lanes - 1)) == 0 && !is_packed_vec_v<std::remove_cv_t<V>>) {
-      // MSL aligns an N-lane vector to N elements (buffers themselves are aligned); packed_T4 only
-      // to its element.
+    if constexpr (is_vec_v<V> && lanes > 1 && (lanes & (lanes - 1)) == 0) {
+      // MSL aligns an N-lane vector to N elements (buffers themselves are aligned); packed_T4 (not a
+      // vec) only to its element.
       if (__builtin_expect(((align0 + offset) & (lanes - 1)) != 0, 0)) rt::misaligned(space, name, offset, lanes);
+    } else if constexpr (!is_vec_v<V> && !is_packed_vec_v<std::remove_cv_t<V>> && alignof(V) > sizeof(E)) {
+      // any other type (a struct of elements, a scalar wider than the element) to its own alignment
+      constexpr int64_t align = static_cast<int64_t>(alignof(V) / sizeof(E));
+      if (__builtin_expect(((align0 + offset) % align) != 0, 0)) rt::misaligned(space, name, offset, align);
     }
     note(offset, lanes, is_atomic_object_v<std::remove_cv_t<V>>);
     return reinterpret_cast<V*>(const_cast<E*>(base + offset));
