@@ -53,6 +53,7 @@ from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 from .transform.while_loop_sync import SyncWhileLoops
+from .transform.zero_trip_loops import GuardPossiblyEmptyLoops
 
 
 def lower_metal(mod: object, target: object) -> object:
@@ -82,6 +83,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
+    mod = GuardPossiblyEmptyLoops(mod)  # plugin: tl.Simplify folds an extent in [0, 1] to 1 unless the loop is known to run
     mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
     mod = BypassSharedStaging(mod, target, options)  # plugin: staging-only shared operands -> direct-global T.gemm
     threadgroup_buffers.staging_kept = [str(r) for f in _prim_funcs(mod) if f.attrs is not None and STAGING_KEPT_ATTR in f.attrs for r in f.attrs[STAGING_KEPT_ATTR]]
