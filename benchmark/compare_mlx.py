@@ -129,6 +129,9 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
     return Measured(f"flash attention {block_m}x{block_n}, 128 threads, {target_name}", errors.worst, total)
 
 
+DECODE_SPLITS = 32  # key ranges per KV head (MLX's sdpa_vector_2pass takes 64 blocks here)
+
+
 def plugin_decode(p: Problem, klass: str) -> Measured:
     import tilelang
     import torch
@@ -140,10 +143,10 @@ def plugin_decode(p: Problem, klass: str) -> Measured:
     dt = torch_dtype(p.dtype)
     group = d["heads"] // d["kv_heads"]
 
-    kv_proxy, heads = 1, group  # one kv head and its query heads (block_h 8: whole 8-row tiles, padded)
+    kv_proxy, heads = 1, group  # one kv head and its query heads
 
     def measure(kv_len: int) -> dict[str, float]:
-        func = kernels.flash_decoding_program(1, heads, kv_proxy, kv_len, d["head_dim"], dtype=p.dtype, block_h=8 if heads <= 8 else 16)
+        func = kernels.flash_decoding_program(1, heads, kv_proxy, kv_len, d["head_dim"], dtype=p.dtype, num_split=DECODE_SPLITS)
         kern = tilelang.compile(func, out_idx=[3, 4, 5], target=kernels.plain_metal_target(), execution_backend="emulator")
         g = torch.Generator().manual_seed(kv_len)
         q = torch.randn(1, heads, d["head_dim"], generator=g).to(dt)
@@ -156,7 +159,7 @@ def plugin_decode(p: Problem, klass: str) -> Measured:
         return plugin_counts(kern, q, k, v)
 
     total = count_models.linear_counts(d["kv_len"], (512, 1024), d["kv_heads"] / kv_proxy, measure)
-    return Measured(f"flash decoding, {group} query heads per kv head (block_h 8), 4 splits", errors.worst, total)
+    return Measured(f"flash decoding (vector), {group} query heads per kv head, {DECODE_SPLITS} splits", errors.worst, total)
 
 
 def plugin_rows(p: Problem, klass: str) -> Measured:

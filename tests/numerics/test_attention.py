@@ -20,7 +20,7 @@ import tilelang.language as T
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.kernels.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
+from tilelang_metal.kernels.attention import MASKED_SCORE, attention_dataflow, flash_attention_program, flash_decoding_program
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.kernels import metal4_target
@@ -361,8 +361,9 @@ def test_too_much_threadgroup_memory_names_buffers_and_a_fit():
 
 @functools.lru_cache(maxsize=None)
 def decoding_kernel(target, batch, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads):
-    program = flash_decoding_program(
-        batch, heads, kv_heads, seq, dim, num_split=num_split, block_h=block_h, block_n=block_n, threads=threads, target=_target(target)
+    program = flash_decoding_program(  # the target's GEMM dataflow (the vector one has its own tests)
+        batch, heads, kv_heads, seq, dim, num_split=num_split, block_h=block_h, block_n=block_n, threads=threads, target=_target(target),
+        dataflow=attention_dataflow(_target(target)),
     )
     return tilelang.compile(program, out_idx=[3, 4, 5], target=_target(target), execution_backend="emulator")
 

@@ -172,7 +172,7 @@ def test_staged_barriers_per_key_block(num_stages, per_block):
 def decoding(target, heads, kv_heads, seq, dim, num_split, block_h, block_n, threads, dtype="float16"):
     tgt = TARGETS[target]()
     program = flash_decoding_program(1, heads, kv_heads, seq, dim, num_split=num_split, block_h=block_h, block_n=block_n,
-                                     threads=threads, dtype=dtype, target=tgt)
+                                     threads=threads, dtype=dtype, target=tgt, dataflow=attention_dataflow(tgt))
     return tilelang.compile(program, out_idx=[3, 4, 5], target=tgt, execution_backend="emulator")
 
 

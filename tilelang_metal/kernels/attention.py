@@ -49,6 +49,12 @@ LOG2_E = 1.4426950408889634
 MASKED_SCORE = -1.0e38
 DIRECT, STAGED = "direct", "staged"
 DATAFLOWS = (DIRECT, STAGED)
+# Decoding only: one simdgroup per query head, each lane a run of head_dim / 32 elements of q, K and
+# V, a simd sum per key (no matrix operation, no threadgroup memory, no barrier).
+VECTOR = "vector"
+DECODING_DATAFLOWS = (VECTOR, DIRECT, STAGED)
+SIMD_WIDTH = 32
+MAX_THREADS = 1024
 # Padding of each staged K / V row: 16 bytes shifts consecutive rows by four 4-byte banks, so the
 # 8 rows an 8x8 simdgroup_load touches start on 8 different banks (64 or 128 halves per row would
 # put all of them on one bank).
@@ -77,6 +83,25 @@ def _resolve_dataflow(dataflow: str | None, target: Any) -> str:
     if dataflow not in DATAFLOWS:
         raise MetalLoweringError(f"dataflow={dataflow!r} is not an attention dataflow; use 'direct', 'staged' or None (the target's)")
     return dataflow
+
+
+def decoding_dataflow(heads: int, kv_heads: int, head_dim: int, target: Any = None) -> str:
+    """VECTOR where it applies (head_dim a multiple of 32, at most 32 query heads per KV head: one
+    simdgroup each), on either target: a decoding step has one query row per head, which a matrix
+    tile would pad to 8 or 16 rows. Otherwise the target's GEMM dataflow."""
+    if heads > 0 and kv_heads > 0 and head_dim > 0 and not heads % kv_heads and _vector_refusal(heads // kv_heads, head_dim) is None:
+        return VECTOR
+    return attention_dataflow(target)
+
+
+def _vector_refusal(group: int, head_dim: int) -> str | None:
+    if head_dim % SIMD_WIDTH:
+        return (f"head_dim={head_dim} is not a multiple of {SIMD_WIDTH}: the vector dataflow gives each of a simdgroup's 32 "
+                f"lanes an equal run of it; use dataflow='staged' or 'direct', or head_dim={_multiples_near(head_dim, SIMD_WIDTH)}")
+    if group * SIMD_WIDTH > MAX_THREADS:
+        return (f"{group} query heads per KV head need {group * SIMD_WIDTH} threads in the vector dataflow (one simdgroup "
+                f"each), over Metal's {MAX_THREADS}; use dataflow='staged' or 'direct'")
+    return None
 
 
 def staged_row_pad(head_dim: int, block_n: int, dtype: str) -> int:
@@ -306,17 +331,33 @@ def flash_decoding_program(
 ) -> Any:
     """One decoding step: out[b, h] = softmax(q[b, h] K[b, :, h // group]^T / sqrt(d)) V[b, :, h // group].
 
-    Kernel 1 splits the keys into `num_split` ranges; each threadgroup handles `block_h` query
-    heads of one KV group and writes a partial output and its log2-sum-exp. Kernel 2 combines the
-    splits. q: (batch, heads, dim); K, V: (batch, seq_kv, kv_heads, dim). `dataflow` and `target`
-    as for flash_attention_program: on "direct", K and V go from device memory into the GEMMs."""
+    Kernel 1 splits the keys into `num_split` ranges and writes, per query head and split, a partial
+    output and its log2-sum-exp; kernel 2 combines the splits. q: (batch, heads, dim); K, V:
+    (batch, seq_kv, kv_heads, dim). `dataflow` (default `decoding_dataflow`):
+    - "vector": a threadgroup per KV head and split, one simdgroup per query head of its group; per
+      key, each lane reads its run of head_dim / 32 elements of K and V in one vector load, the score
+      is a simd sum, the online softmax runs on scalars (block_h, block_n, threads do not apply);
+    - "direct" / "staged", as for flash_attention_program: each threadgroup handles `block_h` query
+      heads of one KV group as the rows of two GEMMs, K and V from device memory or staged."""
     _check_gqa(heads, kv_heads)
     group = heads // kv_heads
-    if group % block_h and block_h % group:
-        raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
-    dataflow = _resolve_dataflow(dataflow, target)
-    check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
+    if dataflow is None:
+        dataflow = decoding_dataflow(heads, kv_heads, head_dim, target)
+    elif dataflow not in DECODING_DATAFLOWS:
+        raise MetalLoweringError(f"dataflow={dataflow!r} is not a decoding dataflow; use 'vector', 'direct', 'staged' or None")
+    vector = dataflow == VECTOR
+    if vector:
+        if dtype not in ("float16", "bfloat16", "float32"):
+            raise MetalLoweringError(f"flash decoding dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
+        refusal = _vector_refusal(group, head_dim)
+        if refusal is not None:
+            raise MetalLoweringError(refusal)
+    else:
+        if group % block_h and block_h % group:
+            raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
+        check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
     direct = dataflow == DIRECT
+    per_lane = head_dim // SIMD_WIDTH
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
     split_len = -(-seq_len_kv // num_split)
@@ -336,57 +377,101 @@ def flash_decoding_program(
         partial_lse: T.Tensor(lse_shape, ACCUM),
         Out: T.Tensor(q_shape, dtype),
     ):
-        with T.Kernel(batch, heads // heads_per_block, num_split, threads=threads) as (bb, hb, split):
-            Q_frag = T.alloc_fragment((block_h, head_dim), dtype)
-            S = T.alloc_fragment((block_h, block_n), ACCUM)
-            P = T.alloc_fragment((block_h, block_n), dtype)
-            acc_o = T.alloc_fragment((block_h, head_dim), ACCUM)
-            row_max = T.alloc_fragment((block_h,), ACCUM)
-            row_max_prev = T.alloc_fragment((block_h,), ACCUM)
-            row_rescale = T.alloc_fragment((block_h,), ACCUM)
-            row_sum = T.alloc_fragment((block_h,), ACCUM)
-            denominator = T.alloc_fragment((block_h,), ACCUM)
+        if vector:
+            with T.Kernel(batch, kv_heads, num_split, threads=group * SIMD_WIDTH) as (bb, kv_group, split):
+                thread = T.get_thread_binding()
+                lane = thread % SIMD_WIDTH
+                head = kv_group * group + thread // SIMD_WIDTH  # this simdgroup's query head
+                q_run = T.alloc_local((per_lane,), ACCUM)
+                o_run = T.alloc_local((per_lane,), ACCUM)
+                k_run = T.alloc_local((per_lane,), dtype)
+                v_run = T.alloc_local((per_lane,), dtype)
+                score = T.alloc_var(ACCUM)
+                running_max = T.alloc_var(ACCUM)
+                new_max = T.alloc_var(ACCUM)
+                rescale = T.alloc_var(ACCUM)
+                weight = T.alloc_var(ACCUM)
+                running_sum = T.alloc_var(ACCUM)
+                for d in T.vectorized(per_lane):
+                    k_run[d] = Q[bb, head, lane * per_lane + d]
+                for d in T.unroll(per_lane):
+                    q_run[d] = T.cast(k_run[d], ACCUM) * scale  # scores in log2 units
+                    o_run[d] = 0
+                running_max = MASKED_SCORE
+                running_sum = 0
+                key0 = split * split_len
+                for key in T.serial(key0, T.min(key0 + split_len, seq_len_kv)):
+                    for d in T.vectorized(per_lane):
+                        k_run[d] = K[bb, key, kv_group, lane * per_lane + d]
+                    for d in T.vectorized(per_lane):
+                        v_run[d] = V[bb, key, kv_group, lane * per_lane + d]
+                    score = 0
+                    for d in T.unroll(per_lane):
+                        score += q_run[d] * T.cast(k_run[d], ACCUM)
+                    score = T.warp_reduce_sum(score)
+                    new_max = T.max(running_max, score)
+                    rescale = T.exp2(running_max - new_max)
+                    weight = T.exp2(score - new_max)
+                    running_sum = running_sum * rescale + weight
+                    running_max = new_max
+                    for d in T.unroll(per_lane):
+                        o_run[d] = o_run[d] * rescale + weight * T.cast(v_run[d], ACCUM)
+                for d in T.unroll(per_lane):
+                    partial_out[bb, head, split, lane * per_lane + d] = T.if_then_else(running_sum > 0, o_run[d] / running_sum, 0)
+                if lane == 0:
+                    partial_lse[bb, head, split] = T.if_then_else(running_sum > 0, T.log2(running_sum) + running_max, MASKED_SCORE)
+        else:
+            with T.Kernel(batch, heads // heads_per_block, num_split, threads=threads) as (bb, hb, split):
+                Q_frag = T.alloc_fragment((block_h, head_dim), dtype)
+                S = T.alloc_fragment((block_h, block_n), ACCUM)
+                P = T.alloc_fragment((block_h, block_n), dtype)
+                acc_o = T.alloc_fragment((block_h, head_dim), ACCUM)
+                row_max = T.alloc_fragment((block_h,), ACCUM)
+                row_max_prev = T.alloc_fragment((block_h,), ACCUM)
+                row_rescale = T.alloc_fragment((block_h,), ACCUM)
+                row_sum = T.alloc_fragment((block_h,), ACCUM)
+                denominator = T.alloc_fragment((block_h,), ACCUM)
 
-            head0 = hb * heads_per_block
-            kv_head = head0 // group
-            for i, d in T.Parallel(block_h, head_dim):
-                Q_frag[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
-            T.fill(acc_o, 0)
-            T.fill(denominator, 0)
-            T.fill(row_max, MASKED_SCORE)
-            key0 = split * split_len
-            key_end = T.min(key0 + split_len, seq_len_kv)
-            if direct:
-                K_rows = heads_major(K, batch, seq_len_kv, kv_heads, head_dim, True)
-                V_rows = heads_major(V, batch, seq_len_kv, kv_heads, head_dim, True)
-                for kb in T.serial(T.ceildiv(split_len, block_n)):
-                    first = key0 + kb * block_n  # keys past the cache read 0; past the split, masked
-                    T.gemm(Q_frag, K_rows[bb, kv_head, first : first + block_n, :], S, transpose_B=True, clear_accum=True,
-                           policy=T.GemmWarpPolicy.FullRow)
-                    for i, j in T.Parallel(block_h, block_n):
-                        S[i, j] = T.if_then_else(first + j < key_end, S[i, j], MASKED_SCORE)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
-                    T.gemm(P, V_rows[bb, kv_head, first : first + block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
-            else:
-                K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
-                V_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
-                for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
-                    T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared[:, 0:head_dim])
-                    T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared[:, 0:head_dim])
-                    T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    for i, j in T.Parallel(block_h, block_n):
-                        S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
-                    T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
-            for i, d in T.Parallel(block_h, head_dim):
-                if i < heads_per_block:
-                    partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] > 0, acc_o[i, d] / denominator[i], 0)
-            for i in T.Parallel(block_h):
-                if i < heads_per_block:
-                    # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
-                    partial_lse[bb, head0 + i, split] = T.if_then_else(
-                        denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, MASKED_SCORE
-                    )
+                head0 = hb * heads_per_block
+                kv_head = head0 // group
+                for i, d in T.Parallel(block_h, head_dim):
+                    Q_frag[i, d] = T.if_then_else(i < heads_per_block, Q[bb, head0 + i, d], T.cast(0, dtype))
+                T.fill(acc_o, 0)
+                T.fill(denominator, 0)
+                T.fill(row_max, MASKED_SCORE)
+                key0 = split * split_len
+                key_end = T.min(key0 + split_len, seq_len_kv)
+                if direct:
+                    K_rows = heads_major(K, batch, seq_len_kv, kv_heads, head_dim, True)
+                    V_rows = heads_major(V, batch, seq_len_kv, kv_heads, head_dim, True)
+                    for kb in T.serial(T.ceildiv(split_len, block_n)):
+                        first = key0 + kb * block_n  # keys past the cache read 0; past the split, masked
+                        T.gemm(Q_frag, K_rows[bb, kv_head, first : first + block_n, :], S, transpose_B=True, clear_accum=True,
+                               policy=T.GemmWarpPolicy.FullRow)
+                        for i, j in T.Parallel(block_h, block_n):
+                            S[i, j] = T.if_then_else(first + j < key_end, S[i, j], MASKED_SCORE)
+                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                        T.gemm(P, V_rows[bb, kv_head, first : first + block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+                else:
+                    K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                    V_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
+                    for kb in T.Pipelined(T.ceildiv(split_len, block_n), num_stages=1):
+                        T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared[:, 0:head_dim])
+                        T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared[:, 0:head_dim])
+                        T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                        for i, j in T.Parallel(block_h, block_n):
+                            S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
+                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                        T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
+                for i, d in T.Parallel(block_h, head_dim):
+                    if i < heads_per_block:
+                        partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] > 0, acc_o[i, d] / denominator[i], 0)
+                for i in T.Parallel(block_h):
+                    if i < heads_per_block:
+                        # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
+                        partial_lse[bb, head0 + i, split] = T.if_then_else(
+                            denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, MASKED_SCORE
+                        )
 
         with T.Kernel(heads, batch, threads=head_dim) as (h, bb):
             lse_max = T.alloc_var(ACCUM)
