@@ -14,7 +14,7 @@ import tilelang
 import torch
 
 from tilelang_metal import kernels
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels.reduce_rows import row_blocking
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -60,7 +60,7 @@ def test_row_kernels_match_torch(name, rows, cols):
 
 
 @pytest.mark.parametrize("name", ["softmax", "sum", "max"])
-@pytest.mark.parametrize("rows, cols", [(5, 37)])
+@pytest.mark.parametrize("rows, cols", [(5, 37), (5, 300)])  # packed rows; one simdgroup per row
 def test_non_finite_rows_match_torch(name, rows, cols):
     """NaN propagates through all three (max like torch.amax, not Metal's NaN-ignoring max); a
     row with +inf is NaN under softmax; -inf gets probability 0; a row of only -inf is NaN
@@ -86,6 +86,21 @@ def test_half_inputs_accumulate_in_float32(name, dtype):
     assert out.dtype == TORCH[dtype]
     rtol, atol = TOL[dtype]
     torch.testing.assert_close(out.float(), reference(name, x).float(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", ["sum", "max"])
+def test_long_rows_reduce_one_per_simdgroup_without_threadgroup_memory(name):
+    """Rows of 512 floats (at least one simdgroup's worth of 16-byte runs): one simdgroup per row,
+    each lane one float4 load per 128 columns, one simd collective; nothing goes through
+    threadgroup memory or waits at a barrier (the packed layout's T.reduce_* did both)."""
+    rows, cols = 9, 512
+    kernel = row_kernel(name, rows, cols)
+    x = torch.randn(rows, cols)
+    torch.testing.assert_close(racecheck(kernel, x, seeds=(0, 1)), reference(name, x), rtol=1e-5, atol=1e-4)
+    total = counters(kernel, x).total
+    assert total["device_load_instructions"] == rows * cols // 4 and total["narrow_device_loads"] == 0, total
+    assert total["threadgroup_load_bytes"] == total["threadgroup_store_bytes"] == total["threadgroup_barriers"] == 0
+    assert ("simd_sum(" if name == "sum" else "simd_max(") in kernel.get_kernel_source()
 
 
 def test_row_blocking_covers_wide_and_narrow_rows():

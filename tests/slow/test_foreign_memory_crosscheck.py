@@ -34,14 +34,16 @@ def _case(name: str):
         return kernels.gemm_shared(128, 128, 64, 64, 64, 32), kernels.plain_metal_target(), (torch.randn(128, 64, dtype=h), torch.randn(64, 128, dtype=h), torch.zeros(128))
     if name == "ragged":  # tiles that do not divide: masked loads, guarded stores
         return kernels.gemm_shared(100, 72, 40), kernels.metal4_target(), (torch.randn(100, 40, dtype=h), torch.randn(40, 72, dtype=h), torch.zeros(72))
-    if name == "row-sum":  # simd collectives and a threadgroup reduction, 300 columns over 128 threads
+    if name == "row-sum":  # simd collectives and a threadgroup reduction, rows of 100 packed over 128 threads
+        return kernels.row_sum(37, 100), kernels.plain_metal_target(), (torch.randn(37, 100),)
+    if name == "simd-row-sum":  # one simdgroup per row of 300: vector loads and a simd sum, no threadgroup memory
         return kernels.row_sum(37, 300), kernels.plain_metal_target(), (torch.randn(37, 300),)
     if name == "softmax":
         return kernels.softmax(37, 300), kernels.plain_metal_target(), (torch.randn(37, 300),)
     raise AssertionError(name)
 
 
-CASES = ("direct-metal4", "direct-plain", "shared-metal4", "shared-plain", "ragged", "row-sum", "softmax")
+CASES = ("direct-metal4", "direct-plain", "shared-metal4", "shared-plain", "ragged", "row-sum", "simd-row-sum", "softmax")
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -1,7 +1,10 @@
 """Row reductions over the last axis for Metal, written in TileLang: `out[r] = sum_c X[r, c]` or
 `max_c X[r, c]` for any column count (4096, ragged, 1).
 
-A threadgroup reduces `block_rows` rows in column blocks of `block_cols` (`row_blocking` picks
+Rows of at least one simdgroup's worth of 16-byte runs (128 float32 or 256 half elements) are
+reduced one per simdgroup (`_reduce_rows_per_simdgroup`: vector loads, a float32 scalar per lane,
+one simd collective; no threadgroup memory, no barrier). Shorter rows are packed several to a
+threadgroup: it reduces `block_rows` rows in column blocks of `block_cols` (`row_blocking` picks
 both): each block is loaded into a float32 fragment and folded with `T.reduce_sum` /
 `T.reduce_max` (simd shuffles, and threadgroup memory across simdgroups: docs/kernel_vocabulary.md)
 into a running per-row result. The columns past the end of a row are padded with 0 for a sum and
@@ -26,6 +29,9 @@ DTYPES = ("float16", "bfloat16", "float32")
 KINDS = ("sum", "max")
 MAX_BLOCK_COLS = 4096  # a 4096-column row in one block: 16 floats per thread at 256 threads
 MAX_BLOCK_ELEMENTS = 4096
+SIMD_WIDTH = 32
+RUN_BYTES = 16  # a lane's vector load in the per-simdgroup layout
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def _pow2_at_least(n: int) -> int:
@@ -65,6 +71,9 @@ def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float3
     rows, cols, threads = check_rows(rows, cols, dtype, threads, f"row {kind}")
     if out_dtype not in DTYPES:
         raise ValueError(f"row {kind} out_dtype={out_dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    run = RUN_BYTES // _ELEMENT_BYTES[dtype]
+    if cols >= SIMD_WIDTH * run:
+        return _reduce_rows_per_simdgroup(rows, cols, kind, dtype, out_dtype, threads, run)
     block_rows, block_cols = row_blocking(rows, cols, threads)
     col_blocks = -(-cols // block_cols)
     is_sum = kind == "sum"
@@ -107,6 +116,63 @@ def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float3
                         Out[bx * block_rows + i] = T.cast(total[i], out_dtype)
                     else:
                         Out[bx * block_rows + i] = T.cast(T.if_then_else(nan_rows[i] > 0, T.float32(float("nan")), total[i]), out_dtype)
+
+    return main
+
+
+def _reduce_rows_per_simdgroup(rows: int, cols: int, kind: str, dtype: str, out_dtype: str, threads: int, run: int) -> Any:
+    """One simdgroup per row: each lane reads runs of 16 bytes, `run` elements, at a stride of 32 runs
+    (one vector load each where the row pitch keeps them 16-byte aligned), folds them into a float32
+    scalar, and one simd collective (`T.warp_reduce_sum` / `_max`) finishes the row: no threadgroup
+    memory, no barrier. A run the row's end cuts reads its elements (a copy of the last element
+    past the end: a max ignores it, a sum skips it)."""
+    rows_per_group = threads // SIMD_WIDTH
+    rounds = -(-cols // (SIMD_WIDTH * run))
+    vector_runs = cols * _ELEMENT_BYTES[dtype] % RUN_BYTES == 0  # else runs are not provably aligned: elements
+    is_sum = kind == "sum"
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, cols), dtype), Out: T.Tensor((rows,), out_dtype)):
+        with T.Kernel(T.ceildiv(rows, rows_per_group), threads=threads) as bx:
+            thread = T.get_thread_binding()
+            lane = thread % SIMD_WIDTH
+            row = bx * rows_per_group + thread // SIMD_WIDTH
+            values = T.alloc_local((run,), dtype)
+            total = T.alloc_var(ACCUM)
+            nans = T.alloc_var(ACCUM)
+            if row < rows:  # the same for a whole simdgroup: its collectives see every lane
+                total = 0
+                nans = 0
+                for i in T.serial(rounds):
+                    c = (i * SIMD_WIDTH + lane) * run
+                    if c + run <= cols:
+                        if vector_runs:
+                            for v in T.vectorized(run):
+                                values[v] = X[row, c + v]
+                        else:
+                            for v in T.unroll(run):
+                                values[v] = X[row, c + v]
+                    else:
+                        for v in T.unroll(run):
+                            values[v] = X[row, T.min(c + v, cols - 1)]
+                    if not is_sum and i == 0:
+                        total = T.cast(values[0], ACCUM)  # round 0's runs are whole (cols >= 32 runs): a max starts from one
+                    for v in T.unroll(run):
+                        if is_sum:
+                            total += T.if_then_else(c + v < cols, T.cast(values[v], ACCUM), 0)
+                        else:
+                            total = T.max(total, T.cast(values[v], ACCUM))
+                            nans = T.max(nans, T.if_then_else(T.isnan(T.cast(values[v], ACCUM)), 1, 0))
+                if is_sum:
+                    total = T.warp_reduce_sum(total)
+                else:
+                    total = T.warp_reduce_max(total)
+                    nans = T.warp_reduce_max(nans)
+                if lane == 0:
+                    if is_sum:
+                        Out[row] = T.cast(total, out_dtype)
+                    else:
+                        Out[row] = T.cast(T.if_then_else(nans > 0, T.float32(float("nan")), total), out_dtype)
 
     return main
 
