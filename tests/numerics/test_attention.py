@@ -339,7 +339,7 @@ def test_wrong_inputs_are_refused_at_call_time():
         (lambda: flash_attention_program(1, 2, 64, 64, dtype="float8_e4m3"), r"dtype='float8_e4m3' is not supported"),
         (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
         (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
-        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=12, threads=64), r"block_h=12 is not a multiple of 8.*use block_h=8 or 16"),
+        (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=12, threads=64, dataflow="staged"), r"block_h=12 is not a multiple of 8.*use block_h=8 or 16"),
     ],
     ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "block-h"],
 )

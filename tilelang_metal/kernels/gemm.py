@@ -255,24 +255,17 @@ def gemm_staged(
             acc = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(acc)
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                # the tiles' origins in the stored operands (a transposed one is staged as stored)
+                a_row, a_col = (ko * block_K, by * block_M) if trans_A else (by * block_M, ko * block_K)
+                b_row, b_col = (bx * block_N, ko * block_K) if trans_B else (ko * block_K, bx * block_N)
                 if copy_a is not None:
-                    if trans_A:
-                        copy_a(A, A_s, ko * block_K, by * block_M)
-                    else:
-                        copy_a(A, A_s, by * block_M, ko * block_K)
-                elif trans_A:
-                    T.copy(A[ko * block_K, by * block_M], A_s)
+                    copy_a(A, A_s, a_row, a_col)
                 else:
-                    T.copy(A[by * block_M, ko * block_K], A_s)
+                    T.copy(A[a_row, a_col], A_s)
                 if copy_b is not None:
-                    if trans_B:
-                        copy_b(B, B_s, bx * block_N, ko * block_K)
-                    else:
-                        copy_b(B, B_s, ko * block_K, bx * block_N)
-                elif trans_B:
-                    T.copy(B[bx * block_N, ko * block_K], B_s)
+                    copy_b(B, B_s, b_row, b_col)
                 else:
-                    T.copy(B[ko * block_K, bx * block_N], B_s)
+                    T.copy(B[b_row, b_col], B_s)
                 T.gemm(A_s, B_s, acc, transpose_A=trans_A, transpose_B=trans_B)
             T.copy(acc, C[by * block_M, bx * block_N])
 
