@@ -403,6 +403,27 @@ def test_flash_decoding_split_kv_and_combine(target, batch, heads, kv_heads, seq
         torch.testing.assert_close(partial_lse[:, :, s], torch.logsumexp(part, -1) / math.log(2), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("target", ["metal4", "metal"])
+def test_nan_and_inf_inputs_reach_the_output_as_in_torch(target):
+    """A NaN in one query row made every score of the row NaN; Metal's max ignores NaN, so the row
+    kept the mask value as its maximum, was treated as a row without keys and came out 0 (torch:
+    NaN). Now the NaN survives the softmax, in the forward kernel and in GEMM-based decoding. A
+    +inf in a key gives +inf or -inf scores by the sign of q: NaN rows or zero weights, as torch."""
+    torch.manual_seed(11)
+    q, k, v = (torch.randn(1, 40, 2, 64).half() for _ in range(3))
+    q[0, 5, 1, 3] = math.nan
+    k[0, 7, 0, 9] = math.inf
+    out = attention_kernel(target, 2, 2, 40, 64, False, "bshd", "float16", 32, 32, 64)(q, k, v).float()
+    ref = attention_reference(q, k, v, False, "bshd")
+    assert torch.isnan(ref[0, 5, 1]).all() and torch.equal(torch.isnan(out), torch.isnan(ref))
+    finite = ~torch.isnan(ref)
+    torch.testing.assert_close(out[finite], ref[finite], atol=4e-3, rtol=4e-3)
+    decode = decoding_kernel(target, 1, 4, 1, 20, 64, 3, 16, 32, 64)
+    qd, kd, vd = torch.randn(1, 4, 64).half(), torch.randn(1, 20, 1, 64).half(), torch.randn(1, 20, 1, 64).half()
+    qd[0, 1, 3] = math.nan
+    assert torch.isnan(decode(qd, kd, vd)[-1][0]).any(-1).tolist() == [False, True, False, False]
+
+
 @pytest.mark.slow
 def test_guide_attention_snippet():
     """The attention example of docs/guide.md runs as written."""

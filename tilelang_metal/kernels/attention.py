@@ -169,7 +169,9 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> An
     probabilities in `P`, add their row sums to `denominator` and rescale `acc_o` (rows x
     head_dim) to the new maximum. A row that has seen no key yet keeps the mask value as its
     maximum (MASKED_SCORE) and gets zero probabilities and a zero rescale factor (flash decoding's
-    empty splits; a forward row sees key 0 in its first block).
+    empty splits; a forward row sees key 0 in its first block). A NaN score keeps its NaN there
+    (Metal's max ignores NaN, so a row of NaN scores keeps the mask value as its maximum), so a NaN
+    in q, K or V reaches the output as in torch.
     `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale)."""
 
     @T.macro
@@ -181,7 +183,9 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> An
                 row_max[i] == MASKED_SCORE, 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
             )
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(row_max[i] == MASKED_SCORE, 0, T.exp2(S[i, j] * scale - row_max[i] * scale))
+            S[i, j] = T.if_then_else(
+                row_max[i] == MASKED_SCORE, T.if_then_else(T.isnan(S[i, j]), S[i, j], 0), T.exp2(S[i, j] * scale - row_max[i] * scale)
+            )
         T.reduce_sum(S, row_sum, dim=1)
         for i in T.Parallel(rows):
             denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
@@ -308,7 +312,7 @@ def flash_attention_program(
                     softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
                     T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
-                acc_o[i, j] = T.if_then_else(denominator[i] > 0, acc_o[i, j] / denominator[i], 0)
+                acc_o[i, j] = T.if_then_else(denominator[i] == 0, 0, acc_o[i, j] / denominator[i])
             T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
 
     return main
@@ -358,6 +362,7 @@ def flash_decoding_program(
         check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
     direct = dataflow == DIRECT
     per_lane = head_dim // SIMD_WIDTH
+    vector_runs = per_lane in (2, 4, 8)  # a lane's run as one vector load (3 or 5 elements: one by one)
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     heads_per_block = min(block_h, group)  # real query heads in a block; the rest are padding rows
     split_len = -(-seq_len_kv // num_split)
@@ -392,8 +397,12 @@ def flash_decoding_program(
                 rescale = T.alloc_var(ACCUM)
                 weight = T.alloc_var(ACCUM)
                 running_sum = T.alloc_var(ACCUM)
-                for d in T.vectorized(per_lane):
-                    k_run[d] = Q[bb, head, lane * per_lane + d]
+                if vector_runs:
+                    for d in T.vectorized(per_lane):
+                        k_run[d] = Q[bb, head, lane * per_lane + d]
+                else:
+                    for d in T.unroll(per_lane):
+                        k_run[d] = Q[bb, head, lane * per_lane + d]
                 for d in T.unroll(per_lane):
                     q_run[d] = T.cast(k_run[d], ACCUM) * scale  # scores in log2 units
                     o_run[d] = 0
@@ -401,10 +410,15 @@ def flash_decoding_program(
                 running_sum = 0
                 key0 = split * split_len
                 for key in T.serial(key0, T.min(key0 + split_len, seq_len_kv)):
-                    for d in T.vectorized(per_lane):
-                        k_run[d] = K[bb, key, kv_group, lane * per_lane + d]
-                    for d in T.vectorized(per_lane):
-                        v_run[d] = V[bb, key, kv_group, lane * per_lane + d]
+                    if vector_runs:
+                        for d in T.vectorized(per_lane):
+                            k_run[d] = K[bb, key, kv_group, lane * per_lane + d]
+                        for d in T.vectorized(per_lane):
+                            v_run[d] = V[bb, key, kv_group, lane * per_lane + d]
+                    else:
+                        for d in T.unroll(per_lane):
+                            k_run[d] = K[bb, key, kv_group, lane * per_lane + d]
+                            v_run[d] = V[bb, key, kv_group, lane * per_lane + d]
                     score = 0
                     for d in T.unroll(per_lane):
                         score += q_run[d] * T.cast(k_run[d], ACCUM)
@@ -417,9 +431,9 @@ def flash_decoding_program(
                     for d in T.unroll(per_lane):
                         o_run[d] = o_run[d] * rescale + weight * T.cast(v_run[d], ACCUM)
                 for d in T.unroll(per_lane):
-                    partial_out[bb, head, split, lane * per_lane + d] = T.if_then_else(running_sum > 0, o_run[d] / running_sum, 0)
+                    partial_out[bb, head, split, lane * per_lane + d] = T.if_then_else(running_sum == 0, 0, o_run[d] / running_sum)
                 if lane == 0:
-                    partial_lse[bb, head, split] = T.if_then_else(running_sum > 0, T.log2(running_sum) + running_max, MASKED_SCORE)
+                    partial_lse[bb, head, split] = T.if_then_else(running_sum == 0, MASKED_SCORE, T.log2(running_sum) + running_max)
         else:
             with T.Kernel(batch, heads // heads_per_block, num_split, threads=threads) as (bb, hb, split):
                 Q_frag = T.alloc_fragment((block_h, head_dim), dtype)
@@ -465,12 +479,12 @@ def flash_decoding_program(
                         T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
                 for i, d in T.Parallel(block_h, head_dim):
                     if i < heads_per_block:
-                        partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] > 0, acc_o[i, d] / denominator[i], 0)
+                        partial_out[bb, head0 + i, split, d] = T.if_then_else(denominator[i] == 0, 0, acc_o[i, d] / denominator[i])
                 for i in T.Parallel(block_h):
                     if i < heads_per_block:
                         # log2 of the split's softmax denominator, relative to scale = 1 (i.e. in q.k/sqrt(d) units * log2 e)
                         partial_lse[bb, head0 + i, split] = T.if_then_else(
-                            denominator[i] > 0, T.log2(denominator[i]) + row_max[i] * scale, MASKED_SCORE
+                            denominator[i] == 0, MASKED_SCORE, T.log2(denominator[i]) + row_max[i] * scale
                         )
 
         with T.Kernel(heads, batch, threads=head_dim) as (h, bb):
