@@ -6,7 +6,7 @@
 
 `autotune_gemm` times candidates on the GPU, so without one (no torch MPS: Linux) it refuses at once
 with a one-line RuntimeError pointing to `rank_by_roofline`, instead of letting `execution_backend="auto"`
-fall back to the emulator and time a large space on the CPU (at 4096^3: 180 candidates, about 70
+fall back to the emulator and time a large space on the CPU (at 4096^3, when the space held 180 candidates: about 70
 compiled after 3 minutes and none timed yet; CPU times that say nothing about a GPU anyway). It does not return the ranking's first
 choice instead: the ranking runs every candidate in the emulator, which is only affordable at
 reduced sizes, so it is a separate, explicit call. `execution_backend="emulator"` still tunes
@@ -34,9 +34,10 @@ from .selection import WarpPolicy, cooperative_instructions, select_inst, warp_p
 
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
 PATHS = (DIRECT_GLOBAL, SHARED)
-# Tiles of the fastest Metal GEMMs (MLX: 64x128 / 128x128 with 8-16 simdgroups) and smaller ones for small problems.
+# Tiles of the fastest Metal GEMMs (MLX: 64x128 / 128x128 with 8-16 simdgroups on M5, 64x64 / 32x64 with
+# 2-4 simdgroups before) and smaller ones for small problems.
 TILES = ((32, 32), (32, 64), (64, 64), (64, 128), (128, 64), (128, 128))
-THREADS = (128, 256, 512)
+THREADS = (64, 128, 256, 512)
 BLOCK_KS = (16, 32, 64)
 STAGES = (0, 2, 3)
 SWIZZLES = (0, 8)
@@ -228,7 +229,10 @@ class TrafficModel:
       launch order, which the block swizzle changes (MLX order: a wave covers `panel` tile rows);
       plus the C stores;
     - `busiest_core_flops`: matrix work of the core with the most tiles (tiles spread evenly over
-      cores; partial tiles are computed whole)."""
+      cores; partial tiles are computed whole);
+    - `operand_reuse`: matrix FLOPs per operand element a simdgroup loads into its fragments, 2*sm*sn /
+      (sm + sn) for a simdgroup share of sm x sn (each load is an instruction the simdgroup issues
+      besides its matrix operations)."""
 
     core_load_bytes: int
     dram_bytes: int
@@ -236,6 +240,7 @@ class TrafficModel:
     matrix_flops: int
     wave: int  # threadgroups resident at once on the whole GPU
     threads_per_core: int
+    operand_reuse: float
 
 
 def _k_padded(cfg: GemmConfig, K: int, metal4: bool) -> int:
@@ -267,13 +272,17 @@ def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype:
     tiles_m, tiles_n = -(-M // cfg.block_m), -(-N // cfg.block_n)
     tiles = tiles_m * tiles_n
     kp = _k_padded(cfg, K, metal4)
-    if cfg.path == SHARED:
+    shared = cfg.path == SHARED
+    c_scope = "local.fragment" if shared else "global"
+    sel = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else kp, threads=cfg.threads,
+                      policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
+                      features=() if isinstance(target, bool) else _features(target if target is not None else target_for(chip)))
+    part = warp_partition(sel, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
+    if shared:
         per_tile = (cfg.block_m + cfg.block_n) * kp * in_bytes
     else:
-        sel = select_inst(c_scope="global", M=cfg.block_m, N=cfg.block_n, K=kp, threads=cfg.threads, policy=WarpPolicy.SQUARE,
-                          has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct())
-        part = warp_partition(sel, "global", WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
         per_tile = (cfg.block_m * part.n_warp + cfg.block_n * part.m_warp) * kp * in_bytes
+    sm, sn = cfg.block_m // part.m_warp, cfg.block_n // part.n_warp
     registers = estimate_registers(cfg, dtype=dtype, target=metal4, fragment_ct=settings.fragment_ct())
     resident = threads_per_core(registers)
     per_core = max(1, resident // cfg.threads)
@@ -295,7 +304,8 @@ def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype:
     if count:
         dram += (len(rows) * cfg.block_m + len(cols) * cfg.block_n) * kp * in_bytes
     tile_flops = 2 * cfg.block_m * cfg.block_n * kp
-    return TrafficModel(tiles * per_tile, dram, -(-tiles // chip.gpu_cores) * tile_flops, tiles * tile_flops, wave, resident)
+    return TrafficModel(tiles * per_tile, dram, -(-tiles // chip.gpu_cores) * tile_flops, tiles * tile_flops, wave, resident,
+                        2 * sm * sn / (sm + sn))
 
 
 @dataclass(frozen=True)
@@ -339,25 +349,41 @@ def model_estimate(traffic: TrafficModel, chip: Chip, *, matrix_flops: int | Non
     return ModelEstimate(chip, traffic, busiest / per_core_peak, loads / core_load_bandwidth(chip), memory / (chip.bandwidth_gbs * 1e9))
 
 
+# Times within this fraction of each other are one class for the ranking: the model's inputs (peaks,
+# bandwidths, the register estimate) are estimates, and a finer difference between two tilings of a
+# large problem is how their tile counts round over the cores (0.06% between 32x32 and 64x128 tiles
+# of 4096^2 on a 10-core M4).
+NEAR_TIE = 0.02
+
+
 @dataclass(frozen=True)
 class ModelRanked:
     config: GemmConfig
     estimate: ModelEstimate
+    band: int = 0  # how many NEAR_TIE steps the time is above the best of its ranking
 
     @property
     def key(self) -> tuple:
-        """Time first; then less memory traffic (where the swizzle helps), fewer core loads, more resident threads."""
-        e = self.estimate
-        return (e.seconds, e.traffic.dram_bytes, e.traffic.core_load_bytes, -e.traffic.threads_per_core)
+        """Time class first; then more operand reuse per simdgroup (fewer fragment loads per matrix
+        FLOP), less memory traffic (where the swizzle helps), fewer core loads, more resident threads."""
+        t = self.estimate.traffic
+        return (self.band, -t.operand_reuse, t.dram_bytes, t.core_load_bytes, -t.threads_per_core, self.estimate.seconds)
+
+
+def _band(seconds: float, best: float) -> int:
+    return int(math.log(seconds / best) / math.log1p(NEAR_TIE)) if seconds > best else 0
 
 
 def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
                   out_dtype: str | None = None, target: Any = None) -> list[ModelRanked]:
     """Rank configurations by the traffic model alone (no kernel built or run): any problem size, in
     milliseconds. An estimate that orders tilings; it does not predict times."""
-    ranked = [ModelRanked(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target), chip))
-              for cfg in space]
-    return sorted(ranked, key=lambda r: r.key)
+    estimates = [(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target), chip))
+                 for cfg in space]
+    if not estimates:
+        return []
+    best = min(e.seconds for _, e in estimates)
+    return sorted((ModelRanked(cfg, e, _band(e.seconds, best)) for cfg, e in estimates), key=lambda r: r.key)
 
 
 # ---------------------------------------------------------------- Linux: rank by roofline estimate

@@ -37,3 +37,25 @@ def test_ragged_grid_and_padding_threadgroups():
     tiles = 2 * 3
     assert t.matrix_flops == tiles * 2 * 64 * 64 * 64  # K 53 -> 64 (four 16-deep steps)
     assert t.dram_bytes == (2 * 64 + 3 * 64) * 64 * 2 + 97 * 131 * 2
+
+
+def test_near_ties_go_to_the_larger_simdgroup_share():
+    """4096^2 on M4's 10 cores: 32x32 tiles on 2 simdgroups round 0.06% better over the cores than
+    64x128 on 4, which is inside NEAR_TIE; 64x128 loads half the fragments per matrix FLOP, so it ranks first."""
+    small, large = GemmConfig(SHARED, 32, 32, 64, 16, 0, 8), GemmConfig(SHARED, 64, 128, 128, 16, 0, 8)
+    ts, tl = (autotune.traffic_model(c, 4096, 4096, 4096, chip=M4) for c in (small, large))
+    assert (ts.operand_reuse, tl.operand_reuse) == (2 * 32 * 16 / (32 + 16), 2 * 32 * 64 / (32 + 64))
+    es, el = (autotune.model_estimate(t, M4) for t in (ts, tl))
+    assert es.seconds < el.seconds < es.seconds * (1 + autotune.NEAR_TIE)
+    assert [r.config for r in autotune.rank_by_model([small, large], 4096, 4096, 4096, chip=M4)] == [large, small]
+
+
+def test_time_beyond_the_near_tie_decides_before_operand_reuse():
+    """2048^2 on M2 Ultra's 76 cores: 2048 32x64 tiles put 27 on the busiest core, 1024 64x64 tiles 14
+    (28 in 32x64 units): 3.6% apart, so the smaller share ranks first."""
+    ultra = roofline.chip("M2 Ultra")
+    narrow, square = GemmConfig(SHARED, 32, 64, 64, 16, 0), GemmConfig(SHARED, 64, 64, 64, 16, 0)
+    ranked = autotune.rank_by_model([square, narrow], 2048, 2048, 2048, chip=ultra)
+    assert [r.config for r in ranked] == [narrow, square]
+    assert ranked[0].estimate.traffic.operand_reuse < ranked[1].estimate.traffic.operand_reuse
+    assert ranked[1].band >= 1 and ranked[0].band == 0
