@@ -146,6 +146,7 @@ GEMV_CASES = [  # M, N, K, dtype, chip: ragged N and K (not multiples of the 4-l
     (13, 1, 131, "float16", "M5"),
     (21, 3, 37, "float32", "M4"),
     (1, 1, 61, "bfloat16", "M4"),
+    (2, 67, 1, "float16", "M5"),  # K = 1: 31 of a column's 32 K lanes read nothing
 ]
 
 
@@ -164,6 +165,20 @@ def test_gemv_aligned_shape_uses_vector_loads():
     assert "*(const device half4*)(A + " in col.get_kernel_source()
     for kernel, shape in ((row, (1, 256, 64)), (col, (64, 1, 256))):
         _check(kernel, *_inputs(*shape, "float16"), "float16", race=False)
+
+
+def test_gemv_small_m_adds_its_partials_in_the_simdgroup():
+    """The lanes of a column split K and add their sums with simd shuffles (MLX's gemv_t does the
+    same at 1x4096x4096): no threadgroup memory, no barrier; one vector load of B per row of K per lane."""
+    M, N, K = 1, 256, 64
+    _, kernel = routed(M, N, K)
+    a, b = _inputs(M, N, K, "float16")
+    total = counters(kernel, a, b).total
+    assert total.get("threadgroup_load_bytes", 0) == total.get("threadgroup_store_bytes", 0) == 0
+    assert total.get("threadgroup_barriers", 0) == 0 and total["simd_collectives"] > 0
+    lanes = N // 4  # 4 columns per lane, 8 lanes per column
+    assert total["device_load_instructions"] == lanes * 8 * (K // 32) * (4 + 1)  # 4 rows of B and 4 of A (one vector) per step
+    _check(kernel, a, b, "float16", race=False)
 
 
 @pytest.mark.parametrize("M, N, K", [(1, 133, 37), (13, 1, 131)])

@@ -4,10 +4,10 @@
 Both take the GEMM's parameters `(A (M, K), B (K, N), C (M, N))`, so `kernels.matmul` can route a
 problem to them without changing the call:
 
-- `gemv_small_m` (y = x^T B, a few rows of x; M = 1 is decoding's `x @ W`): each thread owns
+- `gemv_small_m` (y = x^T B, a few rows of x; M = 1 is decoding's `x @ W`): each lane owns
   `vec` neighbouring columns of B and reads them with one vector load per K row (B is row-major:
-  its rows are contiguous along N), for every row of A at once; the threadgroup's `k_groups`
-  groups of threads take interleaved rows of K and add their partials in threadgroup memory.
+  its rows are contiguous along N), for every row of A at once; the lanes of a simdgroup split K
+  between them and add their partials with simd shuffles (no threadgroup memory, no barrier).
 - `gemv_small_n` (y = A x, a few columns of x): one simdgroup per row of A, lanes read `vec`
   neighbouring elements along K (A's contiguous axis) and the row's partials are summed with a
   simd reduction (`T.warp_reduce_sum`).
@@ -46,53 +46,73 @@ def gemv_small_m(
     dtype: str = "float16",
     out_dtype: str | None = None,
     vec: int = 4,
-    lanes: int = 32,
-    k_groups: int = 4,
+    n_lanes: int = 4,
+    rows: int = 4,
+    simdgroups: int = 4,
 ) -> Any:
-    """C (M, N) = A (M, K) @ B (K, N) for M <= GEMV_MAX_ROWS: a threadgroup covers `lanes * vec`
-    columns with `lanes * k_groups` threads; returns a `T.prim_func`."""
+    """C (M, N) = A (M, K) @ B (K, N) for M <= GEMV_MAX_ROWS; returns a `T.prim_func`.
+
+    Each simdgroup owns `n_lanes * vec` neighbouring columns: its lanes form `32 // n_lanes` rows of
+    `n_lanes`, each lane reading `vec` columns of B (one vector load) for `rows` consecutive rows of
+    K per step (and the matching `rows` elements of each row of A, one vector load), so the
+    simdgroup covers `32 // n_lanes * rows` rows of K per step. The lanes of a column then add their
+    partial sums with a `simd_shuffle_xor` butterfly: no threadgroup memory, no barrier. A
+    threadgroup holds `simdgroups` of them side by side along N."""
     out_dtype = out_dtype or dtype
     _check("M", M, dtype, out_dtype, vec)
-    block_n = lanes * vec
+    if n_lanes not in (1, 2, 4, 8, 16, 32) or rows < 1 or simdgroups < 1:
+        raise ValueError(f"GEMV n_lanes={n_lanes} must be a power of two up to 32, rows={rows} and simdgroups={simdgroups} at least 1")
+    k_lanes = 32 // n_lanes
+    k_step = k_lanes * rows
+    sg_n = n_lanes * vec
+    block_n = simdgroups * sg_n
+    levels = k_lanes.bit_length() - 1  # butterfly steps across the K lanes of a column (lane masks n_lanes << s)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), threads=(lanes, k_groups)) as bx:
+        with T.Kernel(T.ceildiv(N, block_n), threads=(32, simdgroups)) as bx:
             lane = T.get_thread_binding(0)
-            group = T.get_thread_binding(1)
-            partial = T.alloc_shared((k_groups, M, block_n), ACCUM)
+            sg = T.get_thread_binding(1)
             acc = T.alloc_local((M, vec), ACCUM)
+            a = T.alloc_local((M, rows), dtype)
             b = T.alloc_local((vec,), dtype)
             T.clear(acc)
-            n0 = bx * block_n + lane * vec
-            for kk in T.serial(T.ceildiv(K, k_groups)):
-                k = kk * k_groups + group  # neighbouring groups read neighbouring rows of B
-                if k < K:
-                    if n0 + vec <= N:
-                        for v in T.vectorized(vec):
-                            b[v] = B[k, n0 + v]
+            n0 = bx * block_n + sg * sg_n + lane % n_lanes * vec
+            for ks in T.serial(T.ceildiv(K, k_step)):
+                k0 = ks * k_step + lane // n_lanes * rows
+                if k0 < K:
+                    if k0 + rows <= K:
+                        for m in T.serial(M):
+                            for r in T.vectorized(rows):
+                                a[m, r] = A[m, k0 + r]
                     else:
-                        for v in T.serial(vec):
-                            b[v] = T.if_then_else(n0 + v < N, B[k, T.min(n0 + v, N - 1)], T.cast(0, dtype))
-                    for m in T.serial(M):
-                        a = T.cast(A[m, k], ACCUM)
-                        for v in T.serial(vec):
-                            acc[m, v] += a * T.cast(b[v], ACCUM)
+                        for m in T.serial(M):
+                            for r in T.serial(rows):
+                                a[m, r] = T.if_then_else(k0 + r < K, A[m, T.min(k0 + r, K - 1)], T.cast(0, dtype))
+                    for r in T.unroll(rows):
+                        if k0 + r < K:
+                            if n0 + vec <= N:
+                                for v in T.vectorized(vec):
+                                    b[v] = B[k0 + r, n0 + v]
+                            else:
+                                for v in T.serial(vec):
+                                    b[v] = T.if_then_else(n0 + v < N, B[k0 + r, T.min(n0 + v, N - 1)], T.cast(0, dtype))
+                            for m in T.serial(M):
+                                for v in T.serial(vec):
+                                    acc[m, v] += T.cast(a[m, r], ACCUM) * T.cast(b[v], ACCUM)
             for m in T.serial(M):
                 for v in T.serial(vec):
-                    partial[group, m, lane * vec + v] = acc[m, v]
-            # every thread sums some outputs' partials (a loop with a guarded body: no thread skips a barrier)
-            threads = lanes * k_groups
-            for o in T.serial(T.ceildiv(M * block_n, threads)):
-                flat = o * threads + group * lanes + lane
-                m = flat // block_n
-                col = flat % block_n
-                if flat < M * block_n and bx * block_n + col < N:
-                    total = T.alloc_local((1,), ACCUM)
-                    total[0] = partial[0, m, col]
-                    for g in T.serial(1, k_groups):
-                        total[0] += partial[g, m, col]
-                    C[m, bx * block_n + col] = T.cast(total[0], out_dtype)
+                    for s in T.unroll(levels):  # every lane runs the shuffles: no divergence around them
+                        acc[m, v] += T.shfl_xor(acc[m, v], n_lanes << s)
+            if lane < n_lanes:
+                for m in T.serial(M):
+                    if n0 + vec <= N:
+                        for v in T.vectorized(vec):
+                            C[m, n0 + v] = T.cast(acc[m, v], out_dtype)
+                    else:
+                        for v in T.serial(vec):
+                            if n0 + v < N:
+                                C[m, n0 + v] = T.cast(acc[m, v], out_dtype)
 
     return main
 
