@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.kernels import metal4_target, plain_metal_target
-from tilelang_metal.kernels.attention import MASKED_SCORE, STAGED, VECTOR, decoding_dataflow, flash_decoding_program
+from tilelang_metal.kernels.attention import MASKED_SCORE, STAGED, VECTOR, decoding_dataflow, decoding_splits, flash_decoding_program
 
 TARGETS = {"metal4": metal4_target, "metal": plain_metal_target}
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -94,6 +94,20 @@ def test_nan_and_inf_reach_only_the_heads_they_touch():
     assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.isnan(out[0, 4:, 5]).all() and torch.isnan(out[0, 1]).all()
     finite = ~torch.isnan(ref)
     torch.testing.assert_close(out[finite], ref[finite], atol=4e-3, rtol=4e-3)
+
+
+def test_default_key_ranges_grow_with_the_context():
+    """One range per 128 keys (at least a GEMM dataflow's block_n), at most 64: a 4k context in 32
+    ranges (MLX's sdpa_vector_2pass: 32 or 64), not the 4 that left each simdgroup 1024 keys."""
+    assert [decoding_splits(n) for n in (1, 64, 129, 300, 4096, 32768)] == [1, 1, 2, 3, 32, 64]
+    assert decoding_splits(300, block_n=256) == 2
+    kernel = _kernel("metal", 1, 4, 2, 300, 64, None, "float16")
+    q, k, v = _inputs(1, 4, 2, 300, 64, "float16", seed=3)
+    _, partial_lse, out = racecheck(kernel, q, k, v)
+    assert partial_lse.shape == (1, 4, 3)  # 100 keys per range
+    torch.testing.assert_close(out.float(), _reference(q, k, v)[0], atol=4e-3, rtol=4e-3)
+    with pytest.raises(MetalLoweringError, match=r"num_split=0 must be at least 1 \(or None: 3 for 300 keys\)"):
+        flash_decoding_program(1, 4, 2, 300, 64, num_split=0)
 
 
 def test_the_default_dataflow_and_what_the_vector_one_refuses():

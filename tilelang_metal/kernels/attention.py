@@ -94,6 +94,19 @@ def decoding_dataflow(heads: int, kv_heads: int, head_dim: int, target: Any = No
     return attention_dataflow(target)
 
 
+# Key ranges of a decoding step when the caller gives none: one per KEYS_PER_SPLIT keys (at least one
+# block_n of the GEMM dataflows), at most MAX_SPLITS. A heuristic, not measured on a Mac: MLX's
+# sdpa_vector_2pass uses 32 or 64 ranges from about a thousand keys up; a fixed 4 left each
+# simdgroup a quarter of the context to walk alone (1024 keys at 4k, 8192 at 32k).
+KEYS_PER_SPLIT = 128
+MAX_SPLITS = 64
+
+
+def decoding_splits(seq_len_kv: int, block_n: int = 0) -> int:
+    """How many key ranges `flash_decoding_program` splits `seq_len_kv` keys into by default."""
+    return max(1, min(MAX_SPLITS, -(-seq_len_kv // max(KEYS_PER_SPLIT, block_n))))
+
+
 def _vector_refusal(group: int, head_dim: int) -> str | None:
     if head_dim % SIMD_WIDTH:
         return (f"head_dim={head_dim} is not a multiple of {SIMD_WIDTH}: the vector dataflow gives each of a simdgroup's 32 "
@@ -325,7 +338,7 @@ def flash_decoding_program(
     seq_len_kv: int,
     head_dim: int,
     *,
-    num_split: int = 4,
+    num_split: int | None = None,
     dtype: str = "float16",
     block_h: int = 16,
     block_n: int = 32,
@@ -335,8 +348,9 @@ def flash_decoding_program(
 ) -> Any:
     """One decoding step: out[b, h] = softmax(q[b, h] K[b, :, h // group]^T / sqrt(d)) V[b, :, h // group].
 
-    Kernel 1 splits the keys into `num_split` ranges and writes, per query head and split, a partial
-    output and its log2-sum-exp; kernel 2 combines the splits. q: (batch, heads, dim); K, V:
+    Kernel 1 splits the keys into `num_split` ranges (default `decoding_splits`: one per 128 keys, at
+    most 64) and writes, per query head and split, a partial output and its log2-sum-exp; kernel 2
+    combines the splits. q: (batch, heads, dim); K, V:
     (batch, seq_kv, kv_heads, dim). `dataflow` (default `decoding_dataflow`):
     - "vector": a threadgroup per KV head and split, one simdgroup per query head of its group; per
       key, each lane reads its run of head_dim / 32 elements of K and V in one vector load, the score
@@ -360,6 +374,10 @@ def flash_decoding_program(
         if group % block_h and block_h % group:
             raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
         check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
+    if num_split is None:
+        num_split = decoding_splits(seq_len_kv, 0 if vector else block_n)
+    elif num_split < 1:
+        raise MetalLoweringError(f"num_split={num_split} must be at least 1 (or None: {decoding_splits(seq_len_kv)} for {seq_len_kv} keys)")
     direct = dataflow == DIRECT
     per_lane = head_dim // SIMD_WIDTH
     vector_runs = per_lane in (2, 4, 8)  # a lane's run as one vector load (3 or 5 elements: one by one)
