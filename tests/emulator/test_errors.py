@@ -125,6 +125,26 @@ def test_threadgroup_array_bounds_are_checked():
     launch_fails(src, r"threadgroup array 'S': element index 64, buffer extent 64", [torch.zeros(128)], (1, 1, 1), (128, 1, 1))
 
 
+@pytest.mark.parametrize("index", [4, -1000, 100000000])
+def test_thread_array_bounds_are_checked(index):
+    """A runtime index outside a thread array is reported in checked builds (it wrote over the
+    emulated thread's stack: silently for 4 and -1000, a segfault of Python for 1e8), in range it
+    runs; vector accesses through the array are checked as a whole."""
+    src = kernel(
+        "local_oob",
+        ["device int* __restrict I [[ buffer(0) ]]", "device float* __restrict C [[ buffer(1) ]]", THREAD_IDX],
+        "  float acc[4];\n"
+        "  *(thread float4*)(acc + 0) = float4(0.000000e+00f);\n"
+        "  acc[I[((int)threadIdx.x)]] = 5.000000e+00f;\n"
+        "  C[((int)threadIdx.x)] = acc[(((int)threadIdx.x) & 3)];\n",
+    )
+    c = torch.zeros(64)
+    compile_kernel(src).launch([torch.full((64,), 2, dtype=torch.int32), c], (1, 1, 1), (64, 1, 1))
+    assert c.tolist() == [5.0 if t % 4 == 2 else 0.0 for t in range(64)]
+    launch_fails(src, rf"thread array 'acc': element index {index}, buffer extent 4", [torch.full((64,), index, dtype=torch.int32), c],
+                 (1, 1, 1), (64, 1, 1))
+
+
 def test_simdgroup_store_out_of_bounds():
     src = kernel(
         "sg_store_oob",

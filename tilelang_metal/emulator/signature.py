@@ -354,7 +354,7 @@ def _located_declarations(msl: str, body_start: int, record: KernelRecord, *, ch
     for t in record.thread_arrays:
         for lineno, start, content in sites(f"thread array {t.name}", t.msl(), once=False):
             _record_thread_array(body, t.name, t.elem_type, t.count, "" if not t.align else f"alignas({t.align}) ",
-                                 lineno, start, content, racecheck=racecheck)
+                                 lineno, start, content, checked=checked, racecheck=racecheck)
     for tp in record.tile_pointers:
         prefix = tp.prefix()
         found = [site for text, group in lines.items() if text.startswith(prefix) and text.endswith(";") for site in group]
@@ -389,14 +389,19 @@ def _check_position(p: PositionParam, msl: str, line: int | None) -> None:
 
 
 def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, count: int, align: str, lineno: int,
-                         start: int, content: str, *, racecheck: bool) -> None:
-    """Note a thread array for the stack size (racecheck: make it a tracked `tlm::local_array`)."""
+                         start: int, content: str, *, checked: bool, racecheck: bool) -> None:
+    """Note a thread array for the stack size; checked builds bound its indices (`tlm::bounded_local`:
+    an index out of range is reported, not written over the thread's stack), racecheck also tracks
+    which elements were written (`tlm::local_array`)."""
     size = type_bytes(elem_type)
     if size is not None:
         body.thread_arrays.append(ThreadArray(name, elem_type, count, count * size, lineno))
     body.decl_lines.add(lineno)
-    if racecheck and size is not None and not elem_type.startswith("simdgroup_"):
-        body.edits.append((start, start + len(content), f'{_indent(content)}{align}tlm::local_array<{elem_type}, {count}> {name}("{name}");'))
+    if not checked or size is None or elem_type.startswith("simdgroup_"):
+        return
+    kind = "local_array" if racecheck else "bounded_local"
+    body.edits.append((start, start + len(content), f'{_indent(content)}{align}tlm::{kind}<{elem_type}, {count}> {name}("{name}");'))
+    if racecheck:
         body.tracked_locals.add(name)
 
 

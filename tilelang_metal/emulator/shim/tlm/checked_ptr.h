@@ -163,6 +163,28 @@ TLM_INLINE checked_ptr<T> device_buffer(void* p, int64_t count, const char* name
   return r;
 }
 
+// Checked builds: a thread-private array `T NAME[N];` whose indices are checked, so an index out of
+// range (a runtime value) is reported instead of writing over the thread's stack (which could crash
+// the process). Vector casts go through a checked pointer; accesses are not traffic (counters skip them).
+template <class T, int64_t N>
+struct bounded_local {
+  T data[N];
+  const char* name;
+  explicit bounded_local(const char* nm) : name(nm) {}
+  TLM_INLINE T& operator[](int64_t i) {
+    if (__builtin_expect(static_cast<uint64_t>(i) >= static_cast<uint64_t>(N), 0))
+      return *static_cast<T*>(rt::out_of_bounds("thread array", name, i, 1, N));
+    return data[i];
+  }
+  TLM_INLINE checked_ptr<T> operator+(int64_t d) {
+    checked_ptr<T> r(data, N, name, "thread array");
+#ifdef TLM_INSTRUMENTED
+    r.kind = rt::space_kind::thread_memory;
+#endif
+    return r + d;
+  }
+};
+
 #ifdef TLM_INSTRUMENTED
 // Racecheck builds: a thread-private array `T NAME[N];` with a "written" flag per element, so reads
 // of never-written elements are reported. Accessed like a checked pointer.
