@@ -374,6 +374,18 @@ def test_scalar_parameter_dtypes(dtype, value):
     torch.testing.assert_close(kernel(a, value), a + torch.tensor(float(value), dtype=torch.float32), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype, message", [
+    ("bfloat16", r"kernel main: scalar parameter 's' is bfloat16, .*declare it T.float32 and convert inside the kernel with T.cast\(s, 'bfloat16'\)"),
+    ("float8_e4m3fn", r"kernel main: scalar parameter 's' is float8_e4m3fn, which Metal does not have"),
+])
+def test_scalar_parameters_the_host_cannot_pass_are_refused_by_name(dtype, message):
+    """tilelang's MakePackedAPI stopped on a bfloat16 scalar with TVM's `Check failed: (dtype.is_float())`."""
+    from tilelang_metal.errors import MetalLoweringError
+
+    with pytest.raises(MetalLoweringError, match=message):
+        compile_emulated(shifted_by(dtype), out_idx=[-1])
+
+
 def test_unused_middle_parameter_is_dropped_and_the_rest_stay_bound():
     kernel = compile_emulated(unused_middle())
     assert "Unused" not in kernel.get_kernel_source()
