@@ -5,7 +5,8 @@ never reads MLX's table; this module compares the two and keeps the table in doc
 true (regenerate it with `python tests/mlx_reference/test_ranking_vs_mlx_tiles.py`).
 
 Two classes are compared: the threadgroup tile (bm x bn) and the simdgroup share (elements of C per
-simdgroup: it sets the accumulator registers and the fragment loads per matrix operation)."""
+simdgroup: it sets the accumulator registers and the fragment loads per matrix operation). The last
+columns place MLX's own tile in the ranking: its model time over the first choice's, and its rank."""
 
 from __future__ import annotations
 
@@ -58,10 +59,20 @@ def mlx_tile(chip: roofline.Chip, M: int, N: int, K: int) -> Tile:
     return Tile(bm, bn, wm * wn)
 
 
-def ranking_tile(chip: roofline.Chip, M: int, N: int, K: int) -> Tile:
+def ranking(chip: roofline.Chip, M: int, N: int, K: int) -> list[autotune.ModelRanked]:
     target = autotune.target_for(chip)
-    first = autotune.rank_by_model(autotune.config_space(M, N, K, target=target), M, N, K, chip=chip, target=target)[0].config
-    return Tile(first.block_m, first.block_n, first.threads // 32)
+    return autotune.rank_by_model(autotune.config_space(M, N, K, target=target), M, N, K, chip=chip, target=target)
+
+
+def tile_of(ranked: autotune.ModelRanked) -> Tile:
+    return Tile(ranked.config.block_m, ranked.config.block_n, ranked.config.threads // 32)
+
+
+def mlx_place(ranked: list[autotune.ModelRanked], theirs: Tile) -> str:
+    """Where MLX's tile (its best variant: path, K step, stages, swizzle) lands in the ranking: its
+    model time over the first choice's, and its rank."""
+    place = next(i for i, r in enumerate(ranked) if tile_of(r) == theirs)
+    return f"{ranked[place].estimate.seconds / ranked[0].estimate.seconds:.3f} (#{place + 1})"
 
 
 def _cell(ours: Tile, theirs: Tile) -> str:
@@ -73,14 +84,14 @@ def _cell(ours: Tile, theirs: Tile) -> str:
 
 def table() -> str:
     head = ["chip", "MLX class"] + [f"MLX {M}x{N}x{K} (share)" for M, N, K in SHAPES] + [
-        f"ranking {M}x{N}x{K}" for M, N, K in SHAPES]
+        f"ranking {M}x{N}x{K}" for M, N, K in SHAPES] + [f"MLX's tile in the ranking, {M}^3" for M, _, _ in SHAPES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for chip in roofline.CHIPS.values():
         theirs = [mlx_tile(chip, *s) for s in SHAPES]
-        ours = [ranking_tile(chip, *s) for s in SHAPES]
+        ranked = [ranking(chip, *s) for s in SHAPES]
         nax = ", NAX" if chip.generation >= 5 else ""
         cells = [chip.name, f"'{size_class(chip)}'{nax}"] + [f"{t.describe()} ({t.share})" for t in theirs] + [
-            _cell(o, t) for o, t in zip(ours, theirs)]
+            _cell(tile_of(r[0]), t) for r, t in zip(ranked, theirs)] + [mlx_place(r, t) for r, t in zip(ranked, theirs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
