@@ -446,12 +446,32 @@ def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chi
 # ---------------------------------------------------------------- Mac: tilelang.autotune with real timings
 
 
+def shortlist(M: int, N: int, K: int, count: int, *, chip: Chip | None = None, dtype: str = "float16",
+              out_dtype: str | None = None, target: Any = "metal") -> list[GemmConfig]:
+    """The model's first `count` configurations of `config_space` (`rank_by_model` on `chip`, default
+    this Mac's): a space to time in seconds instead of minutes. Large problems are compute-bound
+    for most of the space, where the model orders its near-ties by operand reuse and memory traffic
+    (estimates), so keep `count` well above 1."""
+    from .roofline import detect_chip
+
+    if count < 1:
+        raise ValueError(f"shortlist count={count} must be at least 1")
+    chip = chip if chip is not None else detect_chip()
+    if chip is None:
+        raise ValueError("a shortlist needs the chip whose model ranks the space and this host's chip is not known; "
+                         "pass chip=roofline.chip('M4 Pro') (any name of roofline.CHIPS)")
+    space = config_space(M, N, K, dtype=dtype, target=target)
+    return [r.config for r in rank_by_model(space, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target)[:count]]
+
+
 def autotune_gemm(M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: str | None = None, trans_B: bool = False,
                   space: Sequence[GemmConfig] | None = None, target: Any = "metal", execution_backend: str = "auto",
-                  warmup: int = 25, rep: int = 100) -> Any:
+                  warmup: int = 25, rep: int = 100, top: int | None = None, chip: Chip | None = None) -> Any:
     """The fastest configuration's compiled kernel (`kernel(A, B) -> C`), chosen by `tilelang.autotune`
     timing each candidate on the device (torch MPS on a Mac) after checking it against torch.
 
+    `top=N` times only the model's first N configurations (`shortlist`, ranked for `chip`, default
+    this Mac's) instead of the whole space (222 at 4096^3); it cannot be combined with `space`.
     Without a GPU it refuses (see the module docstring). With execution_backend="emulator" it runs
     anywhere, but then the timings are CPU times of the emulator: use `rank_by_roofline` there instead."""
     import tilelang
@@ -466,7 +486,12 @@ def autotune_gemm(M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: 
             "chip=roofline.chip('M5')) at reduced sizes, or pass execution_backend='emulator' to time a small space on the CPU."
         )
     out_dtype = out_dtype or dtype
-    candidates = list(space) if space is not None else config_space(M, N, K, dtype=dtype, target=target)
+    if top is not None and space is not None:
+        raise ValueError("autotune_gemm takes space= or top=, not both: top ranks the whole space by the model and keeps its first configurations")
+    if top is not None:
+        candidates = shortlist(M, N, K, top, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target)
+    else:
+        candidates = list(space) if space is not None else config_space(M, N, K, dtype=dtype, target=target)
     if not candidates:
         raise ValueError(f"no configuration of the space fits a {M}x{N}x{K} {dtype} GEMM on this target")
 

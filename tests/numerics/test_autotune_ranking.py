@@ -100,6 +100,32 @@ def test_tilelang_autotune_picks_a_checked_configuration_in_the_emulator(tmp_pat
     torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
+def test_top_times_only_the_model_s_shortlist(tmp_path, monkeypatch):
+    """`top=N` tunes the model's first N configurations for the given chip (on a Mac: its own)."""
+    from tilelang_metal.execution import profiling
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(profiling.PluginProfiler, "_warned_about_emulator_timing", False)
+    chip = roofline.chip("M5")
+    target = autotune.target_for(chip)
+    listed = autotune.shortlist(64, 64, 32, 2, chip=chip, target=target)
+    ranked = autotune.rank_by_model(autotune.config_space(64, 64, 32, target=target), 64, 64, 32, chip=chip, target=target)
+    assert listed == [r.config for r in ranked[:2]]
+    with pytest.warns(RuntimeWarning, match="CPU wall time"):
+        kernel = autotune.autotune_gemm(64, 64, 32, top=2, chip=chip, target=target, execution_backend="emulator", warmup=1, rep=2)
+    assert kernel.config in [c.as_kwargs() for c in listed]
+
+
+def test_shortlist_refusals():
+    with pytest.raises(ValueError, match="takes space= or top=, not both"):
+        autotune.autotune_gemm(64, 64, 32, space=[GemmConfig(DIRECT_GLOBAL, 32, 32, 128)], top=2, execution_backend="emulator")
+    with pytest.raises(ValueError, match="count=0 must be at least 1"):
+        autotune.shortlist(64, 64, 32, 0, chip=roofline.chip("M4"))
+    if roofline.detect_chip() is None:  # Linux, or a Mac the chip table does not know
+        with pytest.raises(ValueError, match=r"pass chip=roofline.chip\('M4 Pro'\)"):
+            autotune.shortlist(64, 64, 32, 4)
+
+
 def test_an_empty_space_is_a_clear_error():
     with pytest.raises(ValueError, match="no configuration of the space fits"):
         autotune.autotune_gemm(64, 64, 32, space=[], execution_backend="emulator")
