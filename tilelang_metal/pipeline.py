@@ -54,7 +54,7 @@ from .transform.simdgroup_indices import UseSimdgroupIndices
 from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 from .transform.while_loop_sync import SyncWhileLoops
-from .transform.zero_trip_loops import GuardPossiblyEmptyLoops
+from .transform.zero_trip_loops import GuardPossiblyEmptyLoops, GuardPossiblyEmptyPipelineLoops
 
 
 def lower_metal(mod: object, target: object) -> object:
@@ -106,6 +106,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = plan_pipelines(mod)  # tilelang's PipelinePlanning, its internal errors in one line
     threadgroup_buffers.record_declared(mod)
     mod = tl.InjectSoftwarePipeline()(mod)
+    mod = GuardPossiblyEmptyPipelineLoops(mod)  # plugin: the pipeline's body loop (trip count minus the prologue) may be empty too
     threadgroup_buffers.record_pipelined(mod)
     mod = MarkRegisterStaging(mod, target, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)

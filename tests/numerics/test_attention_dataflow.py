@@ -191,3 +191,17 @@ def test_direct_decoding_matches_torch_without_threadgroup_memory(dtype):
     torch.testing.assert_close(out.float(), want, atol=tol, rtol=tol)
     total = counters(kernel, q, k, v).total
     assert total["threadgroup_load_bytes"] == total["threadgroup_store_bytes"] == total["threadgroup_barriers"] == 0
+
+
+def test_causal_staged_attention_with_one_or_two_key_blocks_per_query_block():
+    """block_m < block_n, 100 tokens: query blocks 0 and 1 own one key block, 2 and 3 two; the
+    pipelined key loop's body ran once where it should not run (rows before 64 saw keys 64 and up
+    under block 0's mask: 2.5 off). Found by an adversarial hunt; fixed by GuardPossiblyEmptyPipelineLoops."""
+    from tilelang_metal import kernels
+
+    seq, dim = 100, 64
+    kernel = kernels.flash_attention_forward(1, 2, seq, dim, causal=True, block_m=32, block_n=64, execution_backend="emulator")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, seq, 2, dim, generator=g).half() for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(*(t.float().transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(kernel(q, k, v).float(), ref, atol=4e-3, rtol=4e-3)

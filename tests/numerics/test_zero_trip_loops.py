@@ -52,6 +52,39 @@ def test_grid_stride_loops_with_trip_counts_of_zero_and_one(plain_metal, n, span
     assert torch.equal(racecheck(kernel, x), _reference(x, n, span, step))
 
 
+def _pipelined_block_sums(stages: int, rows: int = 100, block: int = 64, dim: int = 16):
+    """Out[bx] = column sums of X's first min(rows, 64 * ceil((bx + 1) * 32 / 64)) rows, block by
+    block in T.Pipelined: a block-dependent trip count of 1 or 2 (causal attention's key blocks)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, dim), "float32"), Out: T.Tensor((BLOCKS, 16, dim), "float32")):
+        with T.Kernel(BLOCKS, threads=32) as bx:
+            tile = T.alloc_shared((block, dim), "float32")
+            ones = T.alloc_fragment((16, block), "float32")
+            acc = T.alloc_fragment((16, dim), "float32")
+            T.fill(ones, 1.0)
+            T.clear(acc)
+            for kb in T.Pipelined(T.min(T.ceildiv(rows, block), T.ceildiv((bx + 1) * 32, block)), num_stages=stages):
+                T.copy(X[kb * block : (kb + 1) * block, :], tile)
+                T.gemm(ones, tile, acc)
+            T.copy(acc, Out[bx, :, :])
+
+    return main
+
+
+@pytest.mark.parametrize("target_name", ["metal", "metal4"])
+@pytest.mark.parametrize("stages", [1, 2])
+def test_pipelined_loops_with_trip_counts_of_one_and_two(target_name, stages):
+    """After InjectSoftwarePipeline the body loop runs the trip count minus the prologue, 0 or 1
+    times; Simplify folded it to 1, so blocks 0 and 1 summed 100 (stages 1) or 128 rows, not 64."""
+    from tilelang_metal.kernels import metal4_target, plain_metal_target
+
+    target = metal4_target() if target_name == "metal4" else plain_metal_target()
+    kernel = compile_emulated(_pipelined_block_sums(stages), target)
+    x = torch.ones(100, 16)
+    assert racecheck(kernel, x)[:, 0, 0].tolist() == [64.0, 64.0, 100.0, 100.0]
+
+
 def _launched(body, bx, tx):
     """`body` under a 4-block launch of 128 threads, as MaterializeKernelLaunch leaves it."""
     inner = tir.AttrStmt(tir.IterVar(tvm.ir.Range(0, THREADS), tx, tir.IterVar.ThreadIndex, "threadIdx.x"), "thread_extent", THREADS, body)

@@ -14,8 +14,10 @@ Under `if (extent > 0)` the assumption is true wherever the loop is reached, so 
 derives from it is correct. The guard is placed before the first Simplify, on serial and unrolled
 loops whose extent is not constant, can be 0 or less, and is bounded by the launch (thread and block
 indices, constants, enclosing loops: a loop over a runtime size has an unbounded extent, which
-Simplify cannot fold to a constant). Loops that `T.Pipelined` annotates are left to the pipeline
-passes. A guard costs one branch before the loop.
+Simplify cannot fold to a constant). Loops that `T.Pipelined` annotates are guarded after
+InjectSoftwarePipeline (`GuardPossiblyEmptyPipelineLoops`): its body loop runs the trip count minus
+the prologue's iterations, 0 or 1 times where a block-dependent trip count is 1 or 2 (causal
+attention's key blocks), and was folded to 1 the same way. A guard costs one branch before the loop.
 """
 
 from __future__ import annotations
@@ -62,12 +64,14 @@ def _pipelined(loop: Any) -> bool:
     return any("pipeline" in str(key) or str(key) == "num_stages" for key in (loop.annotations or {}))
 
 
-def guard_function(func: Any) -> Any:
+def guard_function(func: Any, *, pipelined: bool = False) -> Any:
+    """`pipelined`: guard the loops T.Pipelined annotates too (after InjectSoftwarePipeline, whose
+    body loop runs the trip count minus the prologue: 0 or 1 times where the trip count is 1 or 2)."""
     analyzer, known = _launch_analyzer(func.body)
 
     def guard(loop: Any) -> Any:
         extent = loop.extent
-        if loop.kind not in _GUARDED_KINDS or isinstance(extent, tir.IntImm) or _pipelined(loop):
+        if loop.kind not in _GUARDED_KINDS or isinstance(extent, tir.IntImm) or (_pipelined(loop) and not pipelined):
             return None
         if _free_vars(extent) - known or analyzer.const_int_bound(extent).min_value > 0:
             return None  # a runtime size (unbounded), or at least one trip
@@ -77,3 +81,5 @@ def guard_function(func: Any) -> Any:
 
 
 GuardPossiblyEmptyLoops = per_function_pass("tilelang_metal.GuardPossiblyEmptyLoops", guard_function)
+GuardPossiblyEmptyPipelineLoops = per_function_pass("tilelang_metal.GuardPossiblyEmptyPipelineLoops",
+                                                    lambda func: guard_function(func, pipelined=True))
