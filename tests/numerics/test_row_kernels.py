@@ -75,6 +75,18 @@ def test_non_finite_rows_match_torch(name, rows, cols):
         assert math.isnan(out[0]) and out[1] == math.inf and out[3] == -math.inf
 
 
+def test_softmax_column_blocks_of_only_minus_infinity():
+    """4097 columns (two column blocks): a first block of only -inf summed exp(-inf - -inf) = NaN
+    into the running denominator, and the whole row came out NaN (torch: one-hot). Row 1: -inf
+    then a NaN in the second block (NaN row); row 2: only -inf (NaN row)."""
+    x = torch.full((3, 4097), -math.inf)
+    x[0, 4096] = 2.0
+    x[1, 4096] = math.nan
+    out = row_kernel("softmax", 3, 4097)(x)
+    torch.testing.assert_close(out, reference("softmax", x), rtol=0, atol=0, equal_nan=True)
+    assert out[0, 4096] == 1.0 and torch.isnan(out[1:]).all()
+
+
 @pytest.mark.parametrize("name", ["softmax", "sum", "max"])
 @pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])  # bf16 in the quick tier: the GEMM tests
 def test_half_inputs_accumulate_in_float32(name, dtype):

@@ -51,10 +51,12 @@ def softmax(rows: int, cols: int, *, dtype: str = "float32", out_dtype: str | No
                 T.reduce_max(x, block_max, dim=1)
                 for i in T.Parallel(block_rows):
                     new_max = T.if_then_else(cb == 0, block_max[i], T.max(row_max[i], block_max[i]))
-                    rescale[i] = T.if_then_else(cb == 0, 0, T.exp(row_max[i] - new_max))
+                    # a running maximum of -inf (every column so far -inf) has summed nothing: exp(-inf - -inf) is NaN
+                    rescale[i] = T.if_then_else(cb == 0 or row_max[i] == -T.infinity(ACCUM), 0, T.exp(row_max[i] - new_max))
                     row_max[i] = new_max
                 for i, j in T.Parallel(block_rows, block_cols):
-                    x[i, j] = T.if_then_else(cb * block_cols + j < cols, T.exp(x[i, j] - row_max[i]), 0)
+                    # a -inf column adds 0, also where the block's maximum is -inf (a later block may hold finite values)
+                    x[i, j] = T.if_then_else(cb * block_cols + j < cols and x[i, j] != -T.infinity(ACCUM), T.exp(x[i, j] - row_max[i]), 0)
                 T.reduce_sum(x, block_sum, dim=1)
                 for i in T.Parallel(block_rows):
                     denominator[i] = denominator[i] * rescale[i] + block_sum[i]
