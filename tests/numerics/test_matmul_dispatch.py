@@ -93,6 +93,8 @@ def test_split_count_is_capped_by_slice_length():
         # a float or bool size is refused as such (a float was told "needs M >= 1 (got M=64.0)")
         (lambda: matmul_config(64.0, 4, 4), r"matmul M=64.0 must be an integer \(a float was given\); pass int\(M\)"),
         (lambda: matmul_config(4, True, 4), r"matmul N=True must be an integer"),
+        # was an OverflowError traceback (the CLI's exit status 1, which means a wrong result there)
+        (lambda: matmul_config(4, 10**20, 4), r"matmul N=100000000000000000000 is over 2147483647"),
         (lambda: matmul_config(4, 4, 4, "int8"), r"matmul dtype='int8' is not supported; use one of float16, bfloat16, float32"),
         (lambda: matmul_config(4, 4, 4, chip="M9"), r"unknown Apple chip 'M9'"),
         (lambda: matmul_config(4, 4, 4, target="cuda"), r"matmul target='cuda' is not supported"),

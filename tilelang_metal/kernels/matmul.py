@@ -132,12 +132,17 @@ def _resolve_target(target: Any, on: Chip) -> tuple[str, str]:
     return name, f"target {name}, from the given Target's keys"
 
 
+INT32_MAX = 2**31 - 1
+
+
 def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
     for name, value in (("M", M), ("N", N), ("K", K)):
         if value < 1:
             hint = ("C = A @ B over an empty K is all zeros: use torch.zeros((M, N)) instead of a kernel" if name == "K"
                     else "a matrix with no rows or columns has nothing to compute")
             raise ValueError(f"matmul needs {name} >= 1 (got {name}={value!r}); {hint}")
+        if value > INT32_MAX:
+            raise ValueError(f"matmul {name}={value} is over {INT32_MAX}, the largest extent a kernel's 32-bit shapes hold; split the product into smaller matmuls")
     for name, value in (("dtype", dtype), ("out_dtype", out_dtype)):
         if value not in DTYPES:
             raise ValueError(f"matmul {name}={value!r} is not supported; use one of {', '.join(DTYPES)}")
