@@ -339,9 +339,12 @@ def test_wrong_inputs_are_refused_at_call_time():
         (lambda: flash_attention_program(1, 2, 64, 64, dtype="float8_e4m3"), r"dtype='float8_e4m3' is not supported"),
         (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
         (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
+        # were TVM InternalErrors (a fragment layout that cannot be inferred; an is_int check)
+        (lambda: flash_attention_program(1, 2, 0, 64), r"seq_len=0 must be an integer >= 1, or None"),
+        (lambda: flash_attention_program(1, 2, 16.0, 64), r"seq_len=16.0 must be an integer >= 1"),
         (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=12, threads=64, dataflow="staged"), r"block_h=12 is not a multiple of 8.*use block_h=8 or 16"),
     ],
-    ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "block-h"],
+    ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "seq-len-0", "seq-len-float", "block-h"],
 )
 def test_configuration_errors_are_refused_when_the_program_is_built(build, message):
     with pytest.raises(MetalLoweringError, match=message):

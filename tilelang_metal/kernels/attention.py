@@ -30,6 +30,7 @@ No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` 
 
 
 import math
+import numbers
 from typing import Any
 
 import tilelang.language as T
@@ -249,6 +250,8 @@ def flash_attention_program(
     direct = dataflow == DIRECT
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     group = heads // kv_heads
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 1):
+        raise MetalLoweringError(f"flash attention seq_len={seq_len!r} must be an integer >= 1, or None for a length given at run time")
     seq = T.dynamic("seq_len") if seq_len is None else seq_len
     scale = LOG2_E / math.sqrt(head_dim)  # exp(x / sqrt(d)) == exp2(x * scale)
     bshd = layout == "bshd"
