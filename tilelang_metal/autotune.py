@@ -92,12 +92,7 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     staged = threadgroup_bytes(cfg, dtype)
     if staged > THREADGROUP_MEMORY_BYTES:
         return f"stages {staged} B of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES}"
-    c_scope = "local.fragment" if shared else "global"
-    k_extent = cfg.block_k if shared else K  # direct-global: the T.gemm spans the whole K
-    selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=k_extent, threads=cfg.threads,
-                            policy=WarpPolicy.SQUARE, has_metal4=_has_metal4(target),
-                            route_fragments_to_cooperative_tensor=settings.fragment_ct(), features=_features(target))
-    if warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH) is None:
+    if _partition(cfg, K, _has_metal4(target), _features(target)) is None:
         return f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups"
     if not registers:
         return None
@@ -117,7 +112,20 @@ def _has_metal4(target: Any) -> bool:
     return has_metal4(resolve_target(target if target is not None else "metal"))
 
 
+def _partition(cfg: GemmConfig, K: int, metal4: bool, features: frozenset[str]) -> Any:
+    """The warp partition GemmMetal would lower `cfg` with (None: no legal one), from the plugin's own
+    selection; K is the GEMM's reduction length (the shared path's T.gemm spans one block_k)."""
+    shared = cfg.path == SHARED
+    c_scope = "local.fragment" if shared else "global"
+    selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else K, threads=cfg.threads,
+                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
+                            features=features)
+    return warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
+
+
 def _features(target: Any) -> frozenset[str]:
+    if isinstance(target, bool):  # a bare metal4 flag: no other keys
+        return frozenset()
     from .host import resolve_target
     from .target import target_features
 
@@ -272,13 +280,8 @@ def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype:
     tiles_m, tiles_n = -(-M // cfg.block_m), -(-N // cfg.block_n)
     tiles = tiles_m * tiles_n
     kp = _k_padded(cfg, K, metal4)
-    shared = cfg.path == SHARED
-    c_scope = "local.fragment" if shared else "global"
-    sel = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else kp, threads=cfg.threads,
-                      policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
-                      features=() if isinstance(target, bool) else _features(target if target is not None else target_for(chip)))
-    part = warp_partition(sel, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
-    if shared:
+    part = _partition(cfg, kp, metal4, _features(target if target is not None else target_for(chip)))
+    if cfg.path == SHARED:
         per_tile = (cfg.block_m + cfg.block_n) * kp * in_bytes
     else:
         per_tile = (cfg.block_m * part.n_warp + cfg.block_n * part.m_warp) * kp * in_bytes
