@@ -43,6 +43,14 @@ def _case(name: str):
     raise AssertionError(name)
 
 
+# The GPU-level counts group a simdgroup's lanes by program point and occurrence. Foreign MSL is
+# traced at -O0, where a fully unrolled loop of the source stays one program point: a store guarded
+# by a lane-dependent `if` inside it (softmax's ragged last row) then puts lanes' different
+# iterations in one group, so the foreign count of segments is higher than the plugin's (whose build
+# unrolls the loop: one program point per iteration). docs/emulator.md, "GPU-level counts".
+DIVERGENT_LOOP_CASES = ("softmax",)
+DIVERGENT_STORES_IN_ROLLED_LOOP = ("device_transactions",)
+
 CASES = ("direct-metal4", "direct-plain", "shared-metal4", "shared-plain", "ragged", "row-sum", "simd-row-sum", "softmax")
 
 
@@ -59,7 +67,10 @@ def test_plugin_kernel_traced_as_foreign_msl_counts_the_same(case, monkeypatch):
         plugin = launch_counters(msl, [v.clone() if isinstance(v, torch.Tensor) else v for v in values], grid, block).total
         foreign = compile_msl(msl, name).counters([v.clone() if isinstance(v, torch.Tensor) else v for v in values], grid, block)
         names = MEMORY_COUNTERS + _FOREIGN_COUNTERS
-        assert {k: foreign[k] for k in names} == {k: plugin[k] for k in names}
+        differs = DIVERGENT_STORES_IN_ROLLED_LOOP if case in DIVERGENT_LOOP_CASES else ()
+        assert {k: foreign[k] for k in names if k not in differs} == {k: plugin[k] for k in names if k not in differs}
+        for k in differs:  # the lanes' occurrences misalign in the foreign build: more groups, never fewer segments
+            assert foreign[k] > plugin[k], (k, foreign[k], plugin[k])
         compared.append(plugin)
 
     _launches(_adapter(kern), args, one)

@@ -970,12 +970,14 @@ class ForeignKernel:
                 a.copy_(r)
 
 
-_FOREIGN_COUNTERS = ("threadgroup_barriers", "simdgroup_barriers", "simd_collectives") + tuple(inst.counter for inst in COUNTED)
+_FOREIGN_COUNTERS = ("threadgroup_barriers", "memory_barriers", "lockstep_barriers", "simdgroup_barriers",
+                     "simd_collectives") + tuple(inst.counter for inst in COUNTED)
 # Memory traffic, counted for foreign kernels when the compiler can trace it (memory_counts_unavailable).
 MEMORY_COUNTERS = (
     "device_load_instructions", "device_load_bytes", "device_store_instructions", "device_store_bytes",
     "threadgroup_load_instructions", "threadgroup_load_bytes", "threadgroup_store_instructions",
     "threadgroup_store_bytes", "narrow_device_loads",
+    "load_instructions", "store_instructions", "unique_device_load_bytes", "device_transactions", "threadgroup_replays",
 )
 
 

@@ -39,6 +39,15 @@ SCALAR_COUNTER_NAMES: tuple[str, ...] = (
     "simdgroup_barriers",
     "simd_collectives",
     "narrow_device_loads",
+    # GPU-level counts: merged per-thread instructions, segments and bank passes per simdgroup-wide
+    # access, barriers by kind (docs/emulator.md, "GPU-level counts")
+    "load_instructions",
+    "store_instructions",
+    "unique_device_load_bytes",
+    "device_transactions",
+    "threadgroup_replays",
+    "memory_barriers",
+    "lockstep_barriers",
 )
 MATRIX_COUNTER_NAMES: tuple[str, ...] = tuple(inst.counter for inst in COUNTED)
 COUNTER_NAMES: tuple[str, ...] = SCALAR_COUNTER_NAMES + MATRIX_COUNTER_NAMES

@@ -264,7 +264,10 @@ def memory_trace_unavailable() -> str | None:
     return None
 
 
-INSTRUMENT_DEFINES = {None: [], "counters": ["-DTLM_COUNTERS"], "racecheck": ["-DTLM_RACECHECK"]}
+# The counters flavour keeps the source's loops rolled: the GPU-level counts group the lanes of a
+# simdgroup by program point, which must be the source's (as in foreign MSL's -O0 traced build), not
+# a copy the C++ compiler made by unrolling a loop whose trip count differs between lanes.
+INSTRUMENT_DEFINES = {None: [], "counters": ["-DTLM_COUNTERS", "-fno-unroll-loops"], "racecheck": ["-DTLM_RACECHECK"]}
 
 
 def _kernel_cmd(cxx: str, src: Path, extra: list[str], instrument: str | None = None, prelude: Path | None = None) -> list[str]:

@@ -151,6 +151,8 @@ struct worker {
   uint16_t* tg_writer;                // racecheck: per byte, the view that last wrote it (access::view)
   const char* view_names[kMaxTrackedViews];  // racecheck: name of each view id seen writing
   uint64_t counts[c_counter_count];   // counters of the running threadgroup
+  struct gpu_model* gpu;              // counters: GPU-level counts of the running threadgroup
+  unsigned bar_flags;                 // mem_flags of the barrier being arrived at (kBarFlagsKnown set)
   uint64_t claim;                     // claim index of the running threadgroup (UINT64_MAX: none)
   char* print_out;                    // its T.print lines while it is not the head claim
   size_t print_len, print_cap;
@@ -438,6 +440,313 @@ void* map_anon(size_t bytes) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// ---------------------------------------------------------------- GPU-level counts (counters)
+// What the GPU would issue, counted the same way for plugin and foreign kernels from the accesses
+// each thread makes (docs/emulator.md, "GPU-level counts"):
+// - a thread's accesses are merged as a compiler would: consecutive accesses in one memory space,
+//   same direction, the next starting where the last ended, up to 16 bytes, the merged access
+//   aligned to its (power-of-two) size; a barrier or simd collective ends every merge;
+// - a load of bytes the thread read before, with no store by it and no barrier since, is dropped;
+// - the lanes' instructions at the same program point (code address) and occurrence form one
+//   simdgroup-wide access: device accesses count the distinct 128-byte segments they touch,
+//   threadgroup accesses the bank passes beyond the fewest possible.
+// Sources: 128-byte global cache line (Apple 7/8): philipturner/metal-benchmarks README, "On-Chip
+// Memory" (commit dc2adc6). Threadgroup banks: that table gives "TBD" for Apple; 32 banks of 4 bytes
+// as on every other GPU in it is an estimate.
+constexpr uint64_t kSegmentBytes = 128;
+constexpr uint64_t kBankBytes = 4;
+constexpr uint32_t kBanks = 32;
+constexpr uint64_t kWidestMerge = 16;
+constexpr uint32_t kReadMemory = 16;  // read ranges a thread remembers (a register's worth of reuse)
+constexpr unsigned kBarFlagsKnown = 0x100u;
+
+struct gpu_window {
+  uintptr_t lo, hi;  // open merged access [lo, hi); empty when lo == hi
+  const void* site;
+  uintptr_t origin;  // device: start of the buffer
+  uint32_t buf;
+};
+
+struct gpu_thread {
+  gpu_window open[2][2];  // [threadgroup memory][store]
+  uintptr_t read_lo[kReadMemory], read_hi[kReadMemory];
+  uint32_t nread, read_next;
+};
+
+struct key3 {
+  uint64_t a, b, c;
+};
+
+// Open-addressing map key3 -> uint32 (no STL in this file: it is compiled on first use).
+struct map3 {
+  key3* keys = nullptr;
+  uint32_t* vals = nullptr;
+  uint8_t* used = nullptr;
+  uint64_t cap = 0, n = 0;
+};
+
+inline uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+inline uint64_t hash3(const key3& k) { return mix(k.a ^ mix(k.b ^ mix(k.c))); }
+
+bool map3_init(map3& m, uint64_t cap) {
+  m.keys = static_cast<key3*>(std::calloc(cap, sizeof(key3)));
+  m.vals = static_cast<uint32_t*>(std::calloc(cap, sizeof(uint32_t)));
+  m.used = static_cast<uint8_t*>(std::calloc(cap, 1));
+  m.cap = cap;
+  m.n = 0;
+  return m.keys && m.vals && m.used;
+}
+
+void map3_free(map3& m) {
+  std::free(m.keys);
+  std::free(m.vals);
+  std::free(m.used);
+  m = map3{};
+}
+
+// The value slot of `k`, inserted with value `fresh` if absent (`inserted` says which).
+uint32_t* map3_slot(map3& m, const key3& k, uint32_t fresh, bool& inserted) {
+  if ((m.n + 1) * 2 > m.cap) {
+    map3 g;
+    if (!map3_init(g, m.cap * 2)) return nullptr;
+    for (uint64_t i = 0; i < m.cap; ++i) {
+      if (!m.used[i]) continue;
+      uint64_t j = hash3(m.keys[i]) & (g.cap - 1);
+      while (g.used[j]) j = (j + 1) & (g.cap - 1);
+      g.used[j] = 1;
+      g.keys[j] = m.keys[i];
+      g.vals[j] = m.vals[i];
+    }
+    g.n = m.n;
+    map3_free(m);
+    m = g;
+  }
+  uint64_t j = hash3(k) & (m.cap - 1);
+  while (m.used[j]) {
+    const key3& q = m.keys[j];
+    if (q.a == k.a && q.b == k.b && q.c == k.c) {
+      inserted = false;
+      return &m.vals[j];
+    }
+    j = (j + 1) & (m.cap - 1);
+  }
+  m.used[j] = 1;
+  m.keys[j] = k;
+  m.vals[j] = fresh;
+  ++m.n;
+  inserted = true;
+  return &m.vals[j];
+}
+
+void map3_clear(map3& m) {
+  if (m.n) std::memset(m.used, 0, m.cap);
+  m.n = 0;
+}
+
+struct gpu_unit {
+  uint32_t group;
+  uint64_t unit;  // a device segment or a threadgroup word
+};
+
+struct gpu_model {
+  gpu_thread* threads;
+  map3 occurrences;  // (thread, site, space|direction) -> instructions issued there so far
+  map3 groups;       // (simdgroup, site, occurrence) -> group id
+  uint8_t* group_tg; // per group id: 1 for threadgroup memory
+  uint64_t group_cap;
+  gpu_unit* units;
+  uint64_t nunits, units_cap;
+  bool failed;  // out of memory: the GPU-level counts of this launch are not kept
+};
+
+gpu_model* gpu_model_new(uint32_t nthreads) {
+  gpu_model* g = static_cast<gpu_model*>(std::calloc(1, sizeof(gpu_model)));
+  if (!g) return nullptr;
+  g->threads = alloc_array<gpu_thread>(nthreads);
+  g->group_cap = 1024;
+  g->group_tg = static_cast<uint8_t*>(std::calloc(g->group_cap, 1));
+  g->units_cap = 4096;
+  g->units = static_cast<gpu_unit*>(std::malloc(sizeof(gpu_unit) * g->units_cap));
+  if (!g->threads || !g->group_tg || !g->units || !map3_init(g->occurrences, 1024) || !map3_init(g->groups, 1024)) {
+    g->failed = true;
+  }
+  return g;
+}
+
+void gpu_model_free(gpu_model* g) {
+  if (!g) return;
+  std::free(g->threads);
+  std::free(g->group_tg);
+  std::free(g->units);
+  map3_free(g->occurrences);
+  map3_free(g->groups);
+  std::free(g);
+}
+
+inline bool push_unit(gpu_model& g, uint32_t group, uint64_t unit) {
+  if (g.nunits == g.units_cap) {
+    gpu_unit* u = static_cast<gpu_unit*>(std::realloc(g.units, sizeof(gpu_unit) * g.units_cap * 2));
+    if (!u) return false;
+    g.units = u;
+    g.units_cap *= 2;
+  }
+  g.units[g.nunits++] = gpu_unit{group, unit};
+  return true;
+}
+
+// One instruction of thread `t` over [lo, hi): counted, and joined to its simdgroup-wide access.
+// Device segments are counted from the start of the buffer (`origin`; Metal buffers are aligned far
+// beyond 128 bytes, the emulator's copies not always), tagged with the buffer's index `buf`.
+void gpu_issue(worker& w, uint32_t t, bool tg, bool store, uintptr_t lo, uintptr_t hi, const void* site,
+               uintptr_t origin, uint32_t buf) {
+  gpu_model& g = *w.gpu;
+  ++w.counts[store ? c_store_instructions : c_load_instructions];
+  if (g.failed) return;
+  const uint64_t where = reinterpret_cast<uintptr_t>(site);
+  bool inserted = false;
+  uint32_t* occ = map3_slot(g.occurrences, key3{t, where, (tg ? 2u : 0u) | (store ? 1u : 0u)}, 0, inserted);
+  if (!occ) return void(g.failed = true);
+  const uint32_t k = (*occ)++;
+  const uint32_t fresh = static_cast<uint32_t>(g.groups.n);
+  uint32_t* id = map3_slot(g.groups, key3{t / kSimdWidth, (where << 2) | (tg ? 2u : 0u) | (store ? 1u : 0u), k},
+                           fresh, inserted);
+  if (!id) return void(g.failed = true);
+  if (inserted) {
+    if (fresh >= g.group_cap) {
+      uint8_t* p = static_cast<uint8_t*>(std::realloc(g.group_tg, g.group_cap * 2));
+      if (!p) return void(g.failed = true);
+      g.group_tg = p;
+      g.group_cap *= 2;
+    }
+    g.group_tg[fresh] = tg;
+  }
+  if (tg) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(w.arena);
+    for (uint64_t word = (lo - base) / kBankBytes; word <= (hi - 1 - base) / kBankBytes; ++word)
+      if (!push_unit(g, *id, word)) return void(g.failed = true);
+  } else {
+    const uint64_t tag = static_cast<uint64_t>(buf) << 44;
+    for (uint64_t seg = (lo - origin) / kSegmentBytes; seg <= (hi - 1 - origin) / kSegmentBytes; ++seg)
+      if (!push_unit(g, *id, tag | seg)) return void(g.failed = true);
+  }
+}
+
+inline void gpu_close(worker& w, uint32_t t, bool tg, bool store) {
+  gpu_window& win = w.gpu->threads[t].open[tg][store];
+  if (win.hi != win.lo) gpu_issue(w, t, tg, store, win.lo, win.hi, win.site, win.origin, win.buf);
+  win.lo = win.hi = 0;
+}
+
+// A barrier or simd collective: the thread's open merges end; a barrier also ends read reuse
+// (another thread may have written since).
+void gpu_sync(worker& w, uint32_t t, bool barrier) {
+  for (int tg = 0; tg < 2; ++tg)
+    for (int st = 0; st < 2; ++st) gpu_close(w, t, tg, st);
+  if (barrier) w.gpu->threads[t].nread = 0;
+}
+
+inline uint64_t pow2_at_least(uint64_t n) {
+  uint64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+void gpu_access(worker& w, space_kind kind, const void* addr, uint64_t bytes, bool store, const void* site,
+                uintptr_t origin, uint32_t buf) {
+  if (!w.gpu || bytes == 0 || kind == space_kind::thread_memory) return;
+  const uint32_t t = w.cur->index;
+  gpu_thread& th = w.gpu->threads[t];
+  const bool tg = kind == space_kind::threadgroup_memory;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(addr), hi = lo + bytes;
+  if (!store) {
+    for (uint32_t i = 0; i < th.nread; ++i)
+      if (lo >= th.read_lo[i] && hi <= th.read_hi[i]) return;  // a repeated read: already in a register
+    const uint32_t slot = th.nread < kReadMemory ? th.nread++ : (th.read_next++ % kReadMemory);
+    th.read_lo[slot] = lo;
+    th.read_hi[slot] = hi;
+    if (!tg) w.counts[c_unique_device_load_bytes] += bytes;
+  } else {
+    for (uint32_t i = 0; i < th.nread;) {  // the thread's own store changes what it read
+      if (lo < th.read_hi[i] && th.read_lo[i] < hi) {
+        --th.nread;
+        th.read_lo[i] = th.read_lo[th.nread];
+        th.read_hi[i] = th.read_hi[th.nread];
+      } else {
+        ++i;
+      }
+    }
+  }
+  gpu_window& win = th.open[tg][store];
+  if (win.hi != win.lo && win.hi == lo && win.buf == buf) {
+    const uint64_t merged = hi - win.lo;
+    if (merged <= kWidestMerge && win.lo % pow2_at_least(merged) == 0) {
+      win.hi = hi;
+      return;
+    }
+  }
+  gpu_close(w, t, tg, store);
+  if (bytes > kWidestMerge) {  // wider than one instruction (a 32-byte struct copy): 16-byte pieces
+    for (uintptr_t p = lo; p < hi; p += kWidestMerge)
+      gpu_issue(w, t, tg, store, p, p + kWidestMerge < hi ? p + kWidestMerge : hi, site, origin, buf);
+    return;
+  }
+  win.lo = lo;
+  win.hi = hi;
+  win.site = site;
+  win.origin = origin;
+  win.buf = buf;
+}
+
+int compare_units(const void* x, const void* y) {
+  const gpu_unit& a = *static_cast<const gpu_unit*>(x);
+  const gpu_unit& b = *static_cast<const gpu_unit*>(y);
+  if (a.group != b.group) return a.group < b.group ? -1 : 1;
+  return a.unit < b.unit ? -1 : (a.unit > b.unit ? 1 : 0);
+}
+
+// The threadgroup has finished: close every thread's merges and add up its simdgroup-wide accesses.
+void gpu_finish_group(worker& w) {
+  gpu_model& g = *w.gpu;
+  for (uint32_t t = 0; t < w.L->nthreads; ++t) {
+    gpu_sync(w, t, true);
+    g.threads[t].read_next = 0;
+  }
+  if (!g.failed && g.nunits) {
+    std::qsort(g.units, g.nunits, sizeof(gpu_unit), compare_units);
+    uint64_t i = 0;
+    while (i < g.nunits) {
+      const uint32_t group = g.units[i].group;
+      uint32_t per_bank[kBanks] = {};
+      uint64_t distinct = 0;
+      for (uint64_t prev = ~0ull; i < g.nunits && g.units[i].group == group; ++i) {
+        const uint64_t u = g.units[i].unit;
+        if (u == prev) continue;  // lanes sharing a segment / word (a word read by several lanes is a broadcast)
+        prev = u;
+        ++distinct;
+        ++per_bank[u % kBanks];
+      }
+      if (g.group_tg[group]) {
+        uint32_t passes = 0;
+        for (uint32_t b = 0; b < kBanks; ++b) passes = per_bank[b] > passes ? per_bank[b] : passes;
+        const uint64_t fewest = (distinct + kBanks - 1) / kBanks;
+        w.counts[c_threadgroup_replays] += passes - fewest;
+      } else {
+        w.counts[c_device_transactions] += distinct;
+      }
+    }
+  }
+  g.nunits = 0;
+  map3_clear(g.occurrences);
+  map3_clear(g.groups);
+}
+
 // `w` arrives zeroed (launch clears every worker before any starts: the print code reads other
 // workers' `claim`).
 bool setup_worker(worker& w, launch_state* L) {
@@ -466,6 +775,13 @@ bool setup_worker(worker& w, launch_state* L) {
     return false;
   }
   for (uint32_t s = 0; s < kMaxSlots; ++s) w.slot_off[s] = -1;
+  if (L->mode == imode::counters) {
+    w.gpu = gpu_model_new(n);
+    if (!w.gpu) {
+      record_error(L, 0, "emulator: out of memory for the GPU-level counters");
+      return false;
+    }
+  }
   if (L->mode == imode::racecheck) {
     w.rng = (L->seed + 1) * 0x9E3779B97F4A7C15ull | 1;
     w.tg_shadow = alloc_array<shadow_cell>(L->p->threadgroup_limit);
@@ -515,6 +831,8 @@ void teardown_worker(worker& w) {
   std::free(w.simd);
   std::free(w.tg_shadow);
   std::free(w.tg_writer);
+  gpu_model_free(w.gpu);
+  w.gpu = nullptr;
   if (w.stacks) munmap(w.stacks, w.stacks_bytes);
   if (w.arena && w.owns_arena) munmap(w.arena, kArenaCapacity);
 }
@@ -556,6 +874,7 @@ void run_group(worker& w, uint64_t g) {
   w.cur = first;
   fiber::switch_to(w.sched, first->ctx);
   // back here when the threadgroup finished or was abandoned
+  if (w.gpu) gpu_finish_group(w);
   if (L->counters) {
     std::memcpy(L->counters + g * c_counter_count, w.counts, sizeof w.counts);
     std::memset(w.counts, 0, sizeof w.counts);
@@ -1009,21 +1328,30 @@ void on_access(const access& a) noexcept {
   }
   if (w.L->mode != imode::counters) return;
   const bool predicated = (a.flags & access_predicated) != 0 || w.cur->pred_depth > 0;
-  count_memory(w, a.kind, static_cast<uint64_t>(a.lanes) * a.elem_bytes, (a.flags & access_store) != 0, predicated);
+  const uint64_t bytes = static_cast<uint64_t>(a.lanes) * a.elem_bytes;
+  count_memory(w, a.kind, bytes, (a.flags & access_store) != 0, predicated);
+  const uintptr_t origin = reinterpret_cast<uintptr_t>(a.addr) - static_cast<uintptr_t>(a.index) * a.elem_bytes;
+  gpu_access(w, a.kind, a.addr, bytes, (a.flags & access_store) != 0, a.site, origin, static_cast<uint32_t>(a.buf));
 }
 
 namespace {
 // Counts one traced access (foreign counters) where it lands: a traced device buffer of the launch
 // or the running threadgroup's threadgroup memory; anything else (thread memory, the stack, the
 // shim's scratch, constant-space arguments) is not memory traffic the counters describe.
-inline void count_traced(worker& w, const void* addr, uint64_t bytes, bool store) noexcept {
+inline void count_traced(worker& w, const void* addr, uint64_t bytes, bool store, const void* site) noexcept {
   const char* p = static_cast<const char*>(addr);
   const unsigned char* a = reinterpret_cast<const unsigned char*>(addr);
-  if (a >= w.arena && a < w.arena + w.arena_used) return count_memory(w, space_kind::threadgroup_memory, bytes, store, false);
+  if (a >= w.arena && a < w.arena + w.arena_used) {
+    count_memory(w, space_kind::threadgroup_memory, bytes, store, false);
+    return gpu_access(w, space_kind::threadgroup_memory, addr, bytes, store, site, 0, 0);
+  }
   const launch_params& lp = *w.L->p;
   for (uint32_t i = 0; i < lp.nguards; ++i) {
     const guard_region& g = lp.guards[i];
-    if (g.traced && p >= g.data && p < g.data + g.bytes) return count_memory(w, space_kind::device_memory, bytes, store, false);
+    if (g.traced && p >= g.data && p < g.data + g.bytes) {
+      count_memory(w, space_kind::device_memory, bytes, store, false);
+      return gpu_access(w, space_kind::device_memory, addr, bytes, store, site, reinterpret_cast<uintptr_t>(g.data), i);
+    }
   }
 }
 
@@ -1034,7 +1362,7 @@ inline worker* tracing_worker() noexcept {
   return w && w->cur && w->L->mode == imode::counters ? w : nullptr;
 }
 
-inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
+inline void traced_hook(const void* addr, uint64_t bytes, bool store, const void* site) noexcept {
   if (bytes == 0) return;  // an empty memcpy / memset
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   bool inside = a - g_trace.arenas < g_trace.arenas_bytes;
@@ -1044,12 +1372,12 @@ inline void traced_hook(const void* addr, uint64_t bytes, bool store) noexcept {
   }
   if (!inside) return;
   worker* w = tracing_worker();
-  if (w && w->cur->quiet == 0) count_traced(*w, addr, bytes, store);
+  if (w && w->cur->quiet == 0) count_traced(*w, addr, bytes, store, site);
 }
 }  // namespace
 
-void traced_access(const void* addr, uint64_t bytes, bool store) noexcept {
-  if (worker* w = tracing_worker()) count_traced(*w, addr, bytes, store);
+void traced_access(const void* addr, uint64_t bytes, bool store, const void* site) noexcept {
+  if (worker* w = tracing_worker()) count_traced(*w, addr, bytes, store, site ? site : __builtin_return_address(0));
 }
 
 void trace_quiet(int delta) noexcept {
@@ -1114,6 +1442,7 @@ void predicate_enter() noexcept { ++tl_w->cur->pred_depth; }
 void predicate_exit() noexcept { --tl_w->cur->pred_depth; }
 
 void threadgroup_barrier_flags(unsigned mem_flags) noexcept {
+  tl_w->bar_flags = mem_flags | kBarFlagsKnown;
   threadgroup_barrier();
   fiber_t* f = tl_w->cur;
   if (mem_flags & 2u) ++f->tg_epoch;   // mem_threadgroup
@@ -1123,10 +1452,16 @@ void threadgroup_barrier_flags(unsigned mem_flags) noexcept {
 void threadgroup_barrier() noexcept {
   worker& w = *tl_w;
   fiber_t* f = w.cur;
+  if (w.gpu) gpu_sync(w, f->index, true);
   if (++w.bar_arrived == w.L->nthreads) {
     // Last arrival: everyone else becomes runnable, in arrival order; the caller goes on.
     w.bar_arrived = 0;
     ++w.counts[c_threadgroup_barriers];
+    // mem_none only keeps the threads in step; without flags (plain builds) a barrier is counted as
+    // ordering memory.
+    const bool lockstep = (w.bar_flags & kBarFlagsKnown) && (w.bar_flags & ~kBarFlagsKnown) == 0;
+    ++w.counts[lockstep ? c_lockstep_barriers : c_memory_barriers];
+    w.bar_flags = 0;
     for (uint32_t i = 0, n = w.L->nthreads - 1; i < n; ++i) rq_push(w, w.bar_waiters[i]);
     return;
   }
@@ -1138,6 +1473,7 @@ void threadgroup_barrier() noexcept {
 void* simd_deposit(const char* op) noexcept {
   worker& w = *tl_w;
   fiber_t* f = w.cur;
+  if (w.gpu) gpu_sync(w, f->index, false);
   simd_state& s = w.simd[f->info.simd_group];
   if (s.arrived == 0) {
     s.op = op;
@@ -1340,34 +1676,34 @@ extern "C" __attribute__((visibility("default"))) void tlm_instrument(int mode, 
 // call per scalar or whole vector / struct read or written) and for memcpy / memmove / memset (struct
 // copies). No thread sanitizer runtime is linked: these are the only definitions.
 #define TLM_TRACE_SIZE(n)                                                                                          \
-  extern "C" void __tsan_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                                  \
-  extern "C" void __tsan_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                                  \
-  extern "C" void __tsan_unaligned_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                        \
-  extern "C" void __tsan_unaligned_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                        \
-  extern "C" void __tsan_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }                         \
-  extern "C" void __tsan_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }                         \
-  extern "C" void __tsan_unaligned_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false); }               \
-  extern "C" void __tsan_unaligned_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true); }
+  extern "C" void __tsan_read##n(void* p) { tlm::rt::traced_hook(p, n, false, __builtin_return_address(0)); }                                  \
+  extern "C" void __tsan_write##n(void* p) { tlm::rt::traced_hook(p, n, true, __builtin_return_address(0)); }                                  \
+  extern "C" void __tsan_unaligned_read##n(void* p) { tlm::rt::traced_hook(p, n, false, __builtin_return_address(0)); }                        \
+  extern "C" void __tsan_unaligned_write##n(void* p) { tlm::rt::traced_hook(p, n, true, __builtin_return_address(0)); }                        \
+  extern "C" void __tsan_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false, __builtin_return_address(0)); }                         \
+  extern "C" void __tsan_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true, __builtin_return_address(0)); }                         \
+  extern "C" void __tsan_unaligned_volatile_read##n(void* p) { tlm::rt::traced_hook(p, n, false, __builtin_return_address(0)); }               \
+  extern "C" void __tsan_unaligned_volatile_write##n(void* p) { tlm::rt::traced_hook(p, n, true, __builtin_return_address(0)); }
 TLM_TRACE_SIZE(1)
 TLM_TRACE_SIZE(2)
 TLM_TRACE_SIZE(4)
 TLM_TRACE_SIZE(8)
 TLM_TRACE_SIZE(16)
 #undef TLM_TRACE_SIZE
-extern "C" void __tsan_read_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, false); }
-extern "C" void __tsan_write_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, true); }
+extern "C" void __tsan_read_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, false, __builtin_return_address(0)); }
+extern "C" void __tsan_write_range(void* p, unsigned long n) { tlm::rt::traced_hook(p, n, true, __builtin_return_address(0)); }
 extern "C" void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
-  tlm::rt::traced_hook(s, n, false);
-  tlm::rt::traced_hook(d, n, true);
+  tlm::rt::traced_hook(s, n, false, __builtin_return_address(0));
+  tlm::rt::traced_hook(d, n, true, __builtin_return_address(0));
   return std::memcpy(d, s, n);
 }
 extern "C" void* __tsan_memmove(void* d, const void* s, unsigned long n) {
-  tlm::rt::traced_hook(s, n, false);
-  tlm::rt::traced_hook(d, n, true);
+  tlm::rt::traced_hook(s, n, false, __builtin_return_address(0));
+  tlm::rt::traced_hook(d, n, true, __builtin_return_address(0));
   return std::memmove(d, s, n);
 }
 extern "C" void* __tsan_memset(void* d, int c, unsigned long n) {
-  tlm::rt::traced_hook(d, n, true);
+  tlm::rt::traced_hook(d, n, true, __builtin_return_address(0));
   return std::memset(d, c, n);
 }
 extern "C" void __tsan_init() {}

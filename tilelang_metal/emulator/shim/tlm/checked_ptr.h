@@ -45,11 +45,13 @@ struct checked_ptr {
     return r;
   }
 
+  // `site`: the code address the access was made from (the caller of an out-of-line accessor), which
+  // the counters use as the program point when they group the lanes of a simdgroup.
   TLM_INLINE void note([[maybe_unused]] int64_t j, [[maybe_unused]] int64_t lanes,
-                       [[maybe_unused]] bool atomic_object = false) const {
+                       [[maybe_unused]] const void* site, [[maybe_unused]] bool atomic_object = false) const {
 #ifdef TLM_INSTRUMENTED
     const rt::access a{base + j, name, j, init ? init + j : nullptr, buf, static_cast<uint16_t>(lanes),
-                       static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags, view};
+                       static_cast<uint16_t>(sizeof(T) > 0xffff ? 0xffff : sizeof(T)), kind, flags, view, site};
 #ifdef TLM_RACECHECK
     // An atomic object: the atomic function that receives the pointer reports the access(es).
     if (atomic_object) return rt::atomic_target(a);
@@ -62,7 +64,7 @@ struct checked_ptr {
     int64_t j = offset + i;
     if (__builtin_expect(static_cast<uint64_t>(j) >= static_cast<uint64_t>(extent), 0))
       return *static_cast<T*>(rt::out_of_bounds(space, name, j, 1, extent));
-    note(j, 1);
+    note(j, 1, TLM_SITE());
     return base[j];
   }
   TLM_INLINE T& operator*() const { return (*this)[0]; }
@@ -73,7 +75,7 @@ struct checked_ptr {
     int64_t j = offset + i;
     if (__builtin_expect(j < 0 || j + lanes > extent, 0))
       return static_cast<T*>(rt::out_of_bounds(space, name, j, lanes, extent));
-    note(j, lanes);
+    note(j, lanes, TLM_SITE());
     return base + j;
   }
 
@@ -101,7 +103,7 @@ struct checked_ptr {
       constexpr int64_t align = static_cast<int64_t>(alignof(V) / sizeof(E));
       if (__builtin_expect(((align0 + offset) % align) != 0, 0)) rt::misaligned(space, name, offset, align);
     }
-    note(offset, lanes, is_atomic_object_v<std::remove_cv_t<V>>);
+    note(offset, lanes, TLM_SITE(), is_atomic_object_v<std::remove_cv_t<V>>);
     return reinterpret_cast<V*>(const_cast<E*>(base + offset));
   }
 };

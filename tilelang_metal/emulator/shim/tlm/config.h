@@ -33,6 +33,9 @@
 // builds keep all of it inline.
 #ifdef TLM_INSTRUMENTED
 #define TLM_ACCESS TLM_OUTLINE
+// Inside an out-of-line accessor: the kernel code that called it (the access's program point).
+#define TLM_SITE() __builtin_return_address(0)
 #else
 #define TLM_ACCESS TLM_INLINE
+#define TLM_SITE() nullptr
 #endif

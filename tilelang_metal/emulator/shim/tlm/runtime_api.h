@@ -115,6 +115,7 @@ struct access {
   space_kind kind;
   uint8_t flags;      // access_flags
   uint16_t view;      // threadgroup memory: 1 + index of the pool view accessed through (threadgroup_view), 0 for none
+  const void* site;   // code address of the access (counters: lanes at the same site form one simdgroup access)
 };
 // Racecheck tracks the last view that wrote each byte of threadgroup memory for views with ids
 // below this (the storage planner gives dead buffers' bytes to later ones).
@@ -156,7 +157,7 @@ void threadgroup_barrier_flags(unsigned mem_flags) noexcept;
 // the running threadgroup's threadgroup memory. Shim helpers that access memory on the kernel's
 // behalf silence the tracing (`trace_quiet`) and report their access as the plugin's counters count
 // it (`traced_access`: one access of `bytes` bytes).
-void traced_access(const void* addr, uint64_t bytes, bool store) noexcept;
+void traced_access(const void* addr, uint64_t bytes, bool store, const void* site = nullptr) noexcept;
 void trace_quiet(int delta) noexcept;
 
 // Counters, one row per threadgroup (names in tilelang_metal/emulator/instrument.py, same order).
@@ -175,6 +176,15 @@ enum counter : uint32_t {
   c_simdgroup_barriers,
   c_simd_collectives,
   c_narrow_device_loads,  // device loads of 2 bytes or less (scalar half/bfloat16/char/short)
+  // GPU-level counts (docs/emulator.md, "GPU-level counts"): what the GPU would issue once a
+  // compiler has merged each thread's adjacent accesses, per simdgroup-wide access.
+  c_load_instructions,           // device + threadgroup loads after merging and dropping repeated reads
+  c_store_instructions,          // device + threadgroup stores after merging
+  c_unique_device_load_bytes,    // device bytes loaded, a repeated read of unchanged bytes counted once
+  c_device_transactions,         // distinct 128-byte segments per simdgroup-wide device access, summed
+  c_threadgroup_replays,         // extra bank passes per simdgroup-wide threadgroup access, summed
+  c_memory_barriers,             // threadgroup barriers with a memory flag (device / threadgroup / texture)
+  c_lockstep_barriers,           // threadgroup barriers with mem_none: execution order only
   c_matmul2d_16x32x16,
   c_simdgroup_multiply_accumulate_8x8x8,
   c_simdgroup_multiply_8x8x8,
