@@ -40,9 +40,15 @@ sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 import count_models  # noqa: E402
 from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, gemm_operands, torch_dtype  # noqa: E402
 
+# device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
+# the GPU-level columns after them count what a GPU would issue (docs/emulator.md, "GPU-level counts").
+SOURCE_LEVEL = ("device_load_ops", "device_store_ops", "narrow_device_loads")
+GPU_LEVEL = ("load_instructions", "store_instructions", "unique_device_load_bytes", "device_transactions",
+             "threadgroup_replays", "memory_barriers", "lockstep_barriers")
 COLUMNS = ("problem", "chip_class", "implementation", "config", "verified", "max_rel_err", "flops", "device_bytes",
-           "device_load_ops", "device_store_ops", "narrow_device_loads", "threadgroup_bytes", "barriers", "matrix_ops")
-RATIO_COLUMNS = ("device_bytes", "device_load_ops", "narrow_device_loads", "threadgroup_bytes", "barriers")
+           *SOURCE_LEVEL, "threadgroup_bytes", "barriers", "matrix_ops", *GPU_LEVEL)
+RATIO_COLUMNS = ("device_bytes", "device_load_ops", "narrow_device_loads", "threadgroup_bytes", "barriers", "matrix_ops",
+                 *GPU_LEVEL)
 # ---------------------------------------------------------------- the emulator's counts
 
 
@@ -63,6 +69,7 @@ def summarize(total: dict[str, float]) -> dict[str, float | None]:
         "threadgroup_bytes": pair("threadgroup_load_bytes", "threadgroup_store_bytes"),
         "barriers": total.get("threadgroup_barriers"),
         "matrix_ops": sum(total.get(n, 0) for n in MATRIX_COUNTER_NAMES),
+        **{name: total.get(name) for name in GPU_LEVEL},
     }
 
 
@@ -231,8 +238,8 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None
         "# The plugin and MLX, side by side (emulator counts at full size, from proxies)", "",
         f"{len(rows)} rows in {seconds:.0f} s. Counts per problem at its full size (benchmark/count_models.py); "
         "`x_vs_mlx` = the plugin's count per FLOP over MLX's (below 1: the plugin does less). Structure, not time.", "",
-        "| problem | class | impl | verified | rel err | device bytes | load ops | narrow loads | tg bytes | barriers | matrix ops "
-        "| load ops vs MLX | narrow vs MLX | tg bytes vs MLX | barriers vs MLX | config |",
+        "| problem | class | impl | verified | rel err | device bytes | load ops (source) | narrow loads (source) | tg bytes | barriers | matrix ops "
+        "| load ops (source) vs MLX | narrow (source) vs MLX | tg bytes vs MLX | barriers vs MLX | config |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -241,6 +248,15 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None
                      f"{r.get('threadgroup_bytes', '')} | {r.get('barriers', '')} | {r.get('matrix_ops', '')} | "
                      f"{r.get('device_load_ops_vs_mlx', '')} | {r.get('narrow_device_loads_vs_mlx', '')} | "
                      f"{r.get('threadgroup_bytes_vs_mlx', '')} | {r.get('barriers_vs_mlx', '')} | {r['config']} |")
+    lines += [
+        "", "GPU-level counts (merged per-thread instructions, 128-byte segments per simdgroup access, bank replays, "
+        "barriers by kind; docs/emulator.md), and their ratio per FLOP to MLX's:", "",
+        "| problem | class | impl | " + " | ".join(GPU_LEVEL) + " | matrix_ops | " + " | ".join(f"{c} vs MLX" for c in (*GPU_LEVEL, "matrix_ops")) + " |",
+        "|---|---|---|" + "---|" * (2 * len(GPU_LEVEL) + 2),
+    ]
+    for r in rows:
+        cells = [str(r.get(c, "")) for c in (*GPU_LEVEL, "matrix_ops")] + [str(r.get(f"{c}_vs_mlx", "")) for c in (*GPU_LEVEL, "matrix_ops")]
+        lines.append(f"| {r['problem']} | {r['chip_class']} | {r['implementation']} | " + " | ".join(cells) + " |")
     (out / "compare_mlx.md").write_text("\n".join(lines) + "\n")
 
 

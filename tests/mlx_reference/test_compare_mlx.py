@@ -30,10 +30,16 @@ def test_dry_run_verifies_both_implementations(mlx_include, tmp_path):
     assert all(float(plugin[p]["device_load_ops"]) > 0 for p in plugin)  # the plugin's memory counters are there
     assert "| decode-d128-4k | steel | mlx | yes |" in (tmp_path / "compare_mlx.md").read_text()
     mlx = [r for r in rows if r["implementation"] == "mlx"]
+    gpu_level = compare.GPU_LEVEL
+    for r in plugin.values():  # the GPU-level columns, counted on every plugin row
+        assert all(r[c] not in ("", "n/a") for c in gpu_level), r
+        assert float(r["load_instructions"]) > 0 and float(r["device_transactions"]) > 0, r
     if memory_counts_unavailable() is None:  # MLX's memory traffic traced (clang): every ratio computed
         assert all(float(r[c]) > 0 for r in mlx for c in ("device_bytes", "device_load_ops", "device_store_ops"))
+        assert all(float(r[c]) > 0 for r in mlx for c in ("load_instructions", "device_transactions"))
         for r in plugin.values():
             assert float(r["device_load_ops_vs_mlx"]) > 0 and float(r["device_bytes_vs_mlx"]) > 0, r
+            assert float(r["load_instructions_vs_mlx"]) > 0 and float(r["device_transactions_vs_mlx"]) > 0, r
     else:
         assert all(r["device_load_ops"] == "n/a" for r in mlx)
         assert all(r["device_load_ops_vs_mlx"] == "" for r in plugin.values())
