@@ -5,13 +5,16 @@ The plugin registers `pipeline.codegen_build` / `codegen_build_runtime`, which r
 `build_metal` (tilelang's build_without_compile: the torch, emulator and mlx backends) makes a stock
 source module with the standard signature; `build_metal_runtime` (tilelang's build with device
 compile: execution_backend="tvm_ffi") makes a module of TVM's own Metal runtime, with the signature
-that runtime launches (printer.TVM_RUNTIME)."""
+that runtime launches (printer.TVM_RUNTIME). Where TVM has no Metal runtime (Linux, or
+TVM_COMPILE_FORCE_FALLBACK set) device compile makes what TVM makes there: a module to inspect,
+here the same source module as without device compile; launching it is refused
+(host/install.py, refuse_unlaunchable_metal_module)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, tir
+from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, metal_runtime_unusable, tir
 from ..version import __version__
 from .artifact import KernelArtifact, artifact_of
 from .debug_print import refuse_debug_print
@@ -74,6 +77,10 @@ def runtime_function_info(record: Any, func: Any) -> RuntimeFunctionInfo:
 
 def build_metal_runtime(mod: Any, target: Any) -> Any:
     """TVM's Metal runtime module of `mod`, already through the late passes (pipeline.codegen_build_runtime)."""
+    if metal_runtime_unusable() is not None:
+        # Nothing can launch the argument-struct form here: keep the MSL the emulator and torch run,
+        # so tilelang.lower gives the same kernel_source with and without device compile.
+        return build_metal(mod, target)
     from .kernel_text import split_kernels
 
     msl = generate_msl(mod, TVM_RUNTIME)

@@ -37,6 +37,7 @@ from .install import (  # noqa: F401
     make_metal_runtime_module,
     make_source_module,
     metal_runtime_available,
+    metal_runtime_unusable,
     profiler_base,
     register_error_types,
     register_global_func,
