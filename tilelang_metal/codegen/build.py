@@ -19,7 +19,7 @@ from ..version import __version__
 from .artifact import KernelArtifact, artifact_of
 from .debug_print import refuse_debug_print
 from .math_functions import helper_definitions
-from .printer import STANDARD, TVM_RUNTIME, print_kernel
+from .printer import IMPORTED_SOURCE_KEY, STANDARD, TVM_RUNTIME, print_kernel
 
 BANNER_PREFIX = "// tilelang_metal"
 # Standard headers first, in this order; any other header after them, sorted.
@@ -39,7 +39,8 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
     """MSL for every kernel of the module in one file: the banner, the artifact line (the kernels'
     records, codegen/artifact.py: `artifact_of` reads them back), one header holding the union of
     the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
-    each once), then the kernels (sorted by name: the launchers find them by name)."""
+    each once), the sources the kernels import (T.import_source; each once), then the kernels
+    (sorted by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
     helpers: set[str] = set()
@@ -55,7 +56,8 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
         records.append(record)
     artifact = KernelArtifact(convention=signature, kernels=tuple(records))
     head = [banner([name for name, _ in kernels]), artifact.line(), *_include_lines(headers), "using namespace metal;", ""]
-    head += helper_definitions(helpers) + [support[key] for key in sorted(support)]
+    head += helper_definitions(helpers) + [support[key] for key in sorted(support) if not key.startswith(IMPORTED_SOURCE_KEY)]
+    head += [text for key, text in support.items() if key.startswith(IMPORTED_SOURCE_KEY)]  # T.import_source, in program order
     return "\n".join(head + bodies)
 
 
