@@ -306,3 +306,11 @@ def emulator_stack_kb() -> int:
     """Upper limit of a GPU thread's fiber stack in KiB (the stack is sized from the kernel's thread
     arrays up to this limit); 0 means the emulator's default limit."""
     return _integer(PREFIX + "EMULATOR_STACK_KB", 0) or 0
+
+
+def tvm_compile_force_fallback() -> bool:
+    """TVM's own `TVM_COMPILE_FORCE_FALLBACK`, read with TVM's rule (unset, empty, 0 or false: off;
+    anything else: on): device compile makes the module TVM makes without its Metal runtime, the
+    MSL to inspect but nothing to launch, even where that runtime is linked."""
+    value = os.environ.get("TVM_COMPILE_FORCE_FALLBACK")
+    return bool(value) and value not in ("0", "false", "False", "FALSE")

@@ -46,6 +46,7 @@ from .transform.power_of_two_division import RestorePowerOfTwoDivisions, ShieldP
 from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources, ThreadgroupBufferLog
 from .transform.scalar_params import CheckScalarParams
+from .transform.imported_sources import CheckImportedSources
 from .transform.shared_staging import BypassSharedStaging
 from .transform.shuffle_width import KeepShuffleWidths
 from .transform.skipped_body_sync import SyncSkippedBodies
@@ -82,6 +83,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     shape_vars = shape_variables(mod)  # plugin: tensor dimensions (>= 0), for ShieldPowerOfTwoDivisions
     mod = tirx.BindTarget(target)(mod)
     mod = CheckScalarParams(mod)  # plugin: a bfloat16 / fp8 scalar parameter by name (MakePackedAPI fails on it without one)
+    mod = CheckImportedSources(mod)  # plugin: T.import_source must be MSL (CUDA / PTX refused by line)
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)

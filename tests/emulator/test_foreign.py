@@ -372,3 +372,82 @@ def test_function_constant_errors_at_compile_time_are_one_line_and_name_the_cons
     typo = GATED.replace("function_constant(has_bias)]]", "function_constant(has_biass)]]")
     with pytest.raises(EmulatorCompileError, match=r"parameter 'bias': function_constant\(has_biass\) names no .*\(known: has_bias, unused_here\)$"):
         compile_msl(typo, "gated32", function_constants={"has_bias": True})
+
+
+# How Apple's samples and most hand-written Metal spell a kernel: the `kernel` qualifier, also after an
+# attribute, on a template and in its explicit instantiations (both the declarator and the decltype form).
+KEYWORD_KERNELS = r"""
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void add_arrays(device const float* inA,
+                       device const float* inB,
+                       device float* result,
+                       uint index [[thread_position_in_grid]])
+{
+    result[index] = inA[index] + inB[index];
+}
+
+template <typename T>
+[[max_total_threads_per_threadgroup(64)]]
+kernel void axpy(device const T* x [[buffer(0)]], device T* y [[buffer(1)]], constant float& a [[buffer(2)]],
+                 uint i [[thread_position_in_grid]]) {
+    y[i] = T(a * float(x[i]) + float(y[i]));
+}
+template [[host_name("axpy_half")]] kernel void axpy<half>(device const half*, device half*, constant float&, uint);
+template [[host_name("axpy_float")]] kernel decltype(axpy<float>) axpy<float>;
+
+[[host_name("reverse_block")]] kernel void reverse_in_threadgroup(device const float* in, device float* out,
+                                                                   uint gid [[thread_position_in_grid]],
+                                                                   uint lid [[thread_position_in_threadgroup]]) {
+    threadgroup float staged[32];
+    staged[lid] = in[gid];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[gid] = staged[31 - lid];
+}
+"""
+
+
+def test_kernel_qualifier_as_apple_writes_it():
+    a, b = torch.randn(96), torch.randn(96)
+    out = torch.full((96,), float("nan"))
+    compile_msl(KEYWORD_KERNELS, "add_arrays").launch([a, b, out], grid=(3,), block=(32,))
+    assert torch.equal(out, a + b)
+
+
+def test_kernel_qualifier_on_an_attributed_template_instantiated_by_declaration():
+    k = compile_msl(KEYWORD_KERNELS, "axpy_half")
+    assert [b.param.name for b in k.bindings] == ["x", "y", "a"]
+    x, y = torch.randn(64).half(), torch.randn(64).half()
+    want = (0.5 * x.float() + y.float()).half()
+    k.launch([x, y, 0.5], grid=(2,), block=(32,))
+    assert torch.equal(y, want)
+
+
+def test_kernel_qualifier_under_a_host_name_with_a_barrier_passes_racecheck():
+    k = compile_msl(KEYWORD_KERNELS, "reverse_block")
+    x, out = torch.randn(64), torch.full((64,), float("nan"))
+    k.racecheck([x, out], grid=(2,), block=(32,), seeds=(0, 1))
+    assert torch.equal(out, x.reshape(2, 32).flip(1).reshape(64))
+
+
+RENDER_STAGES = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct VertexOut { float4 position [[position]]; float4 color; };
+vertex VertexOut vertex_main(uint vid [[vertex_id]], const device float4* positions [[buffer(0)]]) {
+    VertexOut o; o.position = positions[vid]; o.color = float4(1.0); return o;
+}
+[[fragment]] float4 shade(VertexOut in [[stage_in]]) { return in.color; }
+kernel void fill(device float* out, uint i [[thread_position_in_grid]]) { out[i] = 1.0f; }
+"""
+
+
+@pytest.mark.parametrize("name,message", [
+    ("vertex_main", r"^<source>:5: 'vertex_main' is a vertex function, not a compute kernel: the emulator runs only `kernel void` / `\[\[kernel\]\]` functions$"),
+    ("shade", r"^<source>:8: 'shade' is a fragment function, not a compute kernel"),
+    ("fill", r"^<source>:5: vertex function 'vertex_main' is a render stage the emulator cannot compile: pass compile_msl the source of kernel 'fill' without it$"),
+])
+def test_vertex_and_fragment_functions_are_refused_in_one_line(name, message):
+    with pytest.raises(EmulatorCompileError, match=message):
+        compile_msl(RENDER_STAGES, name)

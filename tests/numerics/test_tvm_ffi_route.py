@@ -328,3 +328,13 @@ def test_emulator_checks_the_argument_struct_size(metal_runtime):
     kernel = emulator.compile_kernel(metal_runtime[0]["smap"]["main_kernel"])
     with pytest.raises(emulator.EmulatorLaunchError, match=r"__tlm_args.*expected its 8 bytes, got 4 bytes"):
         kernel.launch([torch.zeros(N), torch.zeros(N), b"\0" * 4], (3, 1, 1), (16, 1, 1))
+
+
+def test_module_compiled_without_a_metal_runtime_is_not_launched(metal_runtime, monkeypatch):
+    """TVM_COMPILE_FORCE_FALLBACK: device compile makes the MSL-only module even where the runtime
+    is registered (tilelang.lower gives its source, tests/codegen/test_device_compile_source.py);
+    tvm_ffi refuses to launch it, naming what to use instead."""
+    monkeypatch.setenv("TVM_COMPILE_FORCE_FALLBACK", "1")
+    with pytest.raises(CodegenError, match=r"^execution_backend='tvm_ffi' cannot launch this kernel: .*TVM_COMPILE_FORCE_FALLBACK is set.*use execution_backend='emulator'[^\n]*$"):
+        compile_tvm_ffi(reversed_rows())
+    assert not metal_runtime  # the runtime's factory was never asked for a module

@@ -5,18 +5,21 @@ The plugin registers `pipeline.codegen_build` / `codegen_build_runtime`, which r
 `build_metal` (tilelang's build_without_compile: the torch, emulator and mlx backends) makes a stock
 source module with the standard signature; `build_metal_runtime` (tilelang's build with device
 compile: execution_backend="tvm_ffi") makes a module of TVM's own Metal runtime, with the signature
-that runtime launches (printer.TVM_RUNTIME)."""
+that runtime launches (printer.TVM_RUNTIME). Where TVM has no Metal runtime (Linux, or
+TVM_COMPILE_FORCE_FALLBACK set) device compile makes what TVM makes there: a module to inspect,
+here the same source module as without device compile; launching it is refused
+(host/install.py, refuse_unlaunchable_metal_module)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, tir
+from ..host import RuntimeFunctionInfo, kernel_launch_param_tags, make_metal_runtime_module, make_source_module, metal_runtime_unusable, tir
 from ..version import __version__
 from .artifact import KernelArtifact, artifact_of
 from .debug_print import refuse_debug_print
 from .math_functions import helper_definitions
-from .printer import STANDARD, TVM_RUNTIME, print_kernel
+from .printer import IMPORTED_SOURCE_KEY, STANDARD, TVM_RUNTIME, print_kernel
 
 BANNER_PREFIX = "// tilelang_metal"
 # Standard headers first, in this order; any other header after them, sorted.
@@ -36,7 +39,8 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
     """MSL for every kernel of the module in one file: the banner, the artifact line (the kernels'
     records, codegen/artifact.py: `artifact_of` reads them back), one header holding the union of
     the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
-    each once), then the kernels (sorted by name: the launchers find them by name)."""
+    each once), the sources the kernels import (T.import_source; each once), then the kernels
+    (sorted by name: the launchers find them by name)."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
     helpers: set[str] = set()
@@ -52,7 +56,8 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
         records.append(record)
     artifact = KernelArtifact(convention=signature, kernels=tuple(records))
     head = [banner([name for name, _ in kernels]), artifact.line(), *_include_lines(headers), "using namespace metal;", ""]
-    head += helper_definitions(helpers) + [support[key] for key in sorted(support)]
+    head += helper_definitions(helpers) + [support[key] for key in sorted(support) if not key.startswith(IMPORTED_SOURCE_KEY)]
+    head += [text for key, text in support.items() if key.startswith(IMPORTED_SOURCE_KEY)]  # T.import_source, in program order
     return "\n".join(head + bodies)
 
 
@@ -74,6 +79,10 @@ def runtime_function_info(record: Any, func: Any) -> RuntimeFunctionInfo:
 
 def build_metal_runtime(mod: Any, target: Any) -> Any:
     """TVM's Metal runtime module of `mod`, already through the late passes (pipeline.codegen_build_runtime)."""
+    if metal_runtime_unusable() is not None:
+        # Nothing can launch the argument-struct form here: keep the MSL the emulator and torch run,
+        # so tilelang.lower gives the same kernel_source with and without device compile.
+        return build_metal(mod, target)
     from .kernel_text import split_kernels
 
     msl = generate_msl(mod, TVM_RUNTIME)

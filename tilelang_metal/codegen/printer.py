@@ -46,6 +46,8 @@ SIGNATURES = (STANDARD, TVM_RUNTIME)
 # Comment on both lines of a threadgroup-uniform `if` / `else` (the emulator's counters read it:
 # such a branch masks no access).
 UNIFORM_NOTE = "  // threadgroup-uniform"
+# support_code keys of T.import_source texts (the key holds the text: each printed once per file).
+IMPORTED_SOURCE_KEY = "import_source "
 FLOAT_ATOMIC_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 # 16 bytes of elements with the element's alignment: what a packed 16-byte copy moves (MSL has no
 # packed 8-lane half vector); declared once in a kernel file that uses it.
@@ -258,6 +260,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             if position is not None:
                 self.bind_position(iv.var, position, f"((int){self.position_names[position]}.{axis})")
                 self.unsigned_positions[iv.var] = f"{self.position_names[position]}.{axis}"
+        elif str(stmt.attr_key) == vocab.IMPORT_SOURCE_ATTR:  # T.import_source (checked to be MSL when lowering began)
+            source = str(stmt.value.value)
+            self.support_code[IMPORTED_SOURCE_KEY + source] = source
         elif str(stmt.attr_key) == UNIFORM_BRANCH:
             branch = _only_statement(stmt.body)
             if isinstance(branch, tir.IfThenElse):

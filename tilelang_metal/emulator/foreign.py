@@ -100,6 +100,16 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def _opening_paren(text: str) -> int:
+    """Where the parenthesis that closes `text` opens."""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise EmulatorCompileError(f"unbalanced ')' in {text!r}")
+
+
 def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
@@ -123,10 +133,19 @@ _FUNC_CONST_RE = re.compile(
 )
 # A member function qualified with a non-thread address space: `complex_t() threadgroup : ...`.
 _MEMBER_SPACE_RE = re.compile(r"\)(?P<cv>\s*const)?\s+(?P<space>threadgroup|device|constant)\b(?=\s*(?:[:{;=]|const\b|noexcept\b|$))", re.M)
-_INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*\[\[\s*kernel\s*\]\]")
 # `[[kernel]]`, or `[[kernel, max_total_threads_per_threadgroup(...)]]` (MLX's steel attention), or
-# the `kernel` keyword
-_KERNEL_ATTR = r"(?:\[\[\s*kernel\s*(?:,[^\[\]]*)?\]\]|\bkernel\b)"
+# the `kernel` keyword (Apple's samples), which attribute lists may follow
+_ATTRIBUTES = r"(?:\s*\[\[[^\[\]]*\]\])*"
+_KERNEL_ATTR = r"(?:\[\[\s*kernel\s*(?:,[^\[\]]*)?\]\]|\bkernel\b" + _ATTRIBUTES + ")"
+# `template [[host_name("h")]] [[kernel]] decltype(f<A>) f<A>;`, or `... kernel void f<A>(params);`
+_INSTANTIATION_RE = re.compile(r"\btemplate\s*\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR)
+# The keyword is no C++: blanked where it qualifies a function (never an identifier named `kernel`).
+_KERNEL_KEYWORD_RE = re.compile(r"\bkernel\b(?=" + _ATTRIBUTES + r"\s*void\b)")
+# A render-stage function: `vertex T f(`, `fragment T f(` or `[[vertex]] T f(` (a kernel returns void).
+_GRAPHICS_DEF_RE = re.compile(
+    r"(?:\[\[\s*(?P<attr>vertex|fragment)\s*(?:,[^\[\]]*)?\]\]|\b(?P<keyword>vertex|fragment)\b)" + _ATTRIBUTES
+    + r"\s*[A-Za-z_][\w:]*(?:\s*<[^;{}()]*>)?[\s&*]+(?P<name>[A-Za-z_]\w*)\s*\("
+)
 _KERNEL_DEF_RE = re.compile(_KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _HOST_NAMED_DEF_RE = re.compile(
     r"\[\[\s*host_name\s*\(\s*\"(?P<host>[^\"]+)\"\s*\)\s*\]\]\s*" + _KERNEL_ATTR + r"\s*void\s+(?P<name>[A-Za-z_]\w*)\s*\("
@@ -168,6 +187,7 @@ class _Translated:
     kernels: list[KernelDefinition] = field(default_factory=list)
     host_named: dict[str, str] = field(default_factory=dict)  # host name -> function of a non-template kernel
     constants: list[FunctionConstant] = field(default_factory=list)
+    graphics: list[tuple[str, str, str, int]] = field(default_factory=list)  # (vertex | fragment, name, file, line)
 
 
 def _threadgroup_declaration_edits(masked: str, file: str) -> list[tuple[int, int, str]]:
@@ -364,6 +384,7 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
     edits.extend(_member_space_edits(masked))
     edits.extend(_address_space_overload_edits(masked))
     edits.extend(_address_space_specialization_edits(masked))
+    instantiated: list[tuple[int, int]] = []
     for m in _INSTANTIATION_RE.finditer(masked):
         end = masked.find(";", m.end())
         body = masked[m.end() : end]
@@ -372,6 +393,8 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
         if dm:
             close = _matching(body, dm.end() - 1)
             callee = body[close + 1 :].strip()
+        elif re.match(r"void\b", callee) and callee.endswith(")"):
+            callee = callee[4 : _opening_paren(callee)].strip()  # `void f<A>(params)`: the declarator's name
         fm = re.match(r"([A-Za-z_][\w:]*)\s*<", callee)
         if not fm:
             raise EmulatorCompileError(f"{file}:{_line(masked, m.start())}: cannot read the instantiated kernel '{callee}'")
@@ -379,6 +402,14 @@ def translate(text: str, file: str, function_constants: Mapping[int | str, Any])
             Instantiation(text[m.start("host") : m.end("host")], fm.group(1), " ".join(callee.split()), file, _line(masked, m.start()))
         )
         edits.append((m.start(), end + 1, _blank_keep_lines(masked[m.start() : end + 1])))
+        instantiated.append((m.start(), end + 1))
+    for m in _KERNEL_KEYWORD_RE.finditer(masked):
+        if not any(a <= m.start() < b for a, b in instantiated):
+            edits.append((m.start(), m.end(), " " * (m.end() - m.start())))
+    for m in _GRAPHICS_DEF_RE.finditer(masked):
+        before = masked[: m.start()].rstrip()
+        if m.group("attr") or not before or before[-1] in ";{}>]":  # a declaration, not an identifier `vertex`
+            result.graphics.append((m.group("attr") or m.group("keyword"), m.group("name"), file, _line(masked, m.start())))
     for m in _HOST_NAMED_DEF_RE.finditer(masked):
         result.host_named[text[m.start("host") : m.end("host")]] = m.group("name")
     for m in _KERNEL_DEF_RE.finditer(masked):
@@ -654,6 +685,22 @@ def _find_kernel(host_name: str, closure: _Closure) -> tuple[str, KernelDefiniti
     return callee, matches[0]
 
 
+def _refuse_graphics_functions(kernel_name: str, closure: _Closure) -> None:
+    """Vertex and fragment functions are render stages, not compute kernels: the emulator has no
+    rasterizer, stage_in or textures to run or even compile them."""
+    graphics = [g for t in closure.files.values() for g in t.graphics]
+    asked = [g for g in graphics if g[1] == kernel_name]
+    if asked:
+        kind, name, file, line = asked[0]
+        raise EmulatorCompileError(f"{file}:{line}: '{name}' is a {kind} function, not a compute kernel: the emulator runs only `kernel void` / `[[kernel]]` functions")
+    if graphics:
+        kind, name, file, line = graphics[0]
+        raise EmulatorCompileError(
+            f"{file}:{line}: {kind} function '{name}' is a render stage the emulator cannot compile: "
+            f"pass compile_msl the source of kernel '{kernel_name}' without it"
+        )
+
+
 def _constant_values(closure: _Closure, constants: Mapping[int | str, Any]) -> dict[str, Any]:
     """Function constant name -> the value given for it (by index or by name)."""
     return {fc.name: constants.get(fc.index, constants.get(fc.name))
@@ -678,6 +725,7 @@ def compile_msl(
     "racecheck" flavour (ForeignKernel.counters / .racecheck build theirs on demand)."""
     constants = dict(function_constants or {})
     closure = _closure(source, [Path(d) for d in include_dirs], constants)
+    _refuse_graphics_functions(kernel_name, closure)
     callee, definition = _find_kernel(kernel_name, closure)
     for name, value in _constant_values(closure, constants).items():
         if value is None and re.search(rf"\b{re.escape(name)}\b", definition.body_text + definition.params_text):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import BackendModule, tvm_ffi
+from .. import config
 from ..errors import CodegenError
 from .vocab import (
     CODEGEN_GLOBAL,
@@ -27,6 +28,9 @@ from .vocab import (
     PLUGIN_BACKEND_NAME,
     RuntimeFunctionInfo,
 )
+
+TVM_FFI_BACKEND = "tvm_ffi"  # tilelang's own adapter over the module device compile makes
+
 
 def get_global_func(name: str) -> Callable[..., Any] | None:
     return tvm_ffi.get_global_func(name, allow_missing=True)
@@ -50,6 +54,26 @@ def make_source_module(source: str, fmt: str = "metal") -> Any:
 
 def metal_runtime_available() -> bool:
     return get_global_func(METAL_MODULE_FACTORY) is not None
+
+
+def metal_runtime_unusable() -> str | None:
+    """Why device compile cannot make a launchable Metal module here (TVM then makes its fallback
+    module: the MSL to inspect, nothing to launch), or None when it can."""
+    if get_global_func(METAL_MODULE_FACTORY) is None:
+        return f"TVM's Metal runtime ({METAL_MODULE_FACTORY}) is not in this build: only tilelang's macOS wheel has it"
+    if config.tvm_compile_force_fallback():
+        return "TVM_COMPILE_FORCE_FALLBACK is set"
+    return None
+
+
+def refuse_unlaunchable_metal_module(execution_backend: str) -> None:
+    """Raised where a module made without TVM's Metal runtime would be launched."""
+    why = metal_runtime_unusable()
+    if why is not None:
+        raise CodegenError(
+            f"execution_backend={execution_backend!r} cannot launch this kernel: it was compiled without a Metal runtime "
+            f"({why}), so its module holds only the MSL; use execution_backend='emulator' (or 'torch' on a Mac)"
+        )
 
 
 def make_metal_runtime_module(sources: dict[str, str], infos: list[RuntimeFunctionInfo], inspect_source: str) -> Any:
@@ -282,6 +306,8 @@ def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Ins
 
     def create_adapter_from_artifact(self, tilelang_func, out_idx, artifact, pass_configs, compile_metadata):
         make_adapter = adapters.get(self.execution_backend)
+        if self.execution_backend == TVM_FFI_BACKEND and self.backend.name == PLUGIN_BACKEND_NAME:
+            refuse_unlaunchable_metal_module(self.execution_backend)  # device compile made a source-only module
         if make_adapter is not None and self.backend.name == PLUGIN_BACKEND_NAME:
             return make_adapter(
                 params=artifact.params,

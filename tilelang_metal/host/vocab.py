@@ -434,6 +434,10 @@ NO_OP_HINT_CALLS = {
     "tl.pdl_sync": "T.pdl_sync",
 }
 
+# The annotation T.import_source (and T.Kernel's `prelude`) puts on a block, an AttrStmt after
+# LowerOpaqueBlock: source text printed into the device file before the kernels.
+IMPORT_SOURCE_ATTR = "pragma_import_c"
+
 # T.print's device functions (tilelang/cuda/language/print.py emits them with call_extern): the
 # emulator's shim implements them (shim/tlm/debug.h); the Mac backends refuse kernels that call them.
 DEBUG_PRINT_EXTERNS = ("debug_print_var", "debug_print_buffer_value", "debug_print_msg")
