@@ -23,6 +23,7 @@ from .matmul import MatmulChoice, matmul, matmul_config, matmul_program
 from .reduce_rows import reduce_rows, row_max, row_sum
 from .softmax import softmax
 from .split_k import gemm_split_k
+from .quantize import dequantize, quantize
 
 __all__ = [
     "ALPHA",
@@ -52,4 +53,6 @@ __all__ = [
     "row_max",
     "row_sum",
     "softmax",
+    "quantize",
+    "dequantize",
 ]
