@@ -24,6 +24,8 @@ from .reduce_rows import reduce_rows, row_max, row_sum
 from .softmax import softmax
 from .split_k import gemm_split_k
 from .quantize import dequantize, quantize
+from .norms import layer_norm, norm_program, rms_norm
+from .rope import rope, rope_program
 
 __all__ = [
     "ALPHA",
@@ -55,4 +57,9 @@ __all__ = [
     "softmax",
     "quantize",
     "dequantize",
+    "rms_norm",
+    "layer_norm",
+    "norm_program",
+    "rope",
+    "rope_program",
 ]
