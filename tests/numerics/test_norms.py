@@ -122,13 +122,13 @@ def test_mlx_fast_norms_agree():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: kernels.rms_norm(0, 8), r"rms_norm needs rows >= 1 \(got 0\); pass rows=None"),
-        (lambda: kernels.layer_norm(4, 0), r"layer_norm needs cols >= 1 \(got 0\)"),
-        (lambda: kernels.rms_norm(4, 8, dtype="int8"), r"rms_norm dtype='int8' is not supported; use one of float16, bfloat16, float32"),
-        (lambda: kernels.layer_norm(4, 8, eps=-1.0), r"layer_norm eps=-1.0 must be a finite float >= 0"),
-        (lambda: kernels.rms_norm(4, 8, eps=math.nan), r"rms_norm eps=nan must be a finite float >= 0"),
-        (lambda: kernels.rms_norm(4, 8, threads=48), r"rms_norm threads=48 must be a multiple of 32"),
-        (lambda: kernels.layer_norm(4.5, 8), r"layer_norm rows=4.5 must be an integer \(a float was given\)"),
+        (lambda: kernels.rms_norm(0, 8, dtype="float32", eps=EPS), r"rms_norm needs rows >= 1 \(got 0\); pass rows=None"),
+        (lambda: kernels.layer_norm(4, 0, dtype="float32", eps=EPS), r"layer_norm needs cols >= 1 \(got 0\)"),
+        (lambda: kernels.rms_norm(4, 8, dtype="int8", eps=EPS), r"rms_norm dtype='int8' is not supported; use one of float16, bfloat16, float32"),
+        (lambda: kernels.layer_norm(4, 8, dtype="float32", eps=-1.0), r"layer_norm eps=-1.0 must be a finite float >= 0"),
+        (lambda: kernels.rms_norm(4, 8, dtype="float32", eps=math.nan), r"rms_norm eps=nan must be a finite float >= 0"),
+        (lambda: kernels.rms_norm(4, 8, dtype="float32", eps=EPS, threads=48), r"rms_norm threads=48 must be a multiple of 32"),
+        (lambda: kernels.layer_norm(4.5, 8, dtype="float32", eps=EPS), r"layer_norm rows=4.5 must be an integer \(a float was given\)"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(call, message):

@@ -93,6 +93,27 @@ def test_race_free_vector_loads_without_threadgroup_memory():
     assert total["device_load_instructions"] == x.numel() // 4 and total["narrow_device_loads"] == 0, total  # float4 runs
 
 
+@functools.lru_cache(maxsize=None)
+def rope_at_offset_kernel():
+    return kernels.rope(*SHAPE, 8, offset=None, base=CUSTOM["base"], scale=CUSTOM["scale"], dtype="float32", execution_backend="emulator")
+
+
+def test_offset_at_call_time_serves_every_decoding_step():
+    """offset=None: kernel(x, offset), one kernel for every cache length (MLX's rope takes it at run
+    time too); the positions 4000.. lose float32 angle bits, as MLX's do: compared with MLX's at 2e-4."""
+    mx = pytest.importorskip("mlx.core", reason="MLX's CPU build is the second reference")
+    import numpy as np
+
+    kernel = rope_at_offset_kernel()
+    x = random_x(8, seed=6)
+    for offset in (0, 3, 4000):
+        out = kernel(x, offset)
+        expected = mx.fast.rope(mx.array(x.transpose(1, 2).numpy()), 8, traditional=False, base=CUSTOM["base"], scale=CUSTOM["scale"], offset=offset)
+        torch.testing.assert_close(out, torch.from_numpy(np.array(expected)).transpose(1, 2), rtol=2e-4, atol=2e-4)
+        torch.testing.assert_close(out, reference(x, False, CUSTOM["base"], CUSTOM["scale"], offset), rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(kernel(x, 3), rope_kernel(8, False)(x), rtol=0, atol=0)  # the same angles as a built-in offset 3
+
+
 def test_metal4_target_matches_plain_metal():
     x = random_x(8, seed=5)
     torch.testing.assert_close(rope_kernel(8, False, metal4=True)(x), rope_kernel(8, False)(x), rtol=0, atol=0)
@@ -101,14 +122,14 @@ def test_metal4_target_matches_plain_metal():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: kernels.rope(1, 4, 2, 7), r"rope head_dim=7 must be a positive even number"),
-        (lambda: kernels.rope(0, 4, 2, 8), r"rope needs batch >= 1 \(got 0\)"),
-        (lambda: kernels.rope(1, 4, 2, 8, offset=-1), r"rope offset=-1 must be >= 0"),
-        (lambda: kernels.rope(1, 4, 2, 8, base=0.0), r"rope base=0.0 must be a finite number > 0"),
-        (lambda: kernels.rope(1, 4, 2, 8, scale=math.inf), r"rope scale=inf must be a finite number > 0"),
+        (lambda: kernels.rope(1, 4, 2, 7, dtype="float32"), r"rope head_dim=7 must be a positive even number"),
+        (lambda: kernels.rope(0, 4, 2, 8, dtype="float32"), r"rope needs batch >= 1 \(got 0\)"),
+        (lambda: kernels.rope(1, 4, 2, 8, offset=-1, dtype="float32"), r"rope offset=-1 must be >= 0"),
+        (lambda: kernels.rope(1, 4, 2, 8, base=0.0, dtype="float32"), r"rope base=0.0 must be a finite number > 0"),
+        (lambda: kernels.rope(1, 4, 2, 8, scale=math.inf, dtype="float32"), r"rope scale=inf must be a finite number > 0"),
         (lambda: kernels.rope(1, 4, 2, 8, dtype="int8"), r"rope dtype='int8' is not supported"),
-        (lambda: kernels.rope(1, 4.0, 2, 8), r"rope seq_len=4.0 must be an integer"),
-        (lambda: kernels.rope(1, 4, 2, 8, traditional="yes"), r"rope traditional='yes' must be True or False"),
+        (lambda: kernels.rope(1, 4.0, 2, 8, dtype="float32"), r"rope seq_len=4.0 must be an integer"),
+        (lambda: kernels.rope(1, 4, 2, 8, traditional="yes", dtype="float32"), r"rope traditional='yes' must be True or False"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(call, message):

@@ -52,7 +52,7 @@ def _check_norm(what: str, rows: Any, cols: Any, dtype: str, eps: Any, threads: 
     return rows, cols, float(eps), threads
 
 
-def norm_program(kind: str, rows: Any, cols: int, *, dtype: str = "float32", eps: float = 1e-5, threads: int = 128) -> Any:
+def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, threads: int = 128) -> Any:
     """The `T.prim_func` of `kind` ("rms_norm": (X, W, Y); "layer_norm": (X, W, B, Y); compile with
     `out_idx=[-1]`); `rows=None`: any row count."""
     if kind not in KINDS:
@@ -182,13 +182,13 @@ def _compile(program: Any, target: Any, execution_backend: str | None) -> Any:
     return tilelang.compile(program, out_idx=[-1], target=target or "metal", **kwargs)
 
 
-def rms_norm(rows: Any, cols: int, *, dtype: str = "float32", eps: float = 1e-5, threads: int = 128, target: Any = None,
+def rms_norm(rows: Any, cols: int, *, dtype: str, eps: float, threads: int = 128, target: Any = None,
              execution_backend: str | None = None) -> Any:
     """The compiled RMS norm, called as `kernel(x (rows, cols), weight (cols,)) -> y (rows, cols)`."""
     return _compile(norm_program("rms_norm", rows, cols, dtype=dtype, eps=eps, threads=threads), target, execution_backend)
 
 
-def layer_norm(rows: Any, cols: int, *, dtype: str = "float32", eps: float = 1e-5, threads: int = 128, target: Any = None,
+def layer_norm(rows: Any, cols: int, *, dtype: str, eps: float, threads: int = 128, target: Any = None,
                execution_backend: str | None = None) -> Any:
     """The compiled layer norm, called as `kernel(x (rows, cols), weight (cols,), bias (cols,)) -> y (rows, cols)`."""
     return _compile(norm_program("layer_norm", rows, cols, dtype=dtype, eps=eps, threads=threads), target, execution_backend)

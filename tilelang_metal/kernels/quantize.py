@@ -93,9 +93,10 @@ def _unpack(w_q: Any, bits: int, cols: int) -> Any:
     return levels.reshape(rows, cols)
 
 
-def quantize(w: Any, bits: int = 4, group_size: int = 64) -> tuple[Any, Any, Any]:
+def quantize(w: Any, *, bits: int = 4, group_size: int = 64) -> tuple[Any, Any, Any]:
     """`(w_q, scales, biases)` of w (N, K) as `mx.quantize(w, group_size, bits)` returns them: w_q
-    uint32 (N, K * bits / 32), scales and biases (N, K / group_size) in w's dtype (module doc)."""
+    uint32 (N, K * bits / 32), scales and biases (N, K / group_size) in w's dtype (module doc). `bits` and
+    `group_size` are keywords: `mx.quantize` takes them positionally in the other order."""
     torch = _torch()
     bits, group_size = _check_layout("quantize", bits, group_size)
     _check_float_matrix("quantize", "w", w)
@@ -122,7 +123,7 @@ def quantize(w: Any, bits: int = 4, group_size: int = 64) -> tuple[Any, Any, Any
     return w_q.to(w.device), scale.to(w.dtype).to(w.device), bias.to(w.dtype).to(w.device)
 
 
-def dequantize(w_q: Any, scales: Any, biases: Any, bits: int = 4, group_size: int = 64) -> Any:
+def dequantize(w_q: Any, scales: Any, biases: Any, *, bits: int = 4, group_size: int = 64) -> Any:
     """w (N, K) in the dtype of scales: `scales * q + biases` per group, the inverse layout of `quantize`."""
     torch = _torch()
     bits, group_size = _check_layout("dequantize", bits, group_size)

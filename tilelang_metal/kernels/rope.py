@@ -7,8 +7,8 @@ x (batch, seq_len, heads, head_dim), every dimension rotated:
 
 float32 arithmetic for every dtype, one rounding at the store. Each thread rotates a run of up to 4
 consecutive pairs of one row (one vector load / store per half, or of the run's 2 x 4 interleaved
-elements when traditional); no threadgroup memory, no barrier. The frequency is exp2(-i / (head_dim / 2)
-* log2(base)), the form MLX evaluates.
+elements when traditional); no threadgroup memory, no barrier. The frequency is exp2(-(i / (head_dim / 2))
+* log2(base)), the form MLX's Metal kernel evaluates.
 
 No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
 """
@@ -26,15 +26,17 @@ PAIRS_PER_THREAD = 4
 
 def _check_rope(batch: Any, seq_len: Any, heads: Any, head_dim: Any, base: Any, scale: Any, offset: Any, dtype: str,
                 threads: Any) -> tuple[int, ...]:
-    batch, seq_len, heads, head_dim, offset, threads = integer_sizes(
-        "rope", batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim, offset=offset, threads=threads
+    batch, seq_len, heads, head_dim, threads = integer_sizes(
+        "rope", batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim, threads=threads
     )
+    if offset is not None:
+        (offset,) = integer_sizes("rope", offset=offset)
     for name, value in (("batch", batch), ("seq_len", seq_len), ("heads", heads)):
         if value <= 0:
             raise ValueError(f"rope needs {name} >= 1 (got {value})")
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rope head_dim={head_dim} must be a positive even number (dimensions rotate in pairs)")
-    if offset < 0:
+    if offset is not None and offset < 0:
         raise ValueError(f"rope offset={offset} must be >= 0 (the position of the first row of the sequence)")
     if dtype not in DTYPES:
         raise ValueError(f"rope dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
@@ -47,8 +49,10 @@ def _check_rope(batch: Any, seq_len: Any, heads: Any, head_dim: Any, base: Any, 
 
 
 def rope_program(batch: int, seq_len: int, heads: int, head_dim: int, *, traditional: bool = False, base: float = 10000.0,
-                 scale: float = 1.0, offset: int = 0, dtype: str = "float16", threads: int = 128) -> Any:
-    """The `T.prim_func` (X, Y) of the rotation (compile with `out_idx=[-1]`)."""
+                 scale: float = 1.0, offset: int | None = 0, dtype: str, threads: int = 128) -> Any:
+    """The `T.prim_func` (X, Y) of the rotation (compile with `out_idx=[-1]`); with `offset=None`,
+    (X, offset, Y): the position of the first row is an int32 argument of every call (a decoding
+    step's cache length), one kernel for all of them."""
     batch, seq_len, heads, head_dim, offset, threads = _check_rope(batch, seq_len, heads, head_dim, base, scale, offset, dtype, threads)
     if not isinstance(traditional, bool):
         raise ValueError(f"rope traditional={traditional!r} must be True or False")
@@ -60,8 +64,8 @@ def rope_program(batch: int, seq_len: int, heads: int, head_dim: int, *, traditi
     log2_base = math.log2(base)
     shape = (batch, seq_len, heads, head_dim)
 
-    @T.prim_func
-    def main(X: T.Tensor(shape, dtype), Y: T.Tensor(shape, dtype)):
+    @T.macro
+    def rotate(X, Y, start):
         with T.Kernel(T.ceildiv(work, threads), threads=threads) as bx:
             thread = T.get_thread_binding()
             first = T.alloc_local((run,), dtype)  # a: x[i] (x[2i] when traditional)
@@ -86,7 +90,7 @@ def rope_program(batch: int, seq_len: int, heads: int, head_dim: int, *, traditi
                     for v in T.vectorized(run):
                         second[v] = X[b, s, h, half + i0 + v]
                 for v in T.unroll(run):
-                    angle = T.cast(offset + s, ACCUM) * T.float32(scale) * T.exp2(T.cast(i0 + v, ACCUM) * T.float32(-log2_base / half))
+                    angle = T.cast(start + s, ACCUM) * T.float32(scale) * T.exp2(-(T.cast(i0 + v, ACCUM) / T.float32(half)) * T.float32(log2_base))
                     cos = T.cos(angle)
                     sin = T.sin(angle)
                     a = T.cast(first[v], ACCUM)
@@ -105,13 +109,26 @@ def rope_program(batch: int, seq_len: int, heads: int, head_dim: int, *, traditi
                     for v in T.vectorized(run):
                         Y[b, s, h, half + i0 + v] = second[v]
 
-    return main
+    if offset is None:
+
+        @T.prim_func
+        def rope_at_offset(X: T.Tensor(shape, dtype), offset: T.int32, Y: T.Tensor(shape, dtype)):
+            rotate(X, Y, offset)
+
+        return rope_at_offset
+
+    @T.prim_func
+    def rope_main(X: T.Tensor(shape, dtype), Y: T.Tensor(shape, dtype)):
+        rotate(X, Y, offset)
+
+    return rope_main
 
 
 def rope(batch: int, seq_len: int, heads: int, head_dim: int, *, traditional: bool = False, base: float = 10000.0,
-         scale: float = 1.0, offset: int = 0, dtype: str = "float16", threads: int = 128, target: Any = None,
+         scale: float = 1.0, offset: int | None = 0, dtype: str, threads: int = 128, target: Any = None,
          execution_backend: str | None = None) -> Any:
-    """The compiled rotation, called as `kernel(x (batch, seq_len, heads, head_dim)) -> y` (module doc)."""
+    """The compiled rotation, called as `kernel(x (batch, seq_len, heads, head_dim)) -> y` (module doc), or
+    `kernel(x, offset)` when built with `offset=None`."""
     import tilelang
 
     program = rope_program(batch, seq_len, heads, head_dim, traditional=traditional, base=base, scale=scale, offset=offset,
