@@ -7,7 +7,8 @@ square root, the population variance, float32 arithmetic for every dtype, one ro
 
 One simdgroup per row (`threads / 32` rows per threadgroup): each lane reads runs of 16 bytes of the
 row at a stride of 32 runs (one vector load each where the row pitch keeps them 16-byte aligned,
-elements otherwise; the run the row's end cuts reads its elements under a guard), folds them into a
+elements otherwise; the run the row's end cuts reads its elements, the last one again past the end,
+and adds only those in the row; lanes whose run starts past the end skip the round), folds them into a
 float32 scalar, and one simd collective (`T.warp_reduce_sum`) finishes each statistic; a last pass
 reads the row again with the weight (and bias) and stores it the same way. No threadgroup memory, no
 barrier, rows of any length (one column, ragged, over 4096). The layer norm's variance is a second
