@@ -129,6 +129,7 @@ def test_metal4_target_matches_plain_metal():
         (lambda: kernels.rope(1, 4, 2, 8, dtype="int8"), r"rope dtype='int8' is not supported"),
         (lambda: kernels.rope(1, 4.0, 2, 8, dtype="float32"), r"rope seq_len=4.0 must be an integer"),
         (lambda: kernels.rope(1, 4, 2, 8, traditional="yes", dtype="float32"), r"rope traditional='yes' must be True or False"),
+        (lambda: kernels.rope(2**16, 2**10, 32, 128, dtype="float16"), r"rope x has 274877906944 elements, over 2147483647"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(call, message):

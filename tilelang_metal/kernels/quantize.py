@@ -75,6 +75,8 @@ def _pack(levels: Any, bits: int) -> Any:
     elements, nbytes = _pack_unit(bits)
     shifts = torch.arange(elements, dtype=torch.int64) * bits
     runs = (levels.reshape(rows, cols // elements, elements) << shifts).sum(-1)  # disjoint bit fields: sum == or
+    if nbytes == 4:
+        return runs.to(torch.uint32)  # 2, 4, 8 bits: a run is a word
     byte_shifts = torch.arange(nbytes, dtype=torch.int64) * 8
     stream = ((runs.unsqueeze(-1) >> byte_shifts) & 0xFF).reshape(rows, -1, 4)  # bytes, 4 per word
     words = (stream << (torch.arange(4, dtype=torch.int64) * 8)).sum(-1)
@@ -87,8 +89,11 @@ def _unpack(w_q: Any, bits: int, cols: int) -> Any:
     rows = w_q.shape[0]
     elements, nbytes = _pack_unit(bits)
     words = w_q.to(torch.int64)
-    stream = ((words.unsqueeze(-1) >> (torch.arange(4, dtype=torch.int64) * 8)) & 0xFF).reshape(rows, -1, nbytes)
-    runs = (stream << (torch.arange(nbytes, dtype=torch.int64) * 8)).sum(-1)
+    if nbytes == 4:
+        runs = words
+    else:
+        stream = ((words.unsqueeze(-1) >> (torch.arange(4, dtype=torch.int64) * 8)) & 0xFF).reshape(rows, -1, nbytes)
+        runs = (stream << (torch.arange(nbytes, dtype=torch.int64) * 8)).sum(-1)
     levels = (runs.unsqueeze(-1) >> (torch.arange(elements, dtype=torch.int64) * bits)) & ((1 << bits) - 1)
     return levels.reshape(rows, cols)
 

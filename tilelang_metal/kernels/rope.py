@@ -18,6 +18,7 @@ from typing import Any
 
 import tilelang.language as T
 
+from .matmul import INT32_MAX
 from .reduce_rows import ACCUM, DTYPES
 from .sizes import integer_sizes
 
@@ -45,6 +46,8 @@ def _check_rope(batch: Any, seq_len: Any, heads: Any, head_dim: Any, base: Any, 
             raise ValueError(f"rope {name}={value!r} must be a finite number > 0")
     if threads < 32 or threads > 1024 or threads % 32:
         raise ValueError(f"rope threads={threads} must be a multiple of 32 from 32 to 1024; use 128")
+    if batch * seq_len * heads * head_dim > INT32_MAX:  # each thread's flat index is a 32-bit int
+        raise ValueError(f"rope x has {batch * seq_len * heads * head_dim} elements, over {INT32_MAX}; rotate it in batches")
     return batch, seq_len, heads, head_dim, offset, threads
 
 
