@@ -1,8 +1,9 @@
-"""kernels.rms_norm and kernels.layer_norm in the emulator against torch (F.rms_norm / F.layer_norm on
-float32) and MLX (mx.fast.rms_norm / layer_norm): rows 1 and 7 through one dynamic-row kernel per
-column count; one column, ragged (33, 100), over 4096 (4097); a row far from 0 (the variance is a
-second pass, not E[x^2] - mean^2); NaN / inf rows; fp16 / bf16 with float32 accumulation; the
-metal4 target; race checker once per kernel; one-line errors. Kernels compile once (lru_cache)."""
+"""kernels.rms_norm and kernels.layer_norm in the emulator against torch (F.rms_norm / F.layer_norm in
+float64) and MLX (mx.fast.rms_norm / layer_norm): rows 1 and 7 through one dynamic-row kernel per
+column count; one column and ragged rows (33, 100: a simdgroup per row), 1000, 2048 and over 4096
+(4097: a threadgroup per row); a row far from 0 (the variance is a second pass, not
+E[x^2] - mean^2); NaN / inf rows; fp16 / bf16 with float32 accumulation; the metal4 target; the
+race checker on both layouts; one-line errors. Kernels compile once (lru_cache)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_float32_rows_match_torch(kind, cols):
         torch.testing.assert_close(out, reference(kind, *args), rtol=1e-5, atol=ATOL[kind])
 
 
-@pytest.mark.parametrize("kind, dtype, cols", [("rms_norm", "float16", 100), ("layer_norm", "bfloat16", 256)])  # element loads; 16-byte vectors
+# element loads, a simdgroup per row; 16-byte vectors, a threadgroup of 256 per row
+@pytest.mark.parametrize("kind, dtype, cols", [("rms_norm", "float16", 100), ("layer_norm", "bfloat16", 2048)])
 def test_half_inputs_accumulate_in_float32_and_round_once(kind, dtype, cols):
     args = operands(kind, 7, cols, dtype, seed=3)
     out = norm_kernel(kind, cols, dtype)(*args)
@@ -85,15 +87,28 @@ def test_non_finite_rows_match_torch(kind, cols):
     assert torch.isnan(out[0]).all() and torch.isfinite(out[3:]).all()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_race_free_without_threadgroup_memory_or_barriers(kind):
+def test_short_rows_race_free_without_threadgroup_memory_or_barriers():
     """One simdgroup per row: simd collectives only, nothing through threadgroup memory."""
-    kernel = norm_kernel(kind, 33)
-    args = operands(kind, 7, 33, "float32", seed=7)
-    torch.testing.assert_close(racecheck(kernel, *args, seeds=(0, 1)), reference(kind, *args), rtol=1e-5, atol=ATOL[kind])
+    kernel = norm_kernel("rms_norm", 33)
+    args = operands("rms_norm", 7, 33, "float32", seed=7)
+    torch.testing.assert_close(racecheck(kernel, *args, seeds=(0, 1)), reference("rms_norm", *args), rtol=1e-5, atol=ATOL["rms_norm"])
     total = counters(kernel, *args).total
     assert total["threadgroup_load_bytes"] == total["threadgroup_store_bytes"] == total["threadgroup_barriers"] == 0, total
     assert "simd_sum(" in kernel.get_kernel_source()
+
+
+def test_long_rows_race_free_with_one_barrier_per_statistic():
+    """1000 columns: a threadgroup of 256 per row (250 runs of 4); the mean and the variance each
+    cross its 8 simdgroups through threadgroup memory: one barrier each, none between them (the
+    second statistic has its own 8 floats)."""
+    kernel = norm_kernel("layer_norm", 1000)
+    rows = 3
+    args = operands("layer_norm", rows, 1000, "float32", seed=8)
+    torch.testing.assert_close(racecheck(kernel, *args, seeds=(0, 1)), reference("layer_norm", *args), rtol=1e-5, atol=ATOL["layer_norm"])
+    total = counters(kernel, *args).total
+    assert total["threadgroup_barriers"] == 2 * rows, total
+    assert total["threadgroup_store_bytes"] == 2 * 8 * 4 * rows, total
+    assert total["device_load_instructions"] == 3 * rows * 1000 // 4 + rows * 2 * 1000 // 4 and total["narrow_device_loads"] == 0, total
 
 
 def test_metal4_target_matches_plain_metal():

@@ -5,14 +5,18 @@ square root, the population variance, float32 arithmetic for every dtype, one ro
     rms_norm:   Y[r, :] = X[r, :] / sqrt(mean(X[r, :]^2) + eps) * weight
     layer_norm: Y[r, :] = (X[r, :] - mean) / sqrt(mean((X[r, :] - mean)^2) + eps) * weight + bias
 
-One simdgroup per row (`threads / 32` rows per threadgroup): each lane reads runs of 16 bytes of the
-row at a stride of 32 runs (one vector load each where the row pitch keeps them 16-byte aligned,
-elements otherwise; the run the row's end cuts reads its elements, the last one again past the end,
-and adds only those in the row; lanes whose run starts past the end skip the round), folds them into a
-float32 scalar, and one simd collective (`T.warp_reduce_sum`) finishes each statistic; a last pass
-reads the row again with the weight (and bias) and stores it the same way. No threadgroup memory, no
-barrier, rows of any length (one column, ragged, over 4096). The layer norm's variance is a second
-pass over (x - mean)^2, not E[x^2] - mean^2, which cancels catastrophically for rows far from 0.
+A team of threads per row: one simdgroup (`threads / 32` rows per threadgroup) for rows of up to 4 runs
+of 16 bytes per lane (512 float32 or 1024 half columns); a threadgroup of up to 1024 threads, one
+per run, for longer rows (a decoding step's single row keeps more than one simdgroup busy). Each
+thread reads runs of 16 bytes of the row at a stride of the team's size in runs (one vector load
+each where the row pitch keeps them 16-byte aligned, elements otherwise; the run the row's end cuts
+reads its elements, the last one again past the end, and adds only those in the row; threads whose
+run starts past the end skip the round), folds them into a float32 scalar, and one simd collective
+(`T.warp_reduce_sum`) finishes each statistic; a threadgroup adds its simdgroups' sums through
+threadgroup memory (one float per simdgroup, one barrier per statistic). A last pass reads the row
+again with the weight (and bias) and stores it the same way. Rows of any length (one column,
+ragged, over 4096). The layer norm's variance is a second pass over (x - mean)^2, not
+E[x^2] - mean^2, which cancels catastrophically for rows far from 0.
 
 Non-finite inputs give torch's results in the emulator: a NaN makes its row NaN; an infinity makes
 the rms norm's row 0 for the finite elements and NaN for the infinite ones (x * 1/sqrt(inf)), and the
@@ -32,6 +36,8 @@ from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, SIMD_WIDTH, _ELEMENT_BYTES
 from .sizes import integer_sizes
 
 KINDS = ("rms_norm", "layer_norm")
+WIDE_ROUNDS = 4  # rows of more than 4 runs per lane of a simdgroup take a threadgroup
+MAX_THREADS = 1024
 
 
 def _check_norm(what: str, rows: Any, cols: Any, dtype: str, eps: Any, threads: Any) -> tuple[Any, int, float, int]:
@@ -55,13 +61,19 @@ def _check_norm(what: str, rows: Any, cols: Any, dtype: str, eps: Any, threads: 
 
 def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, threads: int = 128) -> Any:
     """The `T.prim_func` of `kind` ("rms_norm": (X, W, Y); "layer_norm": (X, W, B, Y); compile with
-    `out_idx=[-1]`); `rows=None`: any row count."""
+    `out_idx=[-1]`); `rows=None`: any row count. `threads` is the threadgroup size of short rows (a
+    simdgroup each); a long row takes a threadgroup of its own, sized by the row."""
     if kind not in KINDS:
         raise ValueError(f"norm kind={kind!r} is not supported; use one of {', '.join(KINDS)}")
     rows, cols, eps, threads = _check_norm(kind, rows, cols, dtype, eps, threads)
     run = RUN_BYTES // _ELEMENT_BYTES[dtype]
-    rows_per_group = threads // SIMD_WIDTH
-    rounds = -(-cols // (SIMD_WIDTH * run))
+    runs = -(-cols // run)
+    wide = runs > WIDE_ROUNDS * SIMD_WIDTH  # a threadgroup per row: up to 1024 lanes share a long row
+    team = min(MAX_THREADS, -(-runs // SIMD_WIDTH) * SIMD_WIDTH) if wide else SIMD_WIDTH  # threads of one row
+    simdgroups = team // SIMD_WIDTH
+    threads = team if wide else threads
+    rows_per_group = threads // team
+    rounds = -(-runs // team)
     vector_runs = cols * _ELEMENT_BYTES[dtype] % RUN_BYTES == 0  # else a run's address is not provably 16-byte aligned
     is_layer = kind == "layer_norm"
     n_rows = T.dynamic("rows") if rows is None else rows
@@ -98,7 +110,12 @@ def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, thr
         with T.Kernel(T.ceildiv(n_rows, rows_per_group), threads=threads) as bx:
             thread = T.get_thread_binding()
             lane = thread % SIMD_WIDTH
-            row = bx * rows_per_group + thread // SIMD_WIDTH
+            member = thread % team  # the thread's place among those of its row
+            row = bx * rows_per_group + thread // team  # bx when wide
+            if wide:
+                # one partial sum per simdgroup and statistic: the layer norm's second one goes to its own half, so
+                # it needs no barrier behind the first one's reads
+                partial = T.alloc_shared(((2 if is_layer else 1) * simdgroups,), ACCUM)
             values = T.alloc_local((run,), dtype)
             weights = T.alloc_local((run,), dtype)
             biases = T.alloc_local((run,), dtype)
@@ -106,11 +123,11 @@ def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, thr
             total = T.alloc_var(ACCUM)
             mean = T.alloc_var(ACCUM)
             rstd = T.alloc_var(ACCUM)
-            if row < n_rows:  # the same for a whole simdgroup: its collectives see every lane
+            if row < n_rows:  # the same for a whole simdgroup (threadgroup when wide): collectives and barriers see every lane
                 total = 0
                 for i in T.serial(rounds):
-                    if (i * SIMD_WIDTH + lane) * run < cols:  # lanes past the row's end have nothing to add
-                        c = (i * SIMD_WIDTH + lane) * run
+                    if (i * team + member) * run < cols:  # lanes past the row's end have nothing to add
+                        c = (i * team + member) * run
                         load_run(X, row, c, values)
                         for v in T.unroll(run):
                             x = T.cast(values[v], ACCUM)
@@ -119,24 +136,32 @@ def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, thr
                             else:
                                 total += T.if_then_else(c + v < cols, x * x, 0)
                 total = T.warp_reduce_sum(total)
+                if wide:  # the simdgroups' sums through threadgroup memory, added up by every simdgroup alike
+                    if lane == 0:
+                        partial[thread // SIMD_WIDTH] = total
+                    total = T.warp_reduce_sum(T.if_then_else(lane < simdgroups, partial[T.min(lane, simdgroups - 1)], 0))
                 mean = 0
                 if is_layer:
                     mean = total / T.float32(cols)
                     total = 0
                     for i in T.serial(rounds):
-                        if (i * SIMD_WIDTH + lane) * run < cols:
-                            c = (i * SIMD_WIDTH + lane) * run
+                        if (i * team + member) * run < cols:
+                            c = (i * team + member) * run
                             load_run(X, row, c, values)
                             for v in T.unroll(run):
                                 deviation = T.cast(values[v], ACCUM) - mean
                                 total += T.if_then_else(c + v < cols, deviation * deviation, 0)
                     total = T.warp_reduce_sum(total)
+                    if wide:
+                        if lane == 0:
+                            partial[simdgroups + thread // SIMD_WIDTH] = total
+                        total = T.warp_reduce_sum(T.if_then_else(lane < simdgroups, partial[simdgroups + T.min(lane, simdgroups - 1)], 0))
                 rstd = 1.0 / T.sqrt(total / T.float32(cols) + eps)
                 for i in T.serial(rounds):
                     # the round's body is this one statement (c bound inside): each lane stores only its own runs, so no
                     # device barrier is wanted between rounds (SyncDeviceMemory orders a body's tail against its head)
-                    if (i * SIMD_WIDTH + lane) * run < cols:
-                        c = (i * SIMD_WIDTH + lane) * run
+                    if (i * team + member) * run < cols:
+                        c = (i * team + member) * run
                         load_run(X, row, c, values)
                         load_params(W, c, weights)
                         if is_layer:
