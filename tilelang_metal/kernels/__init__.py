@@ -23,6 +23,9 @@ from .matmul import MatmulChoice, matmul, matmul_config, matmul_program
 from .reduce_rows import reduce_rows, row_max, row_sum
 from .softmax import softmax
 from .split_k import gemm_split_k
+from .quantize import dequantize, quantize
+from .norms import layer_norm, norm_program, rms_norm
+from .rope import rope, rope_program
 
 __all__ = [
     "ALPHA",
@@ -52,4 +55,11 @@ __all__ = [
     "row_max",
     "row_sum",
     "softmax",
+    "quantize",
+    "dequantize",
+    "rms_norm",
+    "layer_norm",
+    "norm_program",
+    "rope",
+    "rope_program",
 ]
