@@ -37,7 +37,6 @@ from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
 from .transform.function_pass import per_function_pass
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
-from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.math_precision import PreserveMathPrecision
@@ -51,6 +50,7 @@ from .transform.shuffle_width import KeepShuffleWidths
 from .transform.skipped_body_sync import SyncSkippedBodies
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
+from .transform.thread_linearization import LinearizeThreadLaunch
 from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 from .transform.while_loop_sync import SyncWhileLoops
@@ -85,8 +85,8 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
+    mod = LinearizeThreadLaunch(mod)  # plugin: a 2-D / 3-D launch with tile ops runs as one linear x index (tile ops partition over x only)
     mod = GuardPossiblyEmptyLoops(mod)  # plugin: tl.Simplify folds an extent in [0, 1] to 1 unless the loop is known to run
-    mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
     mod = BypassSharedStaging(mod, target, options)  # plugin: staging-only shared operands -> direct-global T.gemm
     threadgroup_buffers.staging_kept = [str(r) for f in _prim_funcs(mod) if f.attrs is not None and STAGING_KEPT_ATTR in f.attrs for r in f.attrs[STAGING_KEPT_ATTR]]
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
