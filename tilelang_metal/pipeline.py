@@ -39,6 +39,7 @@ from .transform.function_pass import per_function_pass
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
+from .transform.layout_failures import no_layout_message
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.power_of_two_division import RestorePowerOfTwoDivisions, ShieldPowerOfTwoDivisions, shape_variables
@@ -117,8 +118,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     group_plans = fragment_group_plans(mod, target, options.fragment_ct)  # plugin: fragments that meet element-wise agree
     with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
-        mod = infer_layouts(mod, _conflict_message)  # tilelang's LayoutInference, its internal errors in one line
-        mod = tl.ReducerPlanAndMaterialize()(mod)
+        mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line
         cfg.LayoutVisual(mod)
         mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
         mod = tl.LowerTileOp()(mod)
@@ -186,6 +186,12 @@ def _prim_funcs(mod: object) -> list:
     from .host import tir
 
     return [f for f in mod.functions.values() if isinstance(f, tir.PrimFunc)]
+
+
+def _no_layout_message(mod: object, infer: object, reducer: bool) -> str:
+    """The no-layout message; a thread count is suggested only if the plugin's tile ops lower with it
+    too (its reducer finalize wants power-of-two steps where layout inference does not)."""
+    return no_layout_message(mod, lambda m: LowerMetalTileOps(infer(m)), reducer)
 
 
 def _conflict_message(mod: object, first: str, second: str) -> str:
