@@ -22,7 +22,7 @@ from .ir_query import find_nodes
 from .kernel_launches import THREAD_TAGS, ThreadLaunch, rewrite_kernels
 
 # TVM's allreduce names its thread variables by identity: they must stay launch variables
-_THREAD_VAR_INTRINSICS = ("tirx.tvm_thread_allreduce",)
+_THREAD_VAR_INTRINSICS = (vocab.TIRX_TVM_THREAD_ALLREDUCE,)
 
 
 def _spread_over_threads(call: Any) -> bool:
