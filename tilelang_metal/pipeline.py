@@ -37,9 +37,9 @@ from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
 from .transform.function_pass import per_function_pass
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
-from .transform.gemm_launch_check import CheckGemmLaunch
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
+from .transform.layout_failures import no_layout_message
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.power_of_two_division import RestorePowerOfTwoDivisions, ShieldPowerOfTwoDivisions, shape_variables
@@ -52,6 +52,7 @@ from .transform.shuffle_width import KeepShuffleWidths
 from .transform.skipped_body_sync import SyncSkippedBodies
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices
+from .transform.thread_linearization import LinearizeThreadLaunch
 from .transform.tile_pointers import UseTilePointers
 from .transform.unroll_accumulators import UnrollAccumulatorLoops
 from .transform.while_loop_sync import SyncWhileLoops
@@ -87,8 +88,8 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.MaterializeKernelLaunch(
         lower_grid_binding=True, lower_thread_binding=True, default_threads=128, unsupported_annotations=["cluster_dims"]
     )(mod)
+    mod = LinearizeThreadLaunch(mod)  # plugin: a 2-D / 3-D launch with tile ops runs as one linear x index (tile ops partition over x only)
     mod = GuardPossiblyEmptyLoops(mod)  # plugin: tl.Simplify folds an extent in [0, 1] to 1 unless the loop is known to run
-    mod = CheckGemmLaunch(mod)  # plugin: GEMM needs 1-D threads (clear error instead of redundant work)
     mod = BypassSharedStaging(mod, target, options)  # plugin: staging-only shared operands -> direct-global T.gemm
     threadgroup_buffers.staging_kept = [str(r) for f in _prim_funcs(mod) if f.attrs is not None and STAGING_KEPT_ATTR in f.attrs for r in f.attrs[STAGING_KEPT_ATTR]]
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
@@ -119,8 +120,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     group_plans = fragment_group_plans(mod, target, options.fragment_ct)  # plugin: fragments that meet element-wise agree
     with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
-        mod = infer_layouts(mod, _conflict_message)  # tilelang's LayoutInference, its internal errors in one line
-        mod = tl.ReducerPlanAndMaterialize()(mod)
+        mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line
         cfg.LayoutVisual(mod)
         mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
         mod = tl.LowerTileOp()(mod)
@@ -188,6 +188,12 @@ def _prim_funcs(mod: object) -> list:
     from .host import tir
 
     return [f for f in mod.functions.values() if isinstance(f, tir.PrimFunc)]
+
+
+def _no_layout_message(mod: object, infer: object, reducer: bool) -> str:
+    """The no-layout message; a thread count is suggested only if the plugin's tile ops lower with it
+    too (its reducer finalize wants power-of-two steps where layout inference does not)."""
+    return no_layout_message(mod, lambda m: LowerMetalTileOps(infer(m)), reducer)
 
 
 def _conflict_message(mod: object, first: str, second: str) -> str:

@@ -31,18 +31,22 @@ def test_negative_infinity_start_prints_as_metal_macro():
     assert "b_part[0] = (-INFINITY)" not in source
 
 
-def test_reduction_over_two_dimensional_threadgroup_is_refused_clearly():
+def _row_sum(threads):
     @T.prim_func
     def main(A: T.Tensor((8, 16), "float32"), B: T.Tensor((8,), "float32")):
-        with T.Kernel(1, threads=(16, 2)):
+        with T.Kernel(1, threads=threads):
             a = T.alloc_fragment((8, 16), "float32")
             b = T.alloc_fragment((8,), "float32")
             T.copy(A, a)
             T.reduce_sum(a, b, dim=1)
             T.copy(b, B)
 
-    with pytest.raises(Exception, match="1-D threadgroup"):
-        lower(main)
+    return main
+
+
+def test_reduction_over_a_two_dimensional_threadgroup_lowers_as_its_linear_launch():
+    """Tile ops partition over threadIdx.x only: threads=(16, 2) runs as threads=32 (LinearizeThreadLaunch)."""
+    assert lower(_row_sum((16, 2))) == lower(_row_sum(32))
 
 
 def test_reduction_of_a_fragment_slice_is_refused_clearly():

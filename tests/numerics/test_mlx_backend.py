@@ -339,3 +339,16 @@ def test_mac_tiny_workspace_written_in_place_by_a_later_kernel(on_a_mac):
     kernels = [c for c in on_a_mac if not c["name"].startswith("tlm_copy")]
     assert len(kernels) == 3 and PREFIX + "W" in kernels[0]["output_names"]
     assert kernels[1]["output_names"] == [DONE]  # W updated through its private copy
+
+
+@pytest.mark.parametrize("tool", ["racecheck", "counters"])
+def test_emulator_tools_refuse_an_mlx_kernel_naming_its_backend(tool):
+    """They failed inside torch ("Expected one of cpu, cuda, ... device string: mlx")."""
+    from tilelang_metal import emulator
+
+    kernel = compile_mlx(axpy_in_place(40))
+    a, b = mx.ones((40,)), mx.zeros((40,))
+    with pytest.raises(TypeError, match=rf"emulator\.{tool} runs kernels compiled with execution_backend='emulator' and this kernel "
+                                        r"was compiled with execution_backend='mlx': compile the same program with tilelang\.compile\(\.\.\., "
+                                        r"execution_backend='emulator'\)"):
+        getattr(emulator, tool)(kernel, a, b, 2.0)

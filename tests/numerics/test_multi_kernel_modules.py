@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from tilelang_metal import kernels as E
 from tilelang_metal.kernels.attention import flash_decoding_program
+from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import racecheck
 
 # first kernel: row sums of a 4x64 tile on 128 threads; second: 2-D (16, 4) elementwise;
@@ -77,24 +78,97 @@ def test_reductions_in_first_and_last_kernel_around_a_2d_kernel_match_torch():
     assert "max_total_threads_per_threadgroup(128)" in source and "max_total_threads_per_threadgroup(96)" in source
 
 
-def test_reduction_in_a_2d_kernel_is_refused_naming_that_kernels_launch():
+# ----------------------------------------------------------------------------- tile ops on 2-D / 3-D launches
+# tilelang partitions tile ops over threadIdx.x only: before LinearizeThreadLaunch every y row of a
+# threads=(16, 8) kernel redid the tile (a read-modify-write ran 8 times). Such kernels now run as one
+# linear index; a kernel without tile ops keeps its launch.
+ML_ROWS, ML_COLS = 8, 16
+
+
+@functools.lru_cache(maxsize=None)
+def copies_and_parallel_loops_on_multidim_launches():
     @T.prim_func
-    def main(A: T.Tensor((4, 32), "float32"), R: T.Tensor((4,), "float32"), B: T.Tensor((4, 32), "float32"), S: T.Tensor((4,), "float32")):
-        with T.Kernel(1, threads=64):  # 1-D: fine on its own
+    def main(
+        A: T.Tensor((ML_ROWS, ML_COLS), "float32"),
+        B: T.Tensor((ML_ROWS, ML_COLS), "float32"),
+        W: T.Tensor((ML_ROWS, ML_COLS), "float32"),
+        X: T.Tensor((4, 32), "float32"),
+        Y: T.Tensor((4, 32), "float32"),
+        E_in: T.Tensor((ML_ROWS, ML_COLS), "float32"),
+        E_out: T.Tensor((ML_ROWS, ML_COLS), "float32"),
+    ):
+        with T.Kernel(1, threads=(16, 8)):
+            tx, ty = T.get_thread_binding(0), T.get_thread_binding(1)
+            s = T.alloc_shared((ML_ROWS, ML_COLS), "float32")
+            T.copy(A, s)
+            for i, j in T.Parallel(ML_ROWS, ML_COLS):
+                B[i, j] = B[i, j] + s[i, j]  # read-modify-write: exactly once per element
+            W[ty, tx] = A[ty, tx] * 2.0 + T.cast(ty, "float32")  # the user's own y index still means y
+        with T.Kernel(1, threads=(8, 4, 2)):
+            f = T.alloc_fragment((4, 32), "float32")
+            T.copy(X, f)
+            for i, j in T.Parallel(4, 32):
+                f[i, j] = f[i, j] * 3.0 - 1.0
+            T.copy(f, Y)
+        with T.Kernel(2, threads=(16, 4)) as bx:  # explicit indices only: launched as written
+            tx, ty = T.get_thread_binding(0), T.get_thread_binding(1)
+            E_out[bx * 4 + ty, tx] = E_in[bx * 4 + ty, tx] - 0.5
+
+    return tilelang.compile(main, target="metal", execution_backend="emulator")
+
+
+def test_copy_and_parallel_on_2d_and_3d_launches_cover_each_element_once():
+    kernel = copies_and_parallel_loops_on_multidim_launches()
+    g = torch.Generator().manual_seed(3)
+    a, b, x, e_in = (torch.randn(*shape, generator=g) for shape in ((ML_ROWS, ML_COLS), (ML_ROWS, ML_COLS), (4, 32), (ML_ROWS, ML_COLS)))
+    want_b = b + a
+    w, y, e_out = torch.empty(ML_ROWS, ML_COLS), torch.empty(4, 32), torch.empty(ML_ROWS, ML_COLS)
+    racecheck(kernel, a, b, w, x, y, e_in, e_out)
+    torch.testing.assert_close(b, want_b)
+    torch.testing.assert_close(w, a * 2.0 + torch.arange(ML_ROWS, dtype=torch.float32)[:, None])
+    torch.testing.assert_close(y, x * 3.0 - 1.0)
+    torch.testing.assert_close(e_out, e_in - 0.5)
+    blocks = [tuple(record.block) for record in artifact_of(kernel.get_kernel_source()).kernels]
+    assert blocks == [(128, 1, 1), (64, 1, 1), (16, 4, 1)]  # the kernel without tile ops keeps its 2-D launch
+
+
+@functools.lru_cache(maxsize=None)
+def reduction_and_gemm_on_multidim_launches():
+    @T.prim_func
+    def main(
+        A: T.Tensor((4, 32), "float32"),
+        R: T.Tensor((4,), "float32"),
+        P: T.Tensor((32, 32), "float16"),
+        Q: T.Tensor((32, 32), "float16"),
+        C: T.Tensor((32, 32), "float32"),
+    ):
+        with T.Kernel(1, threads=(32, 2, 2)):
             a = T.alloc_fragment((4, 32), "float32")
             r = T.alloc_fragment((4,), "float32")
             T.copy(A, a)
             T.reduce_sum(a, r, dim=1)
             T.copy(r, R)
-        with T.Kernel(1, threads=(32, 2)):
-            b = T.alloc_fragment((4, 32), "float32")
-            s = T.alloc_fragment((4,), "float32")
-            T.copy(B, b)
-            T.reduce_sum(b, s, dim=1)
-            T.copy(s, S)
+        with T.Kernel(1, threads=(32, 4)):
+            c = T.alloc_fragment((32, 32), "float32")
+            T.clear(c)
+            T.gemm(P, Q, c)
+            for i, j in T.Parallel(32, 32):
+                c[i, j] = c[i, j] + 1.0
+            T.copy(c, C)
 
-    with pytest.raises(Exception, match=r"1-D threadgroup.*threadIdx\.x=32, threadIdx\.y=2: use T\.Kernel\(\.\.\., threads=64\)"):
-        tilelang.lower(main, target="metal")
+    return tilelang.compile(main, target="metal", execution_backend="emulator")
+
+
+def test_reduction_and_gemm_on_multidim_launches_match_torch():
+    """Refused before (T.reduce_* and T.gemm need a 1-D launch); the linear launch serves both."""
+    kernel = reduction_and_gemm_on_multidim_launches()
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(4, 32, generator=g)
+    p, q = (torch.randn(32, 32, generator=g).half() for _ in range(2))
+    r, c = torch.empty(4), torch.empty(32, 32)
+    racecheck(kernel, a, r, p, q, c)
+    torch.testing.assert_close(r, a.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(c, p.float() @ q.float() + 1.0, atol=0.01 * math.sqrt(32), rtol=0)
 
 
 # ----------------------------------------------------------------------------- GEMM next to other kernels
@@ -161,7 +235,7 @@ def test_flash_decoding_at_head_dim_128_matches_sdpa():
 
 
 def test_gemm_kernel_followed_by_a_2d_kernel_lowers():
-    """The 2-D launch of a later kernel is not the GEMM kernel's (CheckGemmLaunch reads its own)."""
+    """The 2-D launch of a later kernel is not the GEMM kernel's (LinearizeThreadLaunch reads its own)."""
 
     @T.prim_func
     def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32"), Y: T.Tensor((8, 16), "float32")):

@@ -76,15 +76,23 @@ def test_bad_swizzle_panel(metal4):
     _lower_fails(E.gemm_direct_global(256, 256, 64, swizzle_panel=3), metal4, "power-of-two panel", "3")
 
 
-def test_gemm_with_2d_threads_is_refused(metal4):
-    M = N = K = 64
+def test_tile_ops_next_to_a_thread_allreduce_on_a_2d_launch_are_refused(plain_metal):
+    """A 2-D launch with tile ops runs as one linear thread index (transform/thread_linearization.py);
+    TVM's allreduce needs its own thread variables, so the mix is refused naming the launch."""
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(1, 1, threads=(32, 4)) as (bx, by):
-            T.gemm(A[0:M, 0:K], B[0:K, 0:N], C[0:M, 0:N], clear_accum=True)
+    def main(A: T.Tensor((4, 32), "float32"), B: T.Tensor((4, 32), "float32"), S: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=(32, 4)):
+            tk, tr = T.get_thread_binding(0), T.get_thread_binding(1)
+            T.copy(A, B)
+            part = T.alloc_local((1,), "float32")
+            total = T.alloc_local((1,), "float32")
+            part[0] = A[tr, tk]
+            with T.attr(T.comm_reducer(lambda a, b: a + b, [T.Cast("float32", 0)]), "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), part[0], True, total[0], tk, dtype="handle"))
+            S[tr] = total[0]
 
-    _lower_fails(main, metal4, "1-D thread launch", "threadIdx.y=4", "threads=128")
+    _lower_fails(main, plain_metal, "threadIdx.x=32, threadIdx.y=4", "tvm_thread_allreduce", "threads=128")
 
 
 def test_simdgroup_accumulator_without_split_is_refused(plain_metal):

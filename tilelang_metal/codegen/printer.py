@@ -13,6 +13,7 @@ from typing import Any
 from ..host import DEBUG_PRINT_EXTERNS, NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from .. import intrinsics
 from ..errors import CodegenError
+from ..limits import BUFFER_ARGUMENT_SLOTS
 from ..options import current_options
 from ..ir_attrs import (
     LANE_ID_ATTR,
@@ -133,6 +134,23 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             if attr in attrs:
                 self.bind_position(attrs[attr], position, f"((int){self.position_names[position]})")
 
+    def check_buffer_slots(self, params: list[artifact.Param]) -> None:
+        """Metal binds at most BUFFER_ARGUMENT_SLOTS [[ buffer(i) ]] per kernel; more does not compile on a Mac."""
+        used = len(params)  # only buffer-bound parameters so far (positions come later)
+        if used <= BUFFER_ARGUMENT_SLOTS:
+            return
+        tensors = sum(isinstance(p, artifact.BufferParam) for p in params)
+        scalars = used - tensors  # scalar values (or the one argument struct that holds them)
+        if tensors < BUFFER_ARGUMENT_SLOTS:
+            fix = (f"make {used - BUFFER_ARGUMENT_SLOTS} of the {scalars} scalar / dynamic-size parameters static "
+                   "(a T.dynamic size shared by several tensors takes one slot) or pass them in one small tensor")
+        else:
+            fix = f"pass fewer than {BUFFER_ARGUMENT_SLOTS} tensors (stack same-shape tensors into one) or split the kernel"
+        raise CodegenError(
+            f"kernel {self.name} needs {used} [[ buffer(i) ]] slots ({tensors} tensors, {scalars} scalar slots), Metal allows "
+            f"{BUFFER_ARGUMENT_SLOTS} per kernel: {fix}"
+        )
+
     def bind_position(self, var: Any, position: str, text: str) -> None:
         self.name_of.bind(var, text)
         self.position_of[var] = position
@@ -173,6 +191,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if scalars:
             struct = tvm_runtime_args.struct_name(self.name)
             params.append(artifact.ArgStructParam(len(params), tvm_runtime_args.ARGS_PARAM, struct, tvm_runtime_args.SLOT_BYTES * len(members), members))
+        self.check_buffer_slots(params)
         threads: int | None = 1  # None: a symbolic threadgroup size, no static bound to declare
         block = [1, 1, 1]
         for tag, extent in attrs.get("thread_extent", {}).items():

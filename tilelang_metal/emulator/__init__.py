@@ -27,7 +27,7 @@ from .kernel import EmulatedKernel, stack_bytes
 from ..codegen.artifact import find_artifact
 from ..codegen.kernel_text import split_kernels
 from .handwritten import with_artifact
-from .signature import KernelSignature, rewrite
+from .signature import KernelSignature, check_buffer_slots, rewrite
 from .version import SHIM_VERSION
 
 __all__ = [
@@ -75,6 +75,7 @@ def _printed(msl: str) -> str:
 
 def _unit(msl: str, checked: bool, instrument: str | None = None) -> tuple[KernelSignature, toolchain.SourceUnit]:
     rw = rewrite(_printed(msl), checked=checked, instrument=instrument)
+    check_buffer_slots(rw.signature.name, [p.index for p in rw.signature.bound])
     driver = _generate_driver(rw.signature, checked=checked, prints=rw.record.prints)
     return rw.signature, toolchain.SourceUnit(rw.signature.name, msl, rw.text, driver)
 

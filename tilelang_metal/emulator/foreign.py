@@ -34,7 +34,7 @@ from ..isa import COUNTED
 from . import toolchain
 from .errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
 from .driver import launch_entry
-from .signature import POSITION_ATTRIBUTES
+from .signature import POSITION_ATTRIBUTES, check_buffer_slots
 
 # foreign kernels' device buffers sit between guard pages; the runtime's fault handler reads them
 _GUARD_FIELDS = "  p.guards = tlm::foreign::guards.regions;\n  p.nguards = tlm::foreign::guards.count;\n"
@@ -532,6 +532,7 @@ def parse_params(kernel: KernelDefinition, constants: Mapping[str, Any] | None =
             f"{kernel.file}:{kernel.line}: kernel {kernel.name}: buffer indices {sorted(indices)} repeat (bindings that "
             "share an index under complementary function constants are not supported by the emulator)"
         )
+    check_buffer_slots(f"{kernel.file}:{kernel.line}: kernel {kernel.name}", indices)
     return out
 
 

@@ -62,11 +62,16 @@ class KernelCounters:
     threadgroups: dict[tuple[int, int, int], dict[str, int]]
 
 
-def _adapter(kernel: Any) -> Any:
+def _adapter(kernel: Any, tool: str) -> Any:
+    """The emulator adapter of `kernel`. Another backend's adapter binds MLX arrays or MPS tensors,
+    which the CPU launches here cannot read (torch failed on "device string: mlx"): refused first."""
     adapter = getattr(kernel, "adapter", kernel)
-    if not (hasattr(adapter, "kernel_global_source") and hasattr(adapter, "call") and hasattr(adapter, "device")):
+    backend = getattr(getattr(adapter, "device", None), "backend", None) or getattr(kernel, "execution_backend", None)
+    if backend != "emulator" or not (hasattr(adapter, "kernel_global_source") and hasattr(adapter, "call")):
+        what = f"was compiled with execution_backend={backend!r}" if backend else f"is a {type(kernel).__name__}, not a tilelang JITKernel"
         raise TypeError(
-            f"expected a kernel compiled with execution_backend='emulator' (a tilelang JITKernel), got {type(kernel).__name__}"
+            f"emulator.{tool} runs kernels compiled with execution_backend='emulator' and this kernel {what}: "
+            f"compile the same program with tilelang.compile(..., execution_backend='emulator') and pass CPU torch tensors"
         )
     return adapter
 
@@ -88,7 +93,7 @@ def _launches(adapter: Any, args: tuple, run_one: Any) -> Any:
 def counters(kernel: Any, *args: Any) -> KernelCounters:
     """Run `kernel(*args)` once in the counting flavour and return what it did. A module with
     several kernels adds up their counts (per threadgroup position too)."""
-    adapter = _adapter(kernel)
+    adapter = _adapter(kernel, "counters")
     measured: list[KernelCounters] = []
     _launches(adapter, args, lambda msl, values, grid, block: measured.append(launch_counters(msl, values, grid, block)))
     total = dict.fromkeys(COUNTER_NAMES, 0)
@@ -209,7 +214,7 @@ def racecheck(kernel: Any, *args: Any, seeds: Sequence[int] = (0, 1, 2)) -> Any:
     arguments. Every kernel of a module runs, in host order."""
     import torch
 
-    adapter = _adapter(kernel)
+    adapter = _adapter(kernel, "racecheck")
     adapter.call.bind(args, adapter.device, poison=True)  # a plain call's checks on the caller's tensors (clones are contiguous)
 
     def run(seed: int) -> tuple[list[Any], list[str], list[Any]]:

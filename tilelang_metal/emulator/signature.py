@@ -12,6 +12,7 @@ MSL lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..codegen.artifact import (
@@ -25,10 +26,22 @@ from ..codegen.artifact import (
     find_artifact,
 )
 from ..dtypes import DTYPE_OF_MSL
+from ..limits import BUFFER_ARGUMENT_SLOTS
 
 from ..codegen.kernel_text import matching_bracket
 from .access_marks import apply_marks
 from .errors import EmulatorCompileError
+
+def check_buffer_slots(where: str, indices: Sequence[int]) -> None:
+    """Refuse a [[ buffer(i) ]] past Metal's buffer argument table (limits.BUFFER_ARGUMENT_SLOTS):
+    a Mac cannot compile the kernel, so the emulator does not run it either."""
+    beyond = sorted(i for i in indices if i >= BUFFER_ARGUMENT_SLOTS)
+    if beyond:
+        raise EmulatorCompileError(
+            f"{where} binds [[ buffer({beyond[-1]}) ]] ({len(indices)} buffer slots); Metal has {BUFFER_ARGUMENT_SLOTS} per kernel "
+            f"(indices 0-{BUFFER_ARGUMENT_SLOTS - 1}), so a Mac cannot compile it: pass fewer tensors or scalars"
+        )
+
 
 # attribute -> (lane_info field expression per component, number of components)
 POSITION_ATTRIBUTES: dict[str, tuple[tuple[str, ...], int]] = {

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import metal4_launch
+from ..errors import CodegenError
+from ..limits import BUFFER_ARGUMENT_SLOTS
 from .binding import Device, TensorParam, shape_text
 from .calling import PluginKernelAdapter
 from .launch import KernelLaunch
@@ -126,6 +128,13 @@ class MLXKernelAdapter(PluginKernelAdapter):
             if msl is None:
                 raise ValueError(f"kernel {kernel_name} is not in the module's MSL")
             source = mlx_kernel_source(msl, self.artifact.kernel(kernel_name))
+            slots = len(source.params) + 2  # MLX binds each input and output; AFTER and DONE order the launches
+            if slots > BUFFER_ARGUMENT_SLOTS:
+                raise CodegenError(
+                    f"kernel {kernel_name} needs {slots} [[ buffer(i) ]] slots under execution_backend='mlx' ({len(source.params)} "
+                    f"parameters and MLX's 2 launch-ordering buffers), Metal allows {BUFFER_ARGUMENT_SLOTS} per kernel: pass "
+                    f"{slots - BUFFER_ARGUMENT_SLOTS} fewer tensors or scalars, or use execution_backend='torch'"
+                )
             mx = mlx_module()
             if source.needs_metal4 and mx.metal.is_available():
                 metal4_launch.check(kernel_name, metal4_launch.current("mlx"))

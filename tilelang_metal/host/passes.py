@@ -58,6 +58,7 @@ def pipeline_options() -> Any:
 LAYOUT_CONFLICT = re.compile(r"Layout infer conflict between (\S+) and (\S+)")
 LAYOUT_TWICE = re.compile(r"Get different layout for (\S+)")
 NO_LAYOUT = "no available layout found"
+LAYOUT_ERRORS = re.compile(r"Layout .* has errors: .*(bijective|full iter space)")  # a reducer's layout that is not one
 PIPELINE_TWO_WRITES = re.compile(r"both writing to buffer '([^']+)' with overlapping regions")
 
 
@@ -77,12 +78,21 @@ def plan_pipelines(mod: Any) -> Any:
         ) from None
 
 
-def infer_layouts(mod: Any, conflict_message: Callable[[Any, str, str], str]) -> Any:
-    """tilelang's LayoutInference, with its bare internal check failure turned into a message
-    that names the usual cause and the fix (`conflict_message(mod, first, second)` words the one for
-    two fragments whose layouts disagree: the plugin knows which ops fixed them)."""
+def infer_layouts(
+    mod: Any, conflict_message: Callable[[Any, str, str], str], no_layout_message: Callable[[Any, Callable[[Any], Any], bool], str]
+) -> Any:
+    """tilelang's LayoutInference and ReducerPlanAndMaterialize (the reducers' layouts), with their
+    bare internal check failures turned into one line that names the cause and the fix
+    (`conflict_message(mod, first, second)` words the one for two fragments whose layouts disagree:
+    the plugin knows which ops fixed them; `no_layout_message(mod, run, reducer)` the one for a
+    buffer with no thread layout, given `run` to try the two passes on a relaunched module)."""
+    passes = tilelang_passes()
+
+    def run(module: Any) -> Any:
+        return passes.ReducerPlanAndMaterialize()(passes.LayoutInference()(module))
+
     try:
-        return tilelang_passes().LayoutInference()(mod)
+        inferred = passes.LayoutInference()(mod)
     except Exception as err:
         conflict = LAYOUT_CONFLICT.search(str(err))
         if conflict:
@@ -96,10 +106,10 @@ def infer_layouts(mod: Any, conflict_message: Callable[[Any, str, str], str]) ->
             ) from None
         if NO_LAYOUT not in str(err):
             raise
-        raise MetalLoweringError(
-            "layout inference found no thread layout for a fragment: its extents do not split evenly over "
-            "the kernel's threads (e.g. a 7x13 fragment on 32 threads), or a reduced row spans a number of "
-            "threads that neither divides nor is a multiple of the thread count (e.g. a 4x96 fp32 fragment "
-            "reduced along rows on 32 threads: 24 threads of 4-wide vectors per row). Pad the tile to a "
-            "multiple of the thread count's factors, or launch a thread count that rows tile (48 or 96 here)."
-        ) from None
+        raise MetalLoweringError(no_layout_message(mod, run, False)) from None
+    try:
+        return passes.ReducerPlanAndMaterialize()(inferred)
+    except Exception as err:
+        if LAYOUT_ERRORS.search(str(err)) is None:
+            raise
+        raise MetalLoweringError(no_layout_message(mod, run, True)) from None

@@ -187,7 +187,7 @@ def _kernels(mod: Any) -> list[tuple[int, Any]]:
         for node in find_nodes(func.body, [vocab.TIRX_ATTRSTMT]):
             if str(node.attr_key) != "thread_extent" or str(node.node.thread_tag) != "threadIdx.x":
                 continue
-            if isinstance(node.value, tir.IntImm):  # T.gemm needs a 1-D launch (CheckGemmLaunch)
+            if isinstance(node.value, tir.IntImm):  # kernels with tile ops run 1-D (LinearizeThreadLaunch)
                 kernels.append((int(node.value.value), node.body))
     return kernels
 
