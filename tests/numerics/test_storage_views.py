@@ -16,7 +16,7 @@ import torch
 
 from tilelang_metal import kernels as E
 from tilelang_metal.errors import CodegenError
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import EmulatorRuntimeError, racecheck
 
 N = 128  # elements of each input; 32 threads
 ROWS, COLS = 8, 16
@@ -204,32 +204,36 @@ def test_vectorized_copies_through_views_on_metal4():
 
 def test_scalar_view_of_a_threadgroup_array_reads_bits_not_values():
     """One threadgroup array (no merged pool), element by element: `s_bits[i]` printed as `s[i]` of an
-    `int` array converted each float to a number (1, 2, -1) instead of reading its bits."""
+    `int` array converted each float to a number (1, 2, -1) instead of reading its bits. An index
+    past the view's end is still reported by the emulator."""
 
     @T.prim_func
-    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "int32")):
+    def main(A: T.Tensor((64,), "float32"), shift: T.int32, B: T.Tensor((64,), "int32")):
         with T.Kernel(1, threads=64):
             s = T.alloc_shared((64,), "float32")
             s_bits = T.view(s, (64,), "int32")
             for i in T.Parallel(64):
                 s[i] = A[i]
             for i in T.Parallel(64):
-                B[i] = s_bits[63 - i]
+                B[i] = s_bits[63 - i + shift]
 
     kernel = tilelang.compile(main, out_idx=[-1], target=E.plain_metal_target(), execution_backend="emulator")
     a = torch.randn(64) * 10
-    assert torch.equal(kernel(a), a.view(torch.int32).flip(0))
+    assert torch.equal(kernel(a, 0), a.view(torch.int32).flip(0))
+    with pytest.raises(EmulatorRuntimeError, match=r"out-of-bounds access to threadgroup array 's_bits': element index 64, buffer extent 64 elements"):
+        kernel(a, 1)
 
 
-def gemm_of(a_view: bool, accumulator_view: bool, size: int = 32):
-    """C = A @ B with A staged as int16 bits read through a float16 view (`a_view`), or the float32
+def gemm_of(a_view: bool, accumulator_view: bool, size: int = 32, a_bits: str = "int16"):
+    """C = A @ B with A staged as `a_bits` read through a float16 view (`a_view`), or the float32
     accumulator written out through an int32 view (`accumulator_view`)."""
+    a_cols = {"int16": size, "int8": 2 * size}[a_bits]  # a row of float16 bits
 
     @T.prim_func
-    def main(A: T.Tensor((size, size), "int16"), B: T.Tensor((size, size), "float16"),
+    def main(A: T.Tensor((size, a_cols), a_bits), B: T.Tensor((size, size), "float16"),
              C: T.Tensor((size, size), "int32" if accumulator_view else "float32")):
         with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((size, size), "int16")
+            A_s = T.alloc_shared((size, a_cols), a_bits)
             B_s = T.alloc_shared((size, size), "float16")
             C_l = T.alloc_fragment((size, size), "float32")
             T.copy(A, A_s)
@@ -254,6 +258,13 @@ def test_gemm_reads_a_float16_view_of_int16_threadgroup_storage(target):
 def test_view_of_a_gemm_accumulator_in_matrix_registers_is_refused():
     with pytest.raises(CodegenError, match=r"^C_l: T.view reads it as float32 and int32, but the GEMM keeps it in matrix registers"):
         tilelang.compile(gemm_of(a_view=True, accumulator_view=True), out_idx=[-1], target=E.plain_metal_target(), execution_backend="emulator")
+
+
+def test_gemm_operand_view_wider_than_its_storage_is_refused():
+    """simdgroup_load takes a float16 pointer; int8 storage read as float16 gives it none (the
+    emulator could not bound the matrix read through a cast)."""
+    with pytest.raises(CodegenError, match=r"^A_s: a matrix operation reads its float16 view, but the storage is declared int8"):
+        tilelang.compile(gemm_of(a_view=True, accumulator_view=False, a_bits="int8"), out_idx=[-1], target=E.plain_metal_target(), execution_backend="emulator")
 
 
 def test_atomic_on_reinterpreted_storage_is_refused():

@@ -31,7 +31,7 @@ from .math_functions import math_call, precise_divide, uint_like
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
-from .storage_views import element_bytes, reinterpreted_storage
+from .storage_views import ReinterpretedStorage, element_bytes, reinterpreted_storage
 from .operators import BINARY_OPS, BIT_OPS
 from .warp_printer import WarpPrinting
 from ..host import vocab
@@ -220,7 +220,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def note_atomic(self, atomic: Any, *, discarded: bool) -> None:
         """Record what an atomic updates for the artifact (racecheck's schedule comparison reads it)."""
-        views = self.reinterpreted.get(atomic.var)
+        views = self.views_of(atomic.var)
         if views is not None:
             raise CodegenError(
                 f"{views.name}: an atomic on storage that T.view reads as {' and '.join(sorted(views.dtypes))}; an atomic "
@@ -286,7 +286,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             count *= int(dim)
         views = self.reinterpreted.get(var)
         if views is not None:  # declared once with the narrowest element type of its views
-            dtype, count = views.dtype, views.count
+            dtype, count = views.dtype, count * element_bytes(dtype) // element_bytes(views.dtype)
         if scope in SHARED_SCOPES:
             self.threadgroup[var] = dtype
             self.threadgroup_decls.append(artifact.ThreadgroupArrayDecl(name, msl_type(dtype), count))
@@ -537,7 +537,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             elem = view_dtype
             if lanes == 1:
                 return f"*({self.space_of(var)} {msl_type(elem)}*)({ref} + ({self.offset(index)}))"
-        elif view_dtype is not None and var in self.reinterpreted and split_dtype(view_dtype)[0] != elem:
+        elif view_dtype is not None and self.views_of(var) is not None and split_dtype(view_dtype)[0] != elem:
             # `T.view(X, dtype=...)` of threadgroup or thread storage: a pointer cast at the access,
             # the index scaled to storage elements (codegen/storage_views.py)
             elem = split_dtype(view_dtype)[0]
@@ -554,11 +554,18 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         vec = msl_type(f"{elem}x{lanes}")
         return f"*({self.space_of(var)} {vec}*)({ref} + ({self.offset(index.base)}))"
 
+    def views_of(self, var: Any) -> ReinterpretedStorage | None:
+        """How T.view reinterprets the threadgroup or thread storage `var` (None: one element type,
+        or device memory, whose views keep the parameter's type)."""
+        return None if var in self.device else self.reinterpreted.get(var)
+
     def storage_offset(self, var: Any, index: Any, dtype: str) -> str:
         """Element `index` of `dtype` as an offset in the elements `var` is declared with."""
-        views = self.reinterpreted.get(var)
+        views = self.views_of(var)
         ratio = 1 if views is None else views.ratio(dtype)
-        return self.offset(index) if ratio == 1 else f"{self.expr(index)} * {ratio}"
+        if ratio == 1:
+            return self.offset(index)
+        return str(int(index.value) * ratio) if isinstance(index, tir.IntImm) else f"{self.expr(index)} * {ratio}"
 
     def offset(self, index: Any) -> str:
         """An element offset: a sum prints without its outer parentheses (`A + (i + 4)`)."""
@@ -579,7 +586,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def check_typed_pointer(self, var: Any, dtype: str) -> None:
         """A matrix load or store takes a pointer of its element type: none into storage declared
         as another (a T.view with another dtype)."""
-        views = self.reinterpreted.get(var)
+        views = self.views_of(var)
         if views is not None and split_dtype(dtype)[0] != views.dtype:
             raise CodegenError(
                 f"{views.name}: a matrix operation reads its {dtype} view, but the storage is declared {views.dtype} "

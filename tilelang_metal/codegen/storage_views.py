@@ -3,13 +3,12 @@
 tilelang keeps one allocation per data variable and gives each view its own buffer over that
 variable; every access carries its own buffer's dtype. Where the buffers over one threadgroup array,
 pool view or thread array have different element types, the printer declares the storage once with
-the narrowest of them (among those, preferably the one a matrix load or store takes a pointer of,
-else the allocation's own) and reads every other
-element type through a pointer cast: element i of a view whose element is r storage elements wide
-is `*(space T*)(NAME + i * r)`. Every view's element is then a whole number of storage elements, so
-the emulator's checked pointers bound every access (and the racecheck build tracks it byte by byte)
-as they do vector accesses. Thread storage narrower than its widest view is declared `alignas` that
-view's element; threadgroup arrays are 16-byte aligned already.
+the narrowest of them (among those, the one a simdgroup_load / _store takes a pointer of, else the
+allocation's own) and reads every other element type through a pointer cast: element i of a view
+whose element is r storage elements wide is `*(space T*)(NAME + i * r)`. Every view's element is
+then a whole number of storage elements, so the emulator's checked pointers bound every access (and
+the racecheck build tracks it byte by byte) as they do vector accesses. Thread storage narrower than
+its widest view is declared `alignas` that view's element; threadgroup arrays are 16-byte aligned.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ def element_bytes(dtype: str) -> int:
 class ReinterpretedStorage:
     """One data variable read as several element types."""
 
-    name: str  # the allocation's name, for messages
+    name: str  # the allocation's name (tilelang gives it the last view's), for messages
     dtype: str  # the element type the storage is declared with
-    count: int | None  # elements of `dtype` (None: a view of symbolic shape)
+    count: int | None  # elements of `dtype` the largest buffer over it spans (None: symbolic shapes only)
     dtypes: frozenset[str]  # every element type the kernel reads or writes it as
 
     @property
@@ -85,7 +84,7 @@ def reinterpreted_storage(body: Any, parameters: set) -> dict[Any, Reinterpreted
         narrowest = min(element_bytes(d) for d in seen)
         candidates = sorted(d for d in seen if element_bytes(d) == narrowest)
         own = allocated.get(var, _pointee_dtype(var))
-        matrix = [d for d in candidates if d in pointed.get(var, ())]  # a simdgroup_load / _store takes a pointer of its own type
+        matrix = [d for d in candidates if d in pointed.get(var, ())]  # simdgroup_load / _store take a pointer of their type
         dtype = matrix[0] if len(matrix) == 1 else own if own in candidates else candidates[0]
         total = bytes_.get(var)  # element sizes are powers of two: a multiple of the narrowest
         out[var] = ReinterpretedStorage(names.get(var, str(var.name)), dtype, None if total is None else total // narrowest, frozenset(seen))
