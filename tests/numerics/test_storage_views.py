@@ -34,6 +34,7 @@ OUTPUTS = {
     "G_as_float16": ((ROWS, 2 * COLS), "float16", lambda x: x["G"].view(torch.float16)),
     "I_as_float32": ((N,), "float32", lambda x: x["I"].view(torch.float32)),  # written through the int32 view
     "I_as_float16": ((2 * N,), "float16", lambda x: x["I"].view(torch.float16)),  # written through an int32 view of halves
+    "I_as_int8": ((4 * N,), "int8", lambda x: x["I"].view(torch.int8)),  # the same halves read as bytes: 16-byte moves
 }
 
 
@@ -54,7 +55,7 @@ def tile_views(scope: str):
         F_as_int32: T.Tensor((N,), "int32"), F_as_uint32: T.Tensor((N,), "uint32"), H_as_int16: T.Tensor((N,), "int16"),
         H_as_bfloat16: T.Tensor((N,), "bfloat16"), H_as_int32: T.Tensor((N // 2,), "int32"), Q_as_int32: T.Tensor((N // 4,), "int32"),
         G_as_float16: T.Tensor((ROWS, 2 * COLS), "float16"), I_as_float32: T.Tensor((N,), "float32"),
-        I_as_float16: T.Tensor((2 * N,), "float16"),
+        I_as_float16: T.Tensor((2 * N,), "float16"), I_as_int8: T.Tensor((4 * N,), "int8"),
     ):
         with T.Kernel(1, threads=32):
             f = _alloc(scope, (N,), "float32")
@@ -90,6 +91,7 @@ def tile_views(scope: str):
             halves_words = T.view(halves, (N,), "int32")
             T.copy(I, halves_words)
             T.copy(halves, I_as_float16)
+            T.copy(T.view(halves, (4 * N,), "int8"), I_as_int8)
 
     return main
 
@@ -106,7 +108,7 @@ def thread_views():
         F_as_int32: T.Tensor((N,), "int32"), F_as_uint32: T.Tensor((N,), "uint32"), H_as_int16: T.Tensor((N,), "int16"),
         H_as_bfloat16: T.Tensor((N,), "bfloat16"), H_as_int32: T.Tensor((N // 2,), "int32"), Q_as_int32: T.Tensor((N // 4,), "int32"),
         G_as_float16: T.Tensor((ROWS, 2 * COLS), "float16"), I_as_float32: T.Tensor((N,), "float32"),
-        I_as_float16: T.Tensor((2 * N,), "float16"),
+        I_as_float16: T.Tensor((2 * N,), "float16"), I_as_int8: T.Tensor((4 * N,), "int8"),
     ):
         with T.Kernel(1, threads=32):
             t = T.get_thread_binding()
@@ -152,6 +154,9 @@ def thread_views():
                 I_as_float32[t * per + i] = back[i]
             for i in T.vectorized(2 * per):
                 I_as_float16[t * 2 * per + i] = halves[i]
+            halves_bytes = T.view(halves, (4 * per,), "int8")
+            for i in T.vectorized(4 * per):
+                I_as_int8[t * 4 * per + i] = halves_bytes[i]
 
     return main
 
