@@ -32,6 +32,7 @@ from .math_functions import math_call, precise_divide, uint_like
 from .matrix_printer import MatrixPrinting
 from .msl_types import float_literal, int_literal, msl_type, split_dtype
 from .names import NameTable
+from .storage_views import ReinterpretedStorage, element_bytes, reinterpreted_storage
 from .operators import BINARY_OPS, BIT_OPS
 from .warp_printer import WarpPrinting
 from ..host import vocab
@@ -97,6 +98,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         self.thread_arrays: dict[Any, str] = {}
         self.storage = storage_of(func)
         self.view_elements = declared_element_counts(func.body)
+        # threadgroup / thread storage that T.view reads as another dtype (codegen/storage_views.py)
+        self.reinterpreted = reinterpreted_storage(func.body, set(func.params))
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
         self.options = current_options()  # the lowering's options (options.py), fixed for the whole kernel
         self.precise_math = self.options.precise_math  # float32 math as metal::precise:: calls (docs/math.md)
@@ -238,6 +241,12 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
 
     def note_atomic(self, atomic: Any, *, discarded: bool) -> None:
         """Record what an atomic updates for the artifact (racecheck's schedule comparison reads it)."""
+        views = self.views_of(atomic.var)
+        if views is not None:
+            raise CodegenError(
+                f"{views.name}: an atomic on storage that T.view reads as {' and '.join(sorted(views.dtypes))}; an atomic "
+                "updates one element type, so make the atomic's buffer one that no T.view reinterprets"
+            )
         self.atomic_targets.add(self.name_of(atomic.var))
         self.float_atomics |= self.elem_dtype(atomic.var) in FLOAT_ATOMIC_DTYPES
         self.atomic_results_used |= not discarded
@@ -299,6 +308,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         count = 1
         for dim in buf.shape:
             count *= int(dim)
+        views = self.reinterpreted.get(var)
+        if views is not None:  # declared once with the narrowest element type of its views
+            dtype, count = views.dtype, count * element_bytes(dtype) // element_bytes(views.dtype)
         if scope in SHARED_SCOPES:
             self.threadgroup[var] = dtype
             self.threadgroup_decls.append(artifact.ThreadgroupArrayDecl(name, msl_type(dtype), count))
@@ -307,6 +319,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if scope not in THREAD_SCOPES:
             raise CodegenError(f"buffer {buf.name} has storage scope {scope}, which Metal kernels cannot allocate")
         self.thread_arrays[var] = dtype
+        if views is not None and self.matrix_storage(var) is not None:
+            raise CodegenError(
+                f"{buf.name}: T.view reads it as {' and '.join(sorted(views.dtypes))}, but the GEMM keeps it in matrix "
+                "registers, which have no bytes to reinterpret; T.copy it into a T.alloc_fragment and view that"
+            )
         if self.declare_matrix(var, name, dtype):
             return
         storage = self.matrix_storage(var)
@@ -316,6 +333,8 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return
         # align: recorded by the pass that moves whole 16-byte vectors through the array
         align = int(stmt.annotations.get(THREAD_ARRAY_ALIGN_ATTR, 0)) if stmt.annotations else 0
+        if views is not None and views.align > element_bytes(dtype):
+            align = max(align, views.align)  # its widest view's elements are read in place
         self.thread_array(artifact.ThreadArrayDecl(name, msl_type(dtype), count, align))
 
     def thread_array(self, decl: artifact.ThreadArrayDecl) -> None:
@@ -360,8 +379,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         if pool not in self.threadgroup:
             raise CodegenError(f"pointer {var.name} must point into threadgroup memory")
         dtype = _pointee_dtype(var)
-        self.threadgroup[var] = dtype
         count = self.view_elements.get(var)  # the view's own extent: the emulator checks accesses against it
+        views = self.reinterpreted.get(var)
+        if views is not None:
+            dtype, count = views.dtype, views.count
+        self.threadgroup[var] = dtype
         view = artifact.ThreadgroupViewDecl(self.name_of(var), msl_type(dtype), self.name_of(pool), self.expr(offset), count)
         self.threadgroup_decls.append(view)
         self.prelude.append(view.msl())
@@ -488,8 +510,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         else:
             self.support_code[RUN16] = RUN16_DECLARATION
             unit = f"{RUN16}<{msl_type(copy.dtype)}>"
-        load = f"*({self.space_of(copy.src)} {unit}*)({self.ref(copy.src)} + ({self.offset(copy.src_offset)}))"
-        self.emit(f"*({self.space_of(copy.dst)} {unit}*)({self.ref(copy.dst, store=True)} + ({self.offset(copy.dst_offset)})) = {load};")
+        src_offset, dst_offset = self.storage_offset(copy.src, copy.src_offset, copy.dtype), self.storage_offset(copy.dst, copy.dst_offset, copy.dtype)
+        load = f"*({self.space_of(copy.src)} {unit}*)({self.ref(copy.src)} + ({src_offset}))"
+        self.emit(f"*({self.space_of(copy.dst)} {unit}*)({self.ref(copy.dst, store=True)} + ({dst_offset})) = {load};")
 
     def packed_access(self, packed: intrinsics.PackedAccess) -> str:
         """`*(device packed_half4*)(A + off)`: a vector at element alignment (intrinsics.PACKED_LOAD);
@@ -499,7 +522,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             raise CodegenError(f"a packed vector access to {self.name_of(var)}, which is not a device buffer or threadgroup array")
         ref = self.ref(var, store=packed.value is not None)
         vector = msl_type(packed.dtype) if packed.aligned else f"packed_{msl_type(packed.dtype)}"
-        return f"*({self.space_of(var)} {vector}*)({ref} + ({self.offset(packed.offset)}))"
+        return f"*({self.space_of(var)} {vector}*)({ref} + ({self.storage_offset(var, packed.offset, packed.dtype)}))"
 
     # ---------------------------------------------------------------- memory access
     def space_of(self, var: Any) -> str:
@@ -538,12 +561,35 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             elem = view_dtype
             if lanes == 1:
                 return f"*({self.space_of(var)} {msl_type(elem)}*)({ref} + ({self.offset(index)}))"
+        elif view_dtype is not None and self.views_of(var) is not None and split_dtype(view_dtype)[0] != elem:
+            # `T.view(X, dtype=...)` of threadgroup or thread storage: a pointer cast at the access,
+            # the index scaled to storage elements (codegen/storage_views.py)
+            elem = split_dtype(view_dtype)[0]
+            if lanes == 1:
+                return f"*({self.space_of(var)} {msl_type(elem)}*)({ref} + ({self.storage_offset(var, index, elem)}))"
+            if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
+                raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
+            vec = msl_type(f"{elem}x{lanes}")
+            return f"*({self.space_of(var)} {vec}*)({ref} + ({self.storage_offset(var, index.base, elem)}))"
         if lanes == 1:
             return f"{ref}[{self.offset(index)}]"
         if not isinstance(index, tir.Ramp) or not (isinstance(index.stride, tir.IntImm) and int(index.stride.value) == 1):
             raise CodegenError(f"vector access to {name} with a non-contiguous index {index}")
         vec = msl_type(f"{elem}x{lanes}")
         return f"*({self.space_of(var)} {vec}*)({ref} + ({self.offset(index.base)}))"
+
+    def views_of(self, var: Any) -> ReinterpretedStorage | None:
+        """How T.view reinterprets the threadgroup or thread storage `var` (None: one element type,
+        or device memory, whose views keep the parameter's type)."""
+        return None if var in self.device else self.reinterpreted.get(var)
+
+    def storage_offset(self, var: Any, index: Any, dtype: str) -> str:
+        """Element `index` of `dtype` as an offset in the elements `var` is declared with."""
+        views = self.views_of(var)
+        ratio = 1 if views is None else views.ratio(dtype)
+        if ratio == 1:
+            return self.offset(index)
+        return str(int(index.value) * ratio) if isinstance(index, tir.IntImm) else f"{self.expr(index)} * {ratio}"
 
     def offset(self, index: Any) -> str:
         """An element offset: a sum prints without its outer parentheses (`A + (i + 4)`)."""
@@ -554,10 +600,22 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         """A matrix load/store address as `(buf + i)`: the only way device pointers are formed."""
         if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_ADDRESS_OF:
             load = addr.args[0]
+            self.check_typed_pointer(load.buffer.data, str(load.buffer.dtype))
             return f"({self.ref(load.buffer.data)} + ({self.offset(load.indices[-1])}))"
         if isinstance(addr, tir.Call) and str(addr.op.name) == vocab.TIRX_TVM_ACCESS_PTR:
+            self.check_typed_pointer(addr.args[1], str(addr.args[0].dtype))
             return f"({self.ref(addr.args[1])} + ({self.offset(addr.args[2])}))"
         raise CodegenError(f"unsupported pointer expression {addr}")
+
+    def check_typed_pointer(self, var: Any, dtype: str) -> None:
+        """A matrix load or store takes a pointer of its element type: none into storage declared
+        as another (a T.view with another dtype)."""
+        views = self.views_of(var)
+        if views is not None and split_dtype(dtype)[0] != views.dtype:
+            raise CodegenError(
+                f"{views.name}: a matrix operation reads its {dtype} view, but the storage is declared {views.dtype} "
+                f"(T.view reads it as {' and '.join(sorted(views.dtypes))}); T.copy the view into a {dtype} buffer of its own first"
+            )
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: Any) -> str:

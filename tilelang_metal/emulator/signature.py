@@ -366,8 +366,7 @@ def _located_declarations(msl: str, body_start: int, record: KernelRecord, *, ch
         body.edits.extend(_checked_view_edits(views, body.threadgroup_views))
     for t in record.thread_arrays:
         for lineno, start, content in sites(f"thread array {t.name}", t.msl(), once=False):
-            _record_thread_array(body, t.name, t.elem_type, t.count, "" if not t.align else f"alignas({t.align}) ",
-                                 lineno, start, content, checked=checked, racecheck=racecheck)
+            _record_thread_array(body, t.name, t.elem_type, t.count, t.align, lineno, start, content, checked=checked, racecheck=racecheck)
     for tp in record.tile_pointers:
         prefix = tp.prefix()
         found = [site for text, group in lines.items() if text.startswith(prefix) and text.endswith(";") for site in group]
@@ -401,7 +400,7 @@ def _check_position(p: PositionParam, msl: str, line: int | None) -> None:
         raise _fail(f"kernel parameter '{p.name}': unsupported type '{p.type}'", msl, line)
 
 
-def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, count: int, align: str, lineno: int,
+def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, count: int, align: int, lineno: int,
                          start: int, content: str, *, checked: bool, racecheck: bool) -> None:
     """Note a thread array for the stack size; checked builds bound its indices (`tlm::bounded_local`:
     an index out of range is reported, not written over the thread's stack), racecheck also tracks
@@ -413,9 +412,14 @@ def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, cou
     if not checked or size is None or elem_type.startswith("simdgroup_"):
         return
     kind = "local_array" if racecheck else "bounded_local"
-    body.edits.append((start, start + len(content), f'{_indent(content)}{align}tlm::{kind}<{elem_type}, {count}> {name}("{name}");'))
+    # the wrapper holds a pointer, so it is 8-byte aligned already (and C++ refuses a smaller alignas)
+    prefix = f"alignas({align}) " if align > _WRAPPER_ALIGN else ""
+    body.edits.append((start, start + len(content), f'{_indent(content)}{prefix}tlm::{kind}<{elem_type}, {count}> {name}("{name}");'))
     if racecheck:
         body.tracked_locals.add(name)
+
+
+_WRAPPER_ALIGN = 8  # alignof(tlm::bounded_local) and alignof(tlm::local_array): their `name` pointer's
 
 
 def _threadgroup_array_text(indent: str, arr: ThreadgroupArray, tail: str, *, checked: bool) -> str:
