@@ -27,6 +27,7 @@ barriers and is the race checker's business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +167,7 @@ class _Planner:
             then_case = self.visit(stmt.then_case)
             else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
             if self.thread.depends(stmt.condition) and (_has_barrier(then_case) or (else_case is not None and _has_barrier(else_case))):
-                return _split_at_barriers(stmt.condition, then_case, else_case)
+                return split_at_barriers(stmt.condition, then_case, else_case)
             return tir.IfThenElse(stmt.condition, then_case, else_case)
         if isinstance(stmt, (tir.AttrStmt, tir.SBlockRealize)) or hasattr(stmt, "body"):
             return _with_body(stmt, self.visit(_body(stmt)))
@@ -192,7 +193,17 @@ def _has_barrier(stmt: Any) -> bool:
     return any(_is_barrier(node) for node in find_nodes(stmt, [vocab.TIRX_EVALUATE]))
 
 
-def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
+def _device_barrier_scope(stmt: Any) -> str | None:
+    return "global" if _is_barrier(stmt) else None
+
+
+def split_at_barriers(
+    condition: Any,
+    then_case: Any,
+    else_case: Any,
+    barrier_scope: Callable[[Any], str | None] = _device_barrier_scope,
+    medium: str = "device memory",
+) -> Any:
     """`if c: S1; barrier; S2 else: E1` with `c` different per thread, as `if c: S1 else: E1`
     `barrier` `if c: S2`: a barrier must be reached by every thread of the threadgroup, so it cannot
     stay inside a branch. The k-th barrier of each branch becomes the k-th barrier between the ifs;
@@ -201,24 +212,26 @@ def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
     the same test only when neither branch writes what it reads (refused otherwise); likewise a value
     a branch binds before a barrier and uses after it is bound again after it (refused when the
     branches write what it reads). A barrier inside a loop or nested block of a branch is refused
-    (no place every thread reaches)."""
+    (no place every thread reaches). `barrier_scope` names the barriers to split at (their scope;
+    None for other statements), `medium` what they order (for the errors)."""
     where = f"the block under `if {condition}` (a condition that differs between threads)"
-    then_chunks = _chunks(then_case, where)
-    else_chunks = _chunks(else_case, where) if else_case is not None else [[]]
+    then_chunks, then_scopes = _chunks(then_case, where, barrier_scope, medium)
+    else_chunks, else_scopes = _chunks(else_case, where, barrier_scope, medium) if else_case is not None else ([[]], [])
     branches = [then_case] if else_case is None else [then_case, else_case]
     read = {var for var in _vars(condition)}
     written = set().union(*(_written(branch) for branch in branches))
     if read & written:
         raise MetalLoweringError(
-            f"{where} writes a buffer its condition reads and exchanges data between threads through device "
-            f"memory: the barrier it needs would have to re-test the condition. Compute the condition into a "
+            f"{where} writes a buffer its condition reads and exchanges data between threads through {medium}: "
+            f"the barrier it needs would have to re-test the condition. Compute the condition into a "
             f"T.alloc_var before the if."
         )
-    then_chunks, else_chunks = (_rebind_crossing(chunks, written, where) for chunks in (then_chunks, else_chunks))
+    then_chunks, else_chunks = (_rebind_crossing(chunks, written, where, medium) for chunks in (then_chunks, else_chunks))
     parts: list[Any] = []
     for k in range(max(len(then_chunks), len(else_chunks))):
-        if k:
-            parts.append(device_barrier())
+        if k:  # the k-th barrier of either branch, the wider one where both have one
+            scopes = {scopes[k - 1] for scopes in (then_scopes, else_scopes) if k - 1 < len(scopes)}
+            parts.append(storage_sync("global" if "global" in scopes else min(scopes)))
         then_part = _seq(then_chunks[k]) if k < len(then_chunks) else None
         else_part = _seq(else_chunks[k]) if k < len(else_chunks) else None
         if then_part is not None:
@@ -228,24 +241,28 @@ def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
     return tir.SeqStmt(parts)
 
 
-def _chunks(branch: Any, where: str) -> list[list[Any]]:
-    """The statements of a branch between its top-level barriers; a barrier nested deeper is refused."""
+def _chunks(branch: Any, where: str, barrier_scope: Callable[[Any], str | None], medium: str) -> tuple[list[list[Any]], list[str]]:
+    """The statements of a branch between its top-level barriers, and the barriers' scopes; a
+    barrier nested deeper is refused."""
     chunks: list[list[Any]] = [[]]
-    for stmt in _statements(branch):
-        if _is_barrier(stmt):
+    scopes: list[str] = []
+    for stmt in _flat_statements(branch):
+        scope = barrier_scope(stmt)
+        if scope is not None:
             chunks.append([])
-        elif _has_barrier(stmt):
+            scopes.append(scope)
+        elif any(barrier_scope(node) is not None for node in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
             raise MetalLoweringError(
-                f"{where} exchanges data between threads through device memory inside a loop or nested block, "
+                f"{where} exchanges data between threads through {medium} inside a loop or nested block, "
                 f"where a barrier every thread reaches cannot be placed. Move the loop out of the if and guard "
                 f"its body with the condition instead."
             )
         else:
             chunks[-1].append(stmt)
-    return chunks
+    return chunks, scopes
 
 
-def _rebind_crossing(chunks: list[list[Any]], written: set[Any], where: str) -> list[list[Any]]:
+def _rebind_crossing(chunks: list[list[Any]], written: set[Any], where: str, medium: str) -> list[list[Any]]:
     """The pieces of a branch with every value bound in one piece and used in a later one bound
     again (as a fresh variable) at the start of that piece: once the pieces sit in separate ifs the
     first binding is out of scope. Evaluating the value again gives the same result only when it
@@ -266,7 +283,7 @@ def _rebind_crossing(chunks: list[list[Any]], written: set[Any], where: str) -> 
                 continue
             if not _reevaluable(bind.value, written):
                 raise MetalLoweringError(
-                    f"{where} binds {bind.var.name} before the device-memory barrier it needs and uses it after, and "
+                    f"{where} binds {bind.var.name} before the barrier it needs ({medium}) and uses it after, and "
                     f"its value reads memory the branch writes, so it cannot be computed again after the barrier. "
                     f"Keep the value in a T.alloc_var declared before the if."
                 )
@@ -328,6 +345,13 @@ def _vars(expr: Any) -> set[Any]:
 
 def _statements(stmt: Any) -> list[Any]:
     return list(stmt.seq) if isinstance(stmt, tir.SeqStmt) else [stmt]
+
+
+def _flat_statements(stmt: Any) -> list[Any]:
+    """The statements of nested sequences in order (a branch split inside a branch is one)."""
+    if not isinstance(stmt, tir.SeqStmt):
+        return [stmt]
+    return [inner for item in stmt.seq for inner in _flat_statements(item)]
 
 
 def _body(stmt: Any) -> Any:
