@@ -115,3 +115,33 @@ def test_reduction_under_a_thread_dependent_branch_without_thread_sync_is_refuse
     with pytest.raises(MetalLoweringError, match=r"T\.reduce under `if tx < 64` .* Move the T\.reduce out of that loop or branch") as err:
         tilelang.compile(main, target="metal", execution_backend="emulator", pass_configs=NO_THREAD_SYNC)
     assert "\n" not in str(err.value)
+
+
+@functools.lru_cache(maxsize=None)
+def column_max_in_a_loop(rows: int = 64, cols: int = 8, steps: int = 3):
+    """Out[j] = sum over s of max_i A[s, i, j] with ThreadSync off: each step's reduction reuses its
+    scratch, so the next publish must wait for the last gather (the fence before the op)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((steps, rows, cols), "float32"), Out: T.Tensor((cols,), "float32")):
+        with T.Kernel(1, threads=THREADS):
+            a = T.alloc_fragment((rows, cols), "float32")
+            col = T.alloc_fragment((cols,), "float32")
+            acc = T.alloc_fragment((cols,), "float32")
+            T.fill(acc, 0.0)
+            for s in T.serial(steps):
+                T.copy(A[s, :, :], a)
+                T.reduce_max(a, col, dim=0)
+                for j in T.Parallel(cols):
+                    acc[j] += col[j]
+            T.copy(acc, Out)
+
+    return tilelang.compile(main, target="metal", execution_backend="emulator", pass_configs=NO_THREAD_SYNC)
+
+
+def test_reduction_in_a_loop_without_thread_sync_reuses_its_scratch_safely():
+    kernel = column_max_in_a_loop()
+    a = torch.randn(3, 64, 8, generator=torch.Generator().manual_seed(13))
+    out = torch.empty(8)
+    racecheck(kernel, a, out)
+    torch.testing.assert_close(out, a.amax(1).sum(0))
