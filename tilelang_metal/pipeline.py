@@ -32,6 +32,7 @@ from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
 from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
+from .transform.branch_barriers import SplitBranchBarriers
 from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
@@ -166,6 +167,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     )(mod)
     mod = tl.ThreadSync("shared")(mod)
     mod = tl.ThreadSync("shared.dyn")(mod)
+    mod = SplitBranchBarriers(mod)  # plugin: ThreadSync's barriers in thread-dependent branches -> between ifs, where every thread reaches them
     mod = SplitStagedCopies(mod)  # plugin: those copies as register loads before the MMAs, stores after, one barrier per step (no cp.async)
     mod = SyncWhileLoops(mod)  # plugin: ThreadSync leaves `while` iterations unordered
     mod = SyncSkippedBodies(mod)  # plugin: a barrier on the path that skips a loop or branch holding one (zero-trip pipelines)

@@ -57,6 +57,7 @@ from .passes import (  # noqa: F401
     pipeline_options,
     plan_pipelines,
     stock_passes,
+    thread_storage_sync_disabled,
     tilelang_passes,
 )
 from .vocab import (  # noqa: F401

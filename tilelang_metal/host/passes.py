@@ -37,6 +37,17 @@ def pass_context_state() -> tuple[list[tuple[str, str]], bool]:
     return items, bool(list(ctx.instruments))
 
 
+# tilelang's pass config that turns its ThreadSync pass off (kernels that place their own T.sync_threads)
+DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+
+
+def thread_storage_sync_disabled() -> bool:
+    """Whether the current PassContext turns tilelang's ThreadSync off: then no pass places the
+    barriers of the threadgroup exchanges the plugin itself lowers, and the plugin must."""
+    value = tvm.transform.PassContext.current().config.get(DISABLE_THREAD_STORAGE_SYNC)
+    return bool(value) if value is not None else False
+
+
 def module_to_json(*mods: Any) -> str:
     """The complete, deterministic serialization of one IRModule, or of several together
     (`tvm.ir.save_json`; variables they share stay shared when loaded)."""

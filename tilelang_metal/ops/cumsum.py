@@ -3,7 +3,11 @@
 TileLang stages fragment scans through shared memory, so the tile op always sees threadgroup (or
 device) buffers. Every line along the scanned axis is one thread's serial scan: threads take lines
 round-robin, accumulate in float32 for fp16/bf16, and write each prefix as they go (in place is
-fine: a line's element is read before it is overwritten). ThreadSync puts the barriers around it.
+fine: a line's element is read before it is overwritten). ThreadSync puts the barriers around it;
+when a kernel turns ThreadSync off (`tl.disable_thread_storage_sync`), the scan carries them itself
+(`own_barriers`): its lines are spread over the threads in its own way, unlike the `T.copy` that
+fills the buffer and the one that reads it (a fragment scan is staged through shared memory by
+tilelang's frontend, where the kernel's author has no place for a `T.sync_threads`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import Any
 
 from ..host import tile_region, tir, tvm
 from ..errors import MetalLoweringError
+from ..scopes import SHARED_SCOPES
+from ..transform.barriers import storage_sync
 from .reduce import accumulator_dtype, combine, identity, is_seeded
 
 
@@ -28,7 +34,7 @@ def _line_indices(mins: list[Any], extents: list[int], dim: int, line: Any, k: A
     return indices
 
 
-def lower_cumsum(call: Any, name: str, tx: Any, threads: int) -> tuple[Any, list[Any]]:
+def lower_cumsum(call: Any, name: str, tx: Any, threads: int, own_barriers: bool = False) -> tuple[Any, list[Any]]:
     src, dst = tile_region(call.args[0]), tile_region(call.args[1])
     dim, reverse = int(call.args[2].value), bool(call.args[3].value)
     what = "T.cumsum" if name == "cumsum" else "T.cummax"
@@ -81,4 +87,7 @@ def lower_cumsum(call: Any, name: str, tx: Any, threads: int) -> tuple[Any, list
     body: Any = scan_line(line)
     if lines % threads:
         body = tir.IfThenElse(line < lines, body, None)
-    return tir.For(round_var, 0, rounds, tir.ForKind.SERIAL, body), [acc]
+    scan: Any = tir.For(round_var, 0, rounds, tir.ForKind.SERIAL, body)
+    if own_barriers and any(str(r.buffer.scope()) in SHARED_SCOPES for r in (src, dst)):
+        scan = tir.SeqStmt([storage_sync("shared"), scan, storage_sync("shared")])
+    return scan, [acc]

@@ -4,6 +4,13 @@ Runs after LayoutInference (which records fragment layouts in the blocks' `layou
 LowerTileOp (which would stop with "requires a target-specific implementation"). What it emits is
 ordinary TIR on the logical buffers plus parallel loops annotated with a fragment layout, which
 LowerTileOp then partitions over threads like any `T.Parallel` loop.
+
+The barriers of the threadgroup exchanges these ops create come from tilelang's ThreadSync, which
+runs later; when a kernel turns it off (`tl.disable_thread_storage_sync`, for kernels that place
+their own `T.sync_threads`), the ops carry their own, and two barriers that end up next to each
+other (one op's last and the next op's first, or the kernel's own `T.sync_threads`) become one.
+Such an op under control flow that differs between threads is refused: its barriers would be
+divergent.
 """
 
 from __future__ import annotations
@@ -15,15 +22,18 @@ from ..host import (
     call_annotations,
     PARALLEL_LOOP_LAYOUT_ATTR,
     fragment_view,
+    thread_storage_sync_disabled,
     tile_op_name,
     tile_region,
     tir,
     tvm,
 )
 from ..errors import MetalLoweringError
+from ..transform.barriers import merge_adjacent_barriers, sync_scope
 from ..transform.function_pass import per_function_pass
 from ..transform.ir_query import find_nodes
 from ..transform.kernel_launches import ThreadLaunch, rewrite_kernels
+from ..transform.uniformity import ThreadDependence
 from .atomic import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
@@ -54,7 +64,7 @@ def _whole(region: Any, what: str) -> Any:
     return region.buffer
 
 
-def _reduce(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[Any, list[Any]]:
+def _reduce(call: Any, layouts: dict[Any, Any], tx: Any, threads: int, own_barriers: bool) -> tuple[Any, list[Any]]:
     src = _whole(tile_region(call.args[0]), "T.reduce")
     dst = _whole(tile_region(call.args[1]), "T.reduce")
     kind = str(call.args[2].value)
@@ -70,10 +80,10 @@ def _reduce(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[
         raise MetalLoweringError(f"T.reduce: layout inference left no layout for {src.name} or {dst.name}")
     if tx is None:
         raise MetalLoweringError("T.reduce on fragments needs a thread launch (T.Kernel(..., threads=N))")
-    return lower_fragment_reduce(op, fragment_view(layouts[src]), fragment_view(layouts[dst]), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
+    return lower_fragment_reduce(op, fragment_view(layouts[src]), fragment_view(layouts[dst]), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR, own_barriers)
 
 
-def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int) -> tuple[Any, list[Any]]:
+def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int, own_barriers: bool) -> tuple[Any, list[Any]]:
     reducer = tile_region(call.args[0]).buffer
     if reducer not in layouts:
         raise MetalLoweringError(f"T.finalize_reducer: layout inference left no layout for {reducer.name}")
@@ -83,15 +93,34 @@ def _finalize_reducer(call: Any, layouts: dict[Any, Any], tx: Any, threads: int)
     rest = [int(a.value) for a in call.args[2:]]
     steps = list(zip(rest[0::2], rest[1::2])) if "plan" in annotations else None
     view = fragment_view(layouts[reducer])
-    return lower_finalize_reducer(reducer, view, int(call.args[1].value), steps, annotations.get("seed"), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR)
+    return lower_finalize_reducer(
+        reducer, view, int(call.args[1].value), steps, annotations.get("seed"), tx, threads, PARALLEL_LOOP_LAYOUT_ATTR, own_barriers
+    )
 
 
-def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | None) -> Any:
-    """`stmt` with every plugin tile op lowered for `launch` (the kernel holding `stmt`); the
-    scratch each op needs is allocated in its innermost enclosing block."""
+_OP_CALLS = {"reduce": "T.reduce", "finalize_reducer": "T.finalize_reducer", "cumsum": "T.cumsum", "cummax": "T.cummax"}
+
+
+def _divergence(node: Any, thread: ThreadDependence) -> str | None:
+    """How a loop or branch differs between threads (None when every thread takes it alike)."""
+    if isinstance(node, tir.IfThenElse) and thread.depends(node.condition):
+        return f"`if {node.condition}`"
+    if isinstance(node, tir.While) and thread.depends(node.condition):
+        return f"`while {node.condition}`"
+    if isinstance(node, tir.For) and (thread.depends(node.min) or thread.depends(node.extent)):
+        return f"a loop over range({node.min}, {node.min} + {node.extent})"
+    return None
+
+
+def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | None, own_barriers: bool) -> Any:
+    """`stmt` with every plugin tile op lowered for `launch` (the kernel holding `stmt`), with
+    their own barriers when `own_barriers`; the scratch each op needs is allocated in its innermost
+    enclosing block."""
     if not any(tile_op_name(n.value) in PLUGIN_TILE_OPS for n in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
         return stmt
     tx, threads = _thread_x(launch)
+    thread = ThreadDependence(stmt) if own_barriers else None
+    divergent: list[str | None] = []  # per enclosing loop / branch: how it differs between threads
     # Scratch of the ops lowered so far and not yet allocated, and for each block being visited the
     # length of `pending` when it was entered: a block allocates only the scratch of the ops inside
     # it. (Taking all of `pending` at the next block to finish would put an op's scratch into a
@@ -104,19 +133,32 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
     def preorder(node: Any) -> Any:
         if isinstance(node, tir.SBlock):
             entered.append(len(pending))
+        elif thread is not None and isinstance(node, (tir.IfThenElse, tir.While, tir.For)):
+            divergent.append(_divergence(node, thread))
         return None
 
     def postorder(node: Any) -> Any:
+        if isinstance(node, (tir.IfThenElse, tir.While, tir.For)):
+            if thread is not None:
+                divergent.pop()
+            return None
         if isinstance(node, tir.Evaluate):
             name = tile_op_name(node.value)
             if name == "reduce":
-                stmt, buffers = _reduce(node.value, layouts, tx, threads)
+                stmt, buffers = _reduce(node.value, layouts, tx, threads, own_barriers)
             elif name == "finalize_reducer":
-                stmt, buffers = _finalize_reducer(node.value, layouts, tx, threads)
+                stmt, buffers = _finalize_reducer(node.value, layouts, tx, threads, own_barriers)
             elif name in ("cumsum", "cummax"):
-                stmt, buffers = lower_cumsum(node.value, name, tx, threads)
+                stmt, buffers = lower_cumsum(node.value, name, tx, threads, own_barriers)
             else:
                 return None
+            where = next((d for d in reversed(divergent) if d is not None), None)
+            if where is not None and any(sync_scope(n) is not None for n in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
+                raise MetalLoweringError(
+                    f"{_OP_CALLS[name]} under {where} (which differs between threads) exchanges data through threadgroup "
+                    f"memory; with tl.disable_thread_storage_sync its barriers are the lowering's own, and a barrier there "
+                    f"would not be reached by every thread. Move the {_OP_CALLS[name]} out of that loop or branch."
+                )
             pending.extend(buffers)
             return stmt
         if isinstance(node, tir.SBlock):
@@ -131,10 +173,11 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
             )
         return None
 
-    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, preorder, postorder, [vocab.TIRX_EVALUATE, vocab.TIRX_SBLOCK])
+    kinds = [vocab.TIRX_EVALUATE, vocab.TIRX_SBLOCK, vocab.TIRX_IFTHENELSE, vocab.TIRX_WHILE, vocab.TIRX_FOR]
+    lowered = tvm.tirx.stmt_functor.ir_transform(stmt, preorder, postorder, kinds)
     if pending:
         raise MetalLoweringError("internal: tile-op scratch buffers found no enclosing block")
-    return lowered
+    return merge_adjacent_barriers(lowered) if own_barriers else lowered
 
 
 def lower_function(func: Any) -> Any:
@@ -144,9 +187,10 @@ def lower_function(func: Any) -> Any:
     for block in find_nodes(func.body, [vocab.TIRX_SBLOCK]):
         if LAYOUT_MAP_ATTR in block.annotations:
             layouts.update(dict(block.annotations[LAYOUT_MAP_ATTR].items()))
+    own_barriers = thread_storage_sync_disabled()  # no ThreadSync will place the exchanges' barriers
     # each kernel of the module with its own launch; then whatever lies outside every kernel
-    body = rewrite_kernels(func.body, lambda kernel, launch: _lower_tile_ops(kernel, layouts, launch))
-    return func.with_body(_lower_tile_ops(body, layouts, None))
+    body = rewrite_kernels(func.body, lambda kernel, launch: _lower_tile_ops(kernel, layouts, launch, own_barriers))
+    return func.with_body(_lower_tile_ops(body, layouts, None, own_barriers))
 
 
 LowerMetalTileOps = per_function_pass("tilelang_metal.LowerMetalTileOps", lower_function)

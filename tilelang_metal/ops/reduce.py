@@ -13,7 +13,11 @@ digits* (parts each thread walks through itself). The lowering:
 3. across simdgroups (thread digits >= 32 lanes apart, or digits that are not powers of two): each
    thread publishes its partial in threadgroup memory and reads its peers' in one fixed order, so
    every replica computes bitwise the same value. ThreadSync places the barriers (including the
-   write-after-read one when the reduction sits in a loop and reuses its scratch);
+   write-after-read one when the reduction sits in a loop and reuses its scratch); when a kernel
+   turns ThreadSync off (`tl.disable_thread_storage_sync`, kernels that place their own
+   `T.sync_threads`), the lowering places them itself (`own_barriers`): one before the op, one
+   between publishing and gathering, one after it (the scratch may share memory with other buffers
+   once tilelang merges the allocations);
 4. the destination owners (all replicas) store the result, combined with the old value when
    `clear=False`.
 
@@ -28,6 +32,7 @@ from typing import Any
 
 from ..host import FragmentView, IterSplit, fragment_view, iter_splits, make_replicated_fragment, tir, tvm
 from ..errors import MetalLoweringError
+from ..transform.barriers import storage_sync
 
 SIMD_WIDTH = 32
 KINDS = ("sum", "abssum", "max", "min", "absmax", "bitand", "bitor", "bitxor")
@@ -252,11 +257,22 @@ def publishing_slots(plan: Any, block_threads: int) -> tuple[int, Any, int]:
     return block_threads >> width, slot_of, bits
 
 
+def fenced(stmts: list[Any], scratch: list[Any], own_barriers: bool) -> list[Any]:
+    """`stmts` between two threadgroup barriers when they exchange data through `scratch` and the
+    lowering places its own barriers: the one before orders earlier reads of that memory (the
+    previous loop iteration's gather, or a buffer merged into the same bytes) before the publish,
+    the one after orders the gather before later writes."""
+    if not (scratch and own_barriers):
+        return stmts
+    return [storage_sync("shared"), *stmts, storage_sync("shared")]
+
+
 def exchange_partials(
-    part: Any, count: int, ex: Exchange, tx: Any, tx_rel: Any, block_threads: int, threads_used: int, name: str
+    part: Any, count: int, ex: Exchange, tx: Any, tx_rel: Any, block_threads: int, threads_used: int, name: str, own_barriers: bool = False
 ) -> tuple[list[Any], list[Any]]:
     """Statements combining `part[j]` (j < count) across the threads of each group, leaving the
-    group's total in every member; and the threadgroup scratch they allocate."""
+    group's total in every member; and the threadgroup scratch they allocate. With `own_barriers`
+    a barrier separates publishing from gathering (the caller fences the whole op, `fenced`)."""
     plan, kind, dtype = ex.plan, ex.kind, str(part.dtype)
     stmts: list[Any] = []
     buffers: list[Any] = []
@@ -283,6 +299,8 @@ def exchange_partials(
             lanes = tvm.tirx.floormod(tvm.tirx.floordiv(tx, simd_bits & -simd_bits), simd_bits // (simd_bits & -simd_bits) + 1)
             publish = tir.IfThenElse(lanes == 0, publish, None)
         stmts.append(publish)
+        if own_barriers:
+            stmts.append(storage_sync("shared"))
         if plan.gather:
             first: Any = tx
             for scale, size in zip(ex.scales, ex.extents):
@@ -421,9 +439,10 @@ class ReduceCall:
 
 
 def lower_fragment_reduce(
-    op: ReduceCall, src: FragmentView, dst: FragmentView, tx: Any, block_threads: int, layout_attr: str
+    op: ReduceCall, src: FragmentView, dst: FragmentView, tx: Any, block_threads: int, layout_attr: str, own_barriers: bool = False
 ) -> tuple[Any, list[Any]]:
-    """The TIR replacing one fragment -> fragment `tl.reduce`, and the buffers it allocates."""
+    """The TIR replacing one fragment -> fragment `tl.reduce`, and the buffers it allocates; with
+    `own_barriers`, the barriers of its threadgroup exchange (ThreadSync is off)."""
     if len(op.dst.shape) != max(1, len(op.src.shape) - 1):
         raise MetalLoweringError(
             f"T.reduce into {op.dst.name} of shape {list(op.dst.shape)}: on Metal the destination drops the reduced axis "
@@ -500,7 +519,7 @@ def lower_fragment_reduce(
 
     # 2. within the simdgroup, 3. across simdgroups
     exchange = Exchange(op.kind, [d.scale for d in plan.thread_digits], [d.extent for d in plan.thread_digits], plan)
-    more, scratch = exchange_partials(part, count, exchange, tx, tx_rel, block_threads, src.threads_used, op.dst.name)
+    more, scratch = exchange_partials(part, count, exchange, tx, tx_rel, block_threads, src.threads_used, op.dst.name, own_barriers)
     stmts.extend(more)
     buffers.extend(scratch)
 
@@ -517,7 +536,7 @@ def lower_fragment_reduce(
         return tir.BufferStore(op.dst, result, list(dvars))
 
     stmts.append(parallel_nest(dst, store_body, layout_attr))
-    return tir.SeqStmt(stmts), buffers
+    return tir.SeqStmt(fenced(stmts, scratch, own_barriers)), buffers
 
 
 def lower_local_reduce(op: ReduceCall) -> Any:

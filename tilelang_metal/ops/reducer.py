@@ -5,7 +5,8 @@ finalizing all-reduces each element across the replicas, so every replica ends w
 The collective plan is either explicit (pairs `(reducing_threads, scale)` after the op code:
 butterfly masks `reducing_threads / 2, ..., scale`) or the default: every thread of the layout
 (replicate extent == thread extent), masks `extent / 2, ..., 1`. The exchange itself is the one
-`T.reduce` uses (simd shuffles within a simdgroup, threadgroup memory across simdgroups); an
+`T.reduce` uses (simd shuffles within a simdgroup, threadgroup memory across simdgroups, with its
+own barriers when ThreadSync is off); an
 optional `seed` (the reducer's logical start value) is combined once per element at the end.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..host import FragmentView, tir
 from ..errors import MetalLoweringError
-from .reduce import SIMD_WIDTH, Exchange, ReducePlan, combine, exchange_partials, is_power_of_two, linear_index, parallel_nest
+from .reduce import SIMD_WIDTH, Exchange, ReducePlan, combine, exchange_partials, fenced, is_power_of_two, linear_index, parallel_nest
 
 REDUCER_KINDS = ("sum", "max", "min", "bitand", "bitor", "bitxor")  # tilelang's ReducerV2OpType order
 
@@ -35,8 +36,18 @@ def butterfly_masks(reducing_threads: int, scale: int) -> list[int]:
 
 
 def lower_finalize_reducer(
-    reducer: Any, view: FragmentView, kind_code: int, steps: list[tuple[int, int]] | None, seed: Any, tx: Any, block_threads: int, layout_attr: str
+    reducer: Any,
+    view: FragmentView,
+    kind_code: int,
+    steps: list[tuple[int, int]] | None,
+    seed: Any,
+    tx: Any,
+    block_threads: int,
+    layout_attr: str,
+    own_barriers: bool = False,
 ) -> tuple[Any, list[Any]]:
+    """The TIR of one `T.finalize_reducer` and the buffers it allocates; with `own_barriers`, the
+    barriers of its threadgroup exchange (ThreadSync is off)."""
     kind = REDUCER_KINDS[kind_code]
     if steps is None:
         if view.replicate == 1:
@@ -69,7 +80,7 @@ def lower_finalize_reducer(
 
     stmts = [parallel_nest(view, load, layout_attr)]
     exchange = Exchange(kind, [], [], plan)
-    more, scratch = exchange_partials(part, count, exchange, tx, tx_rel, block_threads, view.threads_used, reducer.name)
+    more, scratch = exchange_partials(part, count, exchange, tx, tx_rel, block_threads, view.threads_used, reducer.name, own_barriers)
     stmts += more
     stmts.append(parallel_nest(view, store, layout_attr))
-    return tir.SeqStmt(stmts), [part, *scratch]
+    return tir.SeqStmt(fenced(stmts, scratch, own_barriers)), [part, *scratch]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host import tir
+from ..host import tir, tvm
 from ..scopes import SHARED_SCOPES
 from ..host import vocab
 
@@ -25,3 +25,28 @@ def sync_scope(stmt: Any) -> str | None:
 def is_threadgroup_barrier(stmt: Any) -> bool:
     """A barrier that orders threadgroup memory only (one that orders device memory too is not)."""
     return sync_scope(stmt) in SHARED_SCOPES
+
+
+def merge_adjacent_barriers(stmt: Any) -> Any:
+    """`stmt` with one barrier where two follow each other in a sequence (nested sequences
+    flattened): nothing runs between them, so the second orders nothing the first did not. The one
+    kept has the wider scope (a device-memory barrier orders threadgroup memory too)."""
+
+    def merge(seq: Any) -> Any:
+        flat: list[Any] = []
+        for item in seq.seq:
+            flat.extend(item.seq if isinstance(item, tir.SeqStmt) else [item])
+        kept: list[Any] = []
+        for item in flat:
+            scope = sync_scope(item)
+            previous = sync_scope(kept[-1]) if kept else None
+            if scope not in (None, "warp") and previous not in (None, "warp"):
+                if scope == "global":
+                    kept[-1] = item
+                continue
+            kept.append(item)
+        if len(kept) == len(seq.seq) and len(flat) == len(seq.seq):
+            return None
+        return kept[0] if len(kept) == 1 else tir.SeqStmt(kept)
+
+    return tvm.tirx.stmt_functor.ir_transform(stmt, None, merge, [vocab.TIRX_SEQSTMT])

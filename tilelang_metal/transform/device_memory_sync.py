@@ -10,9 +10,10 @@ so this pass inserts `tvm_storage_sync("global")` (printed as
 `threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)`: tilelang's ThreadSync,
 which runs later, treats any sync as one for threadgroup memory too and adds none beside it) between
 such statements, and at the end of a loop body whose tail conflicts with its head (the next iteration).
-No barrier goes into control flow that differs between threads: a thread-guarded block is split
-around it, and a loop whose range differs per thread gets none when each thread keeps to its own
-elements (refused otherwise).
+No barrier goes into control flow that differs between threads: a thread-guarded block (and its
+else branch) is split around it, so the barrier sits between two ifs on the same condition where
+every thread reaches it, and a loop whose range differs per thread gets none when each thread keeps
+to its own elements (refused otherwise).
 
 Runs at tile level, before layout inference, on statement sequences outside `T.Parallel` loops
 (whose bodies run per element, not per statement). Each access is a box of elements: a tile-op
@@ -26,6 +27,7 @@ barriers and is the race checker's business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +153,10 @@ class _Planner:
             if stmt.kind == tir.ForKind.PARALLEL:
                 return stmt  # per-element body: ordered as one statement by its neighbours
             stmts, head, tail, _ = self.sequence(_statements(stmt.body))
-            if len(stmts) > 1 and conflicts(tail, head, self.analyzer):
+            # A body of one statement is not ordered against its own next iteration; a `Bind` that
+            # reads no device memory (`i = tx + 64 * j` before the store) does not make it two.
+            accessing = [st for st in stmts if not _is_barrier(st) and (not isinstance(st, tir.Bind) or self.accesses(st).reads)]
+            if len(accessing) > 1 and conflicts(tail, head, self.analyzer):
                 stmts.append(device_barrier())  # the next iteration's head reads what this tail wrote
             body = stmts[0] if len(stmts) == 1 else tir.SeqStmt(stmts)
             planned = tir.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
@@ -162,7 +167,7 @@ class _Planner:
             then_case = self.visit(stmt.then_case)
             else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
             if self.thread.depends(stmt.condition) and (_has_barrier(then_case) or (else_case is not None and _has_barrier(else_case))):
-                return _split_at_barriers(stmt.condition, then_case, else_case)
+                return split_at_barriers(stmt.condition, then_case, else_case)
             return tir.IfThenElse(stmt.condition, then_case, else_case)
         if isinstance(stmt, (tir.AttrStmt, tir.SBlockRealize)) or hasattr(stmt, "body"):
             return _with_body(stmt, self.visit(_body(stmt)))
@@ -188,44 +193,141 @@ def _has_barrier(stmt: Any) -> bool:
     return any(_is_barrier(node) for node in find_nodes(stmt, [vocab.TIRX_EVALUATE]))
 
 
-def _split_at_barriers(condition: Any, then_case: Any, else_case: Any) -> Any:
-    """`if c: S1; barrier; S2` with `c` different per thread, as `if c: S1` `barrier` `if c: S2`: a
-    barrier must be reached by every thread of the threadgroup, so it cannot stay inside the branch.
-    The condition is evaluated again after each barrier, which is the same test only when the branch
-    writes nothing it reads."""
+def _device_barrier_scope(stmt: Any) -> str | None:
+    return "global" if _is_barrier(stmt) else None
+
+
+def split_at_barriers(
+    condition: Any,
+    then_case: Any,
+    else_case: Any,
+    barrier_scope: Callable[[Any], str | None] = _device_barrier_scope,
+    medium: str = "device memory",
+) -> Any:
+    """`if c: S1; barrier; S2 else: E1` with `c` different per thread, as `if c: S1 else: E1`
+    `barrier` `if c: S2`: a barrier must be reached by every thread of the threadgroup, so it cannot
+    stay inside a branch. The k-th barrier of each branch becomes the k-th barrier between the ifs;
+    threads of the two branches were unordered before, and each keeps its own statements in order,
+    so the split only adds ordering. The condition is evaluated again after each barrier, which is
+    the same test only when neither branch writes what it reads (refused otherwise); likewise a value
+    a branch binds before a barrier and uses after it is bound again after it (refused when the
+    branches write what it reads). A barrier inside a loop or nested block of a branch is refused
+    (no place every thread reaches). `barrier_scope` names the barriers to split at (their scope;
+    None for other statements), `medium` what they order (for the errors)."""
     where = f"the block under `if {condition}` (a condition that differs between threads)"
-    if else_case is not None:
+    then_chunks, then_scopes = _chunks(then_case, where, barrier_scope, medium)
+    else_chunks, else_scopes = _chunks(else_case, where, barrier_scope, medium) if else_case is not None else ([[]], [])
+    branches = [then_case] if else_case is None else [then_case, else_case]
+    read = {var for var in _vars(condition)}
+    written = set().union(*(_written(branch) for branch in branches))
+    if read & written:
         raise MetalLoweringError(
-            f"{where} with an else branch exchanges data between threads through device memory, which needs a "
-            f"barrier every thread reaches. Write the two branches as two ifs with opposite conditions."
+            f"{where} writes a buffer its condition reads and exchanges data between threads through {medium}: "
+            f"the barrier it needs would have to re-test the condition. Compute the condition into a "
+            f"T.alloc_var before the if."
         )
+    then_chunks, else_chunks = (_rebind_crossing(chunks, written, where, medium) for chunks in (then_chunks, else_chunks))
+    parts: list[Any] = []
+    for k in range(max(len(then_chunks), len(else_chunks))):
+        if k:  # the k-th barrier of either branch, the wider one where both have one
+            scopes = {scopes[k - 1] for scopes in (then_scopes, else_scopes) if k - 1 < len(scopes)}
+            parts.append(storage_sync("global" if "global" in scopes else min(scopes)))
+        then_part = _seq(then_chunks[k]) if k < len(then_chunks) else None
+        else_part = _seq(else_chunks[k]) if k < len(else_chunks) else None
+        if then_part is not None:
+            parts.append(tir.IfThenElse(condition, then_part, else_part))
+        elif else_part is not None:
+            parts.append(tir.IfThenElse(tir.Not(condition), else_part, None))
+    return tir.SeqStmt(parts)
+
+
+def _chunks(branch: Any, where: str, barrier_scope: Callable[[Any], str | None], medium: str) -> tuple[list[list[Any]], list[str]]:
+    """The statements of a branch between its top-level barriers, and the barriers' scopes; a
+    barrier nested deeper is refused."""
     chunks: list[list[Any]] = [[]]
-    for stmt in _statements(then_case):
-        if _is_barrier(stmt):
+    scopes: list[str] = []
+    for stmt in _flat_statements(branch):
+        scope = barrier_scope(stmt)
+        if scope is not None:
             chunks.append([])
-        elif _has_barrier(stmt):
+            scopes.append(scope)
+        elif any(barrier_scope(node) is not None for node in find_nodes(stmt, [vocab.TIRX_EVALUATE])):
             raise MetalLoweringError(
-                f"{where} exchanges data between threads through device memory inside a loop or nested block, "
+                f"{where} exchanges data between threads through {medium} inside a loop or nested block, "
                 f"where a barrier every thread reaches cannot be placed. Move the loop out of the if and guard "
                 f"its body with the condition instead."
             )
         else:
             chunks[-1].append(stmt)
-    read = {var for var in _vars(condition)}
-    written = {node.buffer.data for node in find_nodes(then_case, [vocab.TIRX_BUFFERSTORE])}
-    if read & written:
-        raise MetalLoweringError(
-            f"{where} writes a buffer its condition reads and exchanges data between threads through device "
-            f"memory: the barrier it needs would have to re-test the condition. Compute the condition into a "
-            f"T.alloc_var before the if."
-        )
-    parts: list[Any] = []
+    return chunks, scopes
+
+
+def _rebind_crossing(chunks: list[list[Any]], written: set[Any], where: str, medium: str) -> list[list[Any]]:
+    """The pieces of a branch with every value bound in one piece and used in a later one bound
+    again (as a fresh variable) at the start of that piece: once the pieces sit in separate ifs the
+    first binding is out of scope. Evaluating the value again gives the same result only when it
+    reads nothing the branches write and calls nothing with side effects; otherwise refused."""
+    bound: list[Any] = []  # Bind statements of the earlier pieces, in order
+    out: list[list[Any]] = []
     for chunk in chunks:
-        if parts:
-            parts.append(device_barrier())
-        if chunk:
-            parts.append(tir.IfThenElse(condition, chunk[0] if len(chunk) == 1 else tir.SeqStmt(chunk), None))
-    return tir.SeqStmt(parts)
+        used = set().union(*(_vars_in_stmt(stmt) for stmt in chunk)) if chunk else set()
+        needed: set[Any] = set()
+        for bind in reversed(bound):  # later bindings may use earlier ones: close over them
+            if bind.var in used or bind.var in needed:
+                needed.add(bind.var)
+                used |= _vars_in_stmt(tir.Evaluate(bind.value))
+        prefix: list[Any] = []
+        fresh: dict[Any, Any] = {}
+        for bind in bound:
+            if bind.var not in needed:
+                continue
+            if not _reevaluable(bind.value, written):
+                raise MetalLoweringError(
+                    f"{where} binds {bind.var.name} before the barrier it needs ({medium}) and uses it after, and "
+                    f"its value reads memory the branch writes, so it cannot be computed again after the barrier. "
+                    f"Keep the value in a T.alloc_var declared before the if."
+                )
+            var = tir.Var(bind.var.name, bind.var.dtype)
+            prefix.append(tir.Bind(var, tvm.tirx.stmt_functor.substitute(bind.value, fresh)))
+            fresh[bind.var] = var
+        out.append(prefix + [tvm.tirx.stmt_functor.substitute(stmt, fresh) for stmt in chunk] if fresh else chunk)
+        bound += [stmt for stmt in chunk if isinstance(stmt, tir.Bind)]  # in scope for the rest of the branch
+    return out
+
+
+def _written(stmt: Any) -> set[Any]:
+    """Data variables of the buffers `stmt` writes: by stores and by tile ops (T.copy, T.fill, ...)."""
+    out = {node.buffer.data for node in find_nodes(stmt, [vocab.TIRX_BUFFERSTORE])}
+    for call in find_nodes(stmt, [vocab.TIRX_CALL]):
+        region = tile_op_region(call)
+        if region is not None and region[1] & REGION_WRITE:
+            out.add(region[0].data)
+    return out
+
+
+_NO_SIDE_EFFECT = (0, 1)  # TVM's CallEffectKind: kExprAnnotation, kPure
+
+
+def _reevaluable(value: Any, written: set[Any]) -> bool:
+    for node in find_nodes(tir.Evaluate(value), [vocab.TIRX_BUFFERLOAD, vocab.TIRX_CALL]):
+        if isinstance(node, tir.BufferLoad):
+            if node.buffer.data in written:
+                return False
+        elif not isinstance(node.op, tvm.ir.Op) or int(node.op.get_attr("TCallEffectKind") or 6) not in _NO_SIDE_EFFECT:
+            return False
+    return True
+
+
+def _seq(stmts: list[Any]) -> Any:
+    if not stmts:
+        return None
+    return stmts[0] if len(stmts) == 1 else tir.SeqStmt(stmts)
+
+
+def _vars_in_stmt(stmt: Any) -> set[Any]:
+    found: set[Any] = set()
+    tvm.tirx.stmt_functor.post_order_visit(stmt, lambda node: found.add(node) if isinstance(node, tir.Var) else None)
+    return found
 
 
 def _vars(expr: Any) -> set[Any]:
@@ -243,6 +345,13 @@ def _vars(expr: Any) -> set[Any]:
 
 def _statements(stmt: Any) -> list[Any]:
     return list(stmt.seq) if isinstance(stmt, tir.SeqStmt) else [stmt]
+
+
+def _flat_statements(stmt: Any) -> list[Any]:
+    """The statements of nested sequences in order (a branch split inside a branch is one)."""
+    if not isinstance(stmt, tir.SeqStmt):
+        return [stmt]
+    return [inner for item in stmt.seq for inner in _flat_statements(item)]
 
 
 def _body(stmt: Any) -> Any:
