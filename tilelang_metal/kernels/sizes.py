@@ -34,7 +34,7 @@ def integer_sizes(
         step, why = (multiples or {}).get(name, (1, ""))
         if number % step:
             near = " or ".join(str(v) for v in (number // step * step, -(-number // step) * step) if v >= max(step, minimum or 0))
-            raise error(f"{what} {name}={number} must be a multiple of {step} ({why}); use {name}={near}")
+            raise error(f"{what} {name}={number} is not a multiple of {step} ({why}); use {name}={near}")
         values.append(number)
     return tuple(values)
 
