@@ -135,3 +135,20 @@ def test_each_rows_valid_call_builds(key):
     """The row's own arguments pass, so each refusal above comes from the one bad value."""
     builder, args, kwargs, _ = BUILDERS[key]
     builder(*args, **kwargs)
+
+
+def test_symbolic_problem_sizes_stay_symbolic():
+    """A T.dynamic M, N or K of a GEMM (and the large side and K of a GEMV) is checked per call by
+    the calling convention, not refused as a non-integer; a split-K plan needs K's value."""
+    import tilelang.language as T
+
+    m, k = T.dynamic("m"), T.dynamic("k")
+    kernels.gemm_direct_global(m, 64, 64)
+    kernels.gemm_staged(m, 64, k)
+    with pytest.raises(ValueError, match=r"^gemm_direct_global K=k must be an integer"):  # a T.gemm tile extent on that path
+        kernels.gemm_direct_global(64, 64, k)
+    kernels.gemv_small_m(2, m, k)
+    with pytest.raises(ValueError, match=r"^gemm_split_k K=k must be an integer \(a Var was given\)"):
+        kernels.gemm_split_k(64, 64, k, 2)
+    with pytest.raises(ValueError, match=r"^gemv_small_m M=m must be an integer"):
+        kernels.gemv_small_m(m, 64, 64)

@@ -23,11 +23,11 @@ SWIZZLE_ORDERS = ("mlx", "row", "column")  # T.use_swizzle's orders, all three l
 
 
 def check_gemm_arguments(what: str, *, threads: int, swizzle_panel: int = 0, swizzle_order: str = "mlx", num_stages: int = 0,
-                         bools: dict | None = None, **sizes: Any) -> tuple[int, ...]:
-    """`sizes` (the problem and tile sizes, each >= 1), `threads` (whole simdgroups, at most
+                         bools: dict | None = None, symbolic: tuple[str, ...] = ("M", "N", "K"), **sizes: Any) -> tuple[Any, ...]:
+    """`sizes` (the problem and tile sizes, each >= 1; those named in `symbolic` may be `T.dynamic`), `threads` (whole simdgroups, at most
     1024), `swizzle_panel` / `num_stages` (>= 0) and the flags in `bools`, refused in one line
     naming the argument; returns the sizes, then threads, swizzle_panel and num_stages, as ints."""
-    values = integer_sizes(what, minimum=1, **sizes)
+    values = integer_sizes(what, minimum=1, symbolic=symbolic, **sizes)  # a T.dynamic problem size is checked per call
     (threads,) = integer_sizes(what, minimum=SIMD_WIDTH, multiples={"threads": THREADS_MULTIPLE}, threads=threads)
     if threads > MAX_THREADS:
         raise ValueError(f"{what} threads={threads} is over Metal's {MAX_THREADS} threads per threadgroup; use 128 or 256")
@@ -63,7 +63,8 @@ def gemm_direct_global(
     accumulate=True computes C += A @ B (clear_accum=False)."""
     M, N, K, block_M, block_N, threads, swizzle_panel, _ = check_gemm_arguments(
         "gemm_direct_global", M=M, N=N, K=K, block_M=block_M, block_N=block_N, threads=threads, swizzle_panel=swizzle_panel,
-        swizzle_order=swizzle_order, bools={"trans_A": trans_A, "trans_B": trans_B, "accumulate": accumulate})
+        swizzle_order=swizzle_order, bools={"trans_A": trans_A, "trans_B": trans_B, "accumulate": accumulate},
+        symbolic=("M", "N"))  # K is a T.gemm tile extent here: static
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
 
@@ -102,7 +103,7 @@ def gemm_bias_gelu(
     accumulator, bias and GELU applied to it in registers, one store of C (no C round trip through
     device memory, unlike a GEMM followed by elementwise kernels). Bias is float32 (N,)."""
     M, N, K, block_M, block_N, threads, _, _ = check_gemm_arguments(
-        "gemm_bias_gelu", M=M, N=N, K=K, block_M=block_M, block_N=block_N, threads=threads)
+        "gemm_bias_gelu", M=M, N=N, K=K, block_M=block_M, block_N=block_N, threads=threads, symbolic=("M", "N"))
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), Bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), out_dtype)):

@@ -30,22 +30,23 @@ GEMV_MAX_ROWS = 8  # rows of the small side the GEMV kernels accept (and kernels
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _check(what: str, small_name: str, dtype: str, out_dtype: str, vec: int, **sizes: Any) -> tuple[int, ...]:
-    """M, N, K (K >= 0: an empty K gives C = 0) and the tile options (each >= 1) as ints, or a
-    one-line ValueError naming the argument; the small side at most GEMV_MAX_ROWS."""
-    M, N, K = integer_sizes(what, minimum=0, M=sizes.pop("M"), N=sizes.pop("N"), K=sizes.pop("K"))
-    small = M if small_name == "M" else N
+def _check(what: str, small_name: str, dtype: str, out_dtype: str, vec: int, **sizes: Any) -> tuple[Any, ...]:
+    """M, N, K and the tile options as ints, or a one-line ValueError naming the argument: the
+    small side 1 to GEMV_MAX_ROWS, the other side >= 1 and K >= 0 (C = 0), both of these possibly
+    `T.dynamic`; the options >= 1."""
+    other_name = "N" if small_name == "M" else "M"
+    (small,) = integer_sizes(what, **{small_name: sizes.pop(small_name)})
     if not 1 <= small <= GEMV_MAX_ROWS:
         raise ValueError(f"GEMV needs 1 <= {small_name} <= {GEMV_MAX_ROWS} (got {small_name}={small}); use kernels.matmul, which routes larger shapes to a GEMM")
-    other = "N" if small_name == "M" else "M"
-    if (N if small_name == "M" else M) < 1:
-        raise ValueError(f"{what} {other}={N if small_name == 'M' else M} must be at least 1; pass {other} >= 1")
+    (other,) = integer_sizes(what, minimum=1, symbolic=(other_name,), **{other_name: sizes.pop(other_name)})
+    (K,) = integer_sizes(what, minimum=0, symbolic=("K",), K=sizes.pop("K"))
     for name, value in (("dtype", dtype), ("out_dtype", out_dtype)):
         if value not in DTYPES:
             raise ValueError(f"GEMV {name}={value!r} is not supported; use one of {', '.join(DTYPES)}")
     (vec,) = integer_sizes(what, vec=vec)
     if vec not in (1, 2, 4):
         raise ValueError(f"GEMV vec={vec} must be 1, 2 or 4 (Metal vectors have at most 4 lanes)")
+    M, N = (small, other) if small_name == "M" else (other, small)
     return (M, N, K, vec, *integer_sizes(what, minimum=1, **sizes))
 
 

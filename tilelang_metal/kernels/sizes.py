@@ -15,20 +15,28 @@ def integer_sizes(
     minimum: int | None = None,
     multiples: Mapping[str, tuple[int, str]] | None = None,
     error: type[Exception] = ValueError,
+    symbolic: Iterable[str] = (),
     **sizes: Any,
-) -> tuple[int, ...]:
+) -> tuple[Any, ...]:
     """The values of `sizes` as Python ints, in order: any integer type (numpy's, a 0-d integer
-    tensor) is taken by value; bools, floats and other objects are refused in one line naming
-    `what` and the argument. `minimum`: each size must be at least this (1 where a size is meant);
-    `multiples`: {name: (step, why)}, that size must be a multiple of step, `why` says what needs it."""
+    tensor, a TIR integer constant) is taken by value; bools, floats and other objects are refused
+    in one line naming `what` and the argument. `minimum`: each size must be at least this (1 where
+    a size is meant); `multiples`: {name: (step, why)}, that size must be a multiple of step, `why`
+    says what needs it. The sizes named in `symbolic` may also be integer TIR expressions
+    (`T.dynamic("M")`), kept as they are: their value is checked per call by the calling convention."""
     values = []
     for name, value in sizes.items():
         if isinstance(value, bool):  # an int subclass: True would be a size of 1
             raise error(f"{what} {name}={value!r} must be an integer, not a bool; pass the number itself")
+        if name in symbolic and _is_symbolic_integer(value):
+            values.append(value)
+            continue
         try:
             number = operator.index(value)
         except TypeError:
-            raise error(f"{what} {name}={value!r} must be an integer (a {type(value).__name__} was given); pass int({name})") from None
+            number = _integer_constant(value)
+            if number is None:
+                raise error(f"{what} {name}={value!r} must be an integer (a {type(value).__name__} was given); pass int({name})") from None
         if minimum is not None and number < minimum:
             raise error(f"{what} {name}={number} must be at least {minimum}; pass {name} >= {minimum}")
         step, why = (multiples or {}).get(name, (1, ""))
@@ -62,3 +70,18 @@ def one_of(what: str, name: str, value: Any, allowed: Iterable[Any], *, error: t
     allowed = tuple(allowed)
     if not any(type(value) is type(option) and value == option for option in allowed):
         raise error(f"{what} {name}={value!r} is not supported; use one of {', '.join(repr(option) for option in allowed)}")
+
+
+def _integer_constant(value: Any) -> int | None:
+    """The value of a TIR integer constant (`T.int32(64)`), else None."""
+    from ..host import tir
+
+    if isinstance(value, tir.IntImm) and not str(value.dtype).startswith("bool"):
+        return int(value.value)
+    return None
+
+
+def _is_symbolic_integer(value: Any) -> bool:
+    from ..host import tir
+
+    return isinstance(value, tir.PrimExpr) and not isinstance(value, tir.IntImm) and str(value.dtype).startswith(("int", "uint"))

@@ -69,6 +69,7 @@ def gemm_split_k(
     """The split-K module as a `T.prim_func` (compile with `out_idx=[-1]`). `copy_in_runs`: as in
     kernels.gemm_staged (operands whose row pitch is not a multiple of 16 bytes)."""
     out_dtype = out_dtype or dtype
+    integer_sizes("gemm_split_k", M=M, N=N, K=K)  # no T.dynamic: the slices of K are planned here
     M, N, K, splits, block_m, block_n, block_k, threads, _, num_stages = check_gemm_arguments(
         "gemm_split_k", M=M, N=N, K=K, splits=splits, block_m=block_m, block_n=block_n, block_k=block_k, threads=threads,
         num_stages=num_stages)
