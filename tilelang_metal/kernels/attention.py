@@ -184,8 +184,8 @@ def _check_gqa(heads: int, kv_heads: int) -> None:
 def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float, key_visible: Callable[[Any, Any, Any], Any]) -> Any:
     """A `T.macro` for one block of keys of the online softmax, shared by both kernels: mask the
     scores `S` (rows x cols, fp32) of keys `first_key + j` that row i may not see
-    (`key_visible(i, key, limit)`, with the caller's `limit`: a row position fragment or a key
-    bound), fold them into the running row maximum, turn them into probabilities in `P`, add their
+    (`key_visible(i, key, limit)`, with the caller's `limit`: a fragment of per-row key bounds or
+    one key bound), fold them into the running row maximum, turn them into probabilities in `P`, add their
     row sums to `denominator` and rescale `acc_o` (rows x head_dim) to the new maximum.
 
     Masked keys get probability 0 from their position, not from their score, so no score is too low
@@ -275,10 +275,10 @@ def flash_attention_program(
             return tensor[b, start : start + count, h, :]
         return tensor[b, h, start : start + count, :]
 
-    def key_visible(i: Any, key: Any, query_pos: Any) -> Any:
-        """Key `key` is a real key (and, causal, not after query row i)."""
+    def key_visible(i: Any, key: Any, key_end: Any) -> Any:
+        """Key `key` is a real key (and, causal, not after query row i): below the row's key_end."""
         if causal:
-            return (key < seq) & (key <= query_pos[i])
+            return key < key_end[i]
         return key < seq
 
     softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible)
@@ -300,9 +300,9 @@ def flash_attention_program(
             row_rescale = T.alloc_fragment((block_m,), ACCUM)
             row_sum = T.alloc_fragment((block_m,), ACCUM)
             denominator = T.alloc_fragment((block_m,), ACCUM)
-            # the causal mask compares against a loaded row position: written inline, the unrolled
-            # lane arithmetic of both sides costs TVM's Simplify ~10 s per kernel
-            query_pos = T.alloc_fragment((block_m,), "int32")
+            # the keys row i may see end at key_end[i] = min(query + 1, seq) if causal: one compare with a
+            # loaded bound (written inline, the unrolled lane arithmetic costs TVM's Simplify ~10 s per kernel)
+            key_end = T.alloc_fragment((block_m,), "int32")
 
             kv_head = by // group
             # Q once, into the registers the first GEMM reads as its A operand (rows past the end read 0)
@@ -311,7 +311,7 @@ def flash_attention_program(
             T.fill(denominator, 0)
             T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
-                query_pos[i] = bx * block_m + i
+                key_end[i] = T.min(bx * block_m + i + 1, seq)
             kv_blocks = T.ceildiv(seq, block_n)
             if causal:
                 kv_blocks = T.min(kv_blocks, T.ceildiv((bx + 1) * block_m, block_n))
@@ -322,7 +322,7 @@ def flash_attention_program(
                     # K^T and V straight from device memory (keys past the end read 0 and are masked)
                     T.gemm(Q_frag, K_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], S, transpose_B=True,
                            clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, query_pos)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
                     T.gemm(P, V_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
             else:
                 K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
@@ -332,7 +332,7 @@ def flash_attention_program(
                     T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared[:, 0:head_dim])
                     T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared[:, 0:head_dim])
                     T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, query_pos)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
                     T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
                 acc_o[i, j] = T.if_then_else(denominator[i] == 0, 0, acc_o[i, j] / denominator[i])
