@@ -248,7 +248,7 @@ def assert_no_infinity(source):
     """Masks and initial maxima are the finite MASKED_SCORE: under Metal's fast math (the
     MTLCompileOptions default) the compiler may assume no infinities, so none is in the source."""
     assert "INFINITY" not in source and "HUGE_VAL" not in source and "NAN" not in source
-    assert "-1e+38f" in source, "the mask value MASKED_SCORE is not in the source"
+    assert f"{MASKED_SCORE!r}f" in source, "the mask value MASKED_SCORE is not in the source"
 
 
 def run_attention(target, heads, kv_heads, seq, dim, causal, layout, dtype, block_m, block_n, threads, seqs):
@@ -340,8 +340,8 @@ def test_wrong_inputs_are_refused_at_call_time():
         (lambda: flash_attention_program(1, 6, 64, 64, kv_heads=4), r"heads \(6\) to be a multiple of kv_heads \(4\).*use kv_heads in \[1, 2, 3, 6\]"),
         (lambda: flash_decoding_program(1, 6, 4, 64, 64), r"heads \(6\) to be a multiple of kv_heads \(4\)"),
         # were TVM InternalErrors (a fragment layout that cannot be inferred; an is_int check)
-        (lambda: flash_attention_program(1, 2, 0, 64), r"seq_len=0 must be an integer >= 1, or None"),
-        (lambda: flash_attention_program(1, 2, 16.0, 64), r"seq_len=16.0 must be an integer >= 1"),
+        (lambda: flash_attention_program(1, 2, 0, 64), r"^flash_attention_program seq_len=0 must be at least 1; pass seq_len >= 1, or None \(a length given at run time\)$"),
+        (lambda: flash_attention_program(1, 2, 16.0, 64), r"^flash_attention_program seq_len=16.0 must be an integer \(a float was given\); pass int\(seq_len\), or None"),
         (lambda: flash_decoding_program(1, 8, 2, 64, 64, block_h=12, threads=64, dataflow="staged"), r"block_h=12 is not a multiple of 8.*use block_h=8 or 16"),
     ],
     ids=["head-dim-odd", "head-dim-36", "block-n", "block-m", "threads", "dtype", "gqa", "gqa-decoding", "seq-len-0", "seq-len-float", "block-h"],
@@ -470,3 +470,84 @@ def test_accumulator_is_next_gemms_a_operand(target):
     out = torch.full((M, K), float("nan"))
     kernel(q, k, v, out)
     torch.testing.assert_close(out, torch.relu(q @ k.T) @ v, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- extreme scores
+
+TORCH_ALL = {**TORCH, "float32": torch.float32}
+HUGE = 2.0**61  # 32 products of +-2^61 sum exactly to +-2^127 = 1.7e38: below the old sentinel -1e38
+
+
+@functools.lru_cache(maxsize=None)
+def extreme_forward_kernel(target, dtype, causal):
+    program = flash_attention_program(1, 1, 40, 32, causal=causal, dtype=dtype, block_m=32, block_n=32, threads=64, target=_target(target))
+    return tilelang.compile(program, out_idx=[3], target=_target(target), execution_backend="emulator")
+
+
+@functools.lru_cache(maxsize=None)
+def extreme_decoding_kernel(target, dtype, dataflow):
+    program = flash_decoding_program(1, 4, 1, 20, 32, num_split=3, dtype=dtype, block_h=16, block_n=32, threads=64, target=_target(target),
+                                     dataflow=dataflow)
+    return tilelang.compile(program, out_idx=[3, 4, 5], target=_target(target), execution_backend="emulator")
+
+
+def extreme_inputs(queries, keys, dtype, factors=None):
+    """Scores of +-2^127 * f (f per key: `factors`, or 1 or 0.75 at random; exact in every dtype but
+    float16), so torch's softmax is exactly uniform over the keys of the row's best f: q row 0 is
+    +inf (every score -inf: torch 2.13 gives 0), row 1 is -2^61 (scores +2^127 f: the largest f
+    wins), the others +2^61 (scores -2^127 f: the smallest f wins)."""
+    g = torch.Generator().manual_seed(queries + keys)
+    q = torch.full((queries, 32), HUGE)
+    q[0], q[1] = math.inf, -HUGE
+    f = torch.where(torch.rand(keys, 1, generator=g) < 0.5, 1.0, 0.75) if factors is None else torch.tensor(factors)[:, None]
+    k = -HUGE * f.expand(keys, 32)
+    v = torch.randn(keys, 32, generator=g)
+    return (x.to(TORCH_ALL[dtype]) for x in (q, k, v))
+
+
+# Decoding: 20 keys in 3 splits of 7; each row's best keys lie in one split (keys 8, 10: f 0.75; keys
+# 15, 17: f 1). Splits whose maxima tie at 1e37 would weigh alike: log2 of a split's key count is
+# below the ulp of its log-sum-exp there, which is all the combine gets.
+DECODING_FACTORS = [0.875] * 20
+DECODING_FACTORS[8] = DECODING_FACTORS[10] = 0.75
+DECODING_FACTORS[15] = DECODING_FACTORS[17] = 1.0
+
+
+@pytest.mark.parametrize("target,dtype,causal", [("metal", "float32", True), ("metal4", "bfloat16", False)])
+def test_scores_below_any_sentinel_match_torch(target, dtype, causal):
+    """Scores below -1e38 (the old finite sentinel MASKED_SCORE) lost to it: such rows came out 0,
+    and the masked tail keys (at the sentinel) outranked the real ones. Masked keys now weigh 0 by
+    position, so the forward kernel and both GEMM decoding dataflows give torch's average of V; a
+    row of -inf scores gives torch 2.13's 0."""
+    q, k, v = extreme_inputs(40, 40, dtype)
+    out = extreme_forward_kernel(target, dtype, causal)(q[None, :, None], k[None, :, None], v[None, :, None])
+    ref = attention_reference(q[None, :, None], k[None, :, None], v[None, :, None], causal, "bshd")
+    assert torch.isfinite(ref).all() and (ref[0, 0] == 0).all()
+    torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2)
+    qd, kd, vd = extreme_inputs(4, 20, dtype, DECODING_FACTORS)
+    for dataflow in (attention_dataflow(_target(target)), "vector"):
+        *_, out = extreme_decoding_kernel(target, dtype, dataflow)(qd[None], kd[None, :, None], vd[None, :, None])
+        ref = F.scaled_dot_product_attention(qd.float()[None, :, None], kd.float()[None, None], vd.float()[None, None])[:, :, 0]
+        torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2, msg=lambda m: f"{dataflow}: {m}")
+
+
+@pytest.mark.parametrize("target", ["metal4", "metal"])
+def test_rows_of_minus_infinity_scores_match_torch(target):
+    """float16 cannot reach the scores above, but +-inf in q can: a row of -inf scores is 0 in torch
+    2.13, and -inf among finite scores weighs 0 (the kernels of the NaN test: no new compile)."""
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(1, 40, 2, 64).half() for _ in range(3))
+    k[..., 1, :] = -k[..., 1, :].abs() - 0.5  # KV head 1: negative keys
+    q[0, 3, 1] = math.inf  # every score of the row -inf
+    q[0, 4, 1, 7] = math.inf  # one element: -inf scores, except where k is 0 (NaN in torch too)
+    out = attention_kernel(target, 2, 2, 40, 64, False, "bshd", "float16", 32, 32, 64)(q, k, v).float()
+    ref = attention_reference(q, k, v, False, "bshd")
+    assert (ref[0, 3, 1] == 0).all()
+    torch.testing.assert_close(out, ref, atol=4e-3, rtol=4e-3, equal_nan=True)
+    qd, kd, vd = torch.randn(1, 4, 64).half(), -torch.rand(1, 20, 1, 64).half() - 0.5, torch.randn(1, 20, 1, 64).half()
+    qd[0, 2] = math.inf
+    *_, out = decoding_kernel(target, 1, 4, 1, 20, 64, 3, 16, 32, 64)(qd, kd, vd)
+    ref = F.scaled_dot_product_attention(qd.float()[:, :, None], kd.float().transpose(1, 2).expand(1, 4, 20, 64),
+                                         vd.float().transpose(1, 2).expand(1, 4, 20, 64))[:, :, 0]
+    assert (ref[0, 2] == 0).all()
+    torch.testing.assert_close(out.float(), ref, atol=4e-3, rtol=4e-3)

@@ -146,10 +146,21 @@ def test_a_damaged_entry_is_lowered_again(cache_dir):
     assert _source(func) == good and _delta(before)["hits"] == 1
 
 
+def _gemm_on_100_threads():
+    """A GEMM the lowering refuses (kernels.gemm_direct_global refuses threads=100 itself, before lowering)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 128), "float16"), C: T.Tensor((64, 128), "float16")):
+        with T.Kernel(1, 1, threads=100) as (bx, by):
+            T.gemm(A[0:64, 0:32], B[0:32, 0:128], C[0:64, 0:128], clear_accum=True)
+
+    return main
+
+
 def test_refusals_are_raised_every_time_and_never_stored(cache_dir):
     for _ in range(2):
         with pytest.raises(GemmLoweringError, match="threads=100 is not a multiple of 32"):
-            _source(K.gemm_direct_global(64, 128, 32, threads=100))
+            _source(_gemm_on_100_threads())
     assert _entries(cache_dir) == []
 
 

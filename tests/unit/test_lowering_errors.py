@@ -133,3 +133,16 @@ def test_dynamic_shapes_lower_and_launch(metal4):
     for n in (1, 130):  # the grid follows m per call (docs/calling_convention.md)
         a = torch.randn(n)
         assert torch.equal(kernel(a), a + 1.0)
+
+
+def test_pointer_tables_name_the_construct(metal4):
+    """A tensor made from a pointer read in the kernel (a T.ptr / uint64 table) was refused as an
+    'unsupported pointer binding' naming neither T.ptr nor T.make_tensor."""
+
+    @T.prim_func
+    def main(Ptrs: T.Tensor((2,), "uint64"), Out: T.Tensor((2, 32), "float32")):
+        with T.Kernel(2, threads=32) as bx:
+            src = T.make_tensor(Ptrs[bx], (32,), "float32")
+            Out[bx, T.get_thread_binding()] = src[T.get_thread_binding()]
+
+    _lower_fails(main, metal4, "T.ptr", "T.make_tensor", "pass each tensor as its own T.Tensor parameter")

@@ -374,7 +374,11 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             self.emit(f"{decl.prefix()}{self.pointer(value)};")
             return
         if not (isinstance(value, tir.Call) and str(value.op.name) == vocab.TIRX_HANDLE_ADD_BYTE_OFFSET):
-            raise CodegenError(f"unsupported pointer binding {var.name} = {value}")
+            # e.g. T.make_tensor over a pointer read from a T.ptr / uint64 table: Metal binds every buffer as a parameter
+            raise CodegenError(
+                f"unsupported pointer binding {var.name} = {value}: a pointer made inside the kernel (T.ptr, T.make_tensor over a "
+                "pointer table) is not supported on Metal; pass each tensor as its own T.Tensor parameter"
+            )
         pool, offset = value.args
         if pool not in self.threadgroup:
             raise CodegenError(f"pointer {var.name} must point into threadgroup memory")

@@ -20,34 +20,36 @@ Two dataflows, chosen by the target (`attention_dataflow`):
   staged through threadgroup memory by `T.copy`, their rows padded by ROW_PAD_BYTES when the padded
   tiles fit (row starts then fall on different banks, for the transposed `simdgroup_load` of K^T).
 
-Sequence tails are masked (keys past the end get the score MASKED_SCORE, queries past the end are
-not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime value.
-The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
-MASKED_SCORE).
+Sequence tails are masked (keys past the end get probability 0 by position, queries past the end
+are not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime
+value. The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
+MASKED_SCORE); no score, however low, is mistaken for a masked key.
 
 No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
 """
 
 
 import math
-import numbers
-from typing import Any
+from typing import Any, Callable
 
 import tilelang.language as T
 
 from ..errors import MetalLoweringError
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..target import has_metal4, normalize_metal_target
+from .sizes import flags, integer_sizes, optional_size
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
-# The score of a masked key and the running maximum of a row that has seen no key yet: a large
-# finite negative number instead of -inf, because under Metal's fast math (MTLMathModeFast, the
-# default of MTLCompileOptions) the compiler may assume no infinities. exp2((MASKED_SCORE - m) *
-# scale) underflows to exactly 0 for any real row maximum m; times scale <= log2(e) (head_dim >= 1)
-# it stays finite; real scores of fp16/bf16 inputs are far above it. A row whose maximum is still
-# MASKED_SCORE gets zero probabilities explicitly (exp2(0) would be 1).
-MASKED_SCORE = -1.0e38
+# The score a masked key takes for the row maximum, the starting row maximum and the log-sum-exp
+# of a decoding split with no key: the lowest finite float32, not -inf, because under Metal's fast
+# math (MTLMathModeFast, the default of MTLCompileOptions) the compiler may assume no infinities.
+# It is only ever a lower bound, never a marker: every finite score is >= it, so it never outranks a
+# key (a finite sentinel such as -1e38 did: real scores below it came out 0); masked keys get
+# probability 0 from their position (`online_softmax_step`), and "no key with a finite score yet"
+# is a denominator of 0. A real split's log-sum-exp is >= log2(1) + score * scale > MASKED_SCORE
+# (scale <= log2(e) / sqrt(8) < 1), so the combine weighs a split with no key by exactly 0.
+MASKED_SCORE = -3.4028234663852886e38
 DIRECT, STAGED = "direct", "staged"
 DATAFLOWS = (DIRECT, STAGED)
 # Decoding only: one simdgroup per query head, each lane a run of head_dim / 32 elements of q, K and
@@ -132,6 +134,8 @@ def check_attention_config(
     block_n and the `rows_name` query rows must cover Metal's 8x8 matrix tiles whole (rows too few
     for every simdgroup are split over fewer and replicated: transform/fragment_groups.py), and on
     the STAGED dataflow the K and V tiles must fit Metal's threadgroup memory (DIRECT uses none)."""
+    head_dim, block_m, block_n, threads = integer_sizes(
+        "flash attention", error=MetalLoweringError, head_dim=head_dim, **{rows_name: block_m}, block_n=block_n, threads=threads)
     if dtype not in ("float16", "bfloat16", "float32"):
         raise MetalLoweringError(f"flash attention dtype={dtype!r} is not supported; use 'float16', 'bfloat16' or 'float32'")
     if threads <= 0 or threads % 32:
@@ -177,29 +181,32 @@ def _check_gqa(heads: int, kv_heads: int) -> None:
         )
 
 
-def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float) -> Any:
-    """A `T.macro` for one block of keys of the online softmax, shared by both kernels: fold the
-    masked scores `S` (rows x cols, fp32) into the running row maximum, turn them into
-    probabilities in `P`, add their row sums to `denominator` and rescale `acc_o` (rows x
-    head_dim) to the new maximum. A row that has seen no key yet keeps the mask value as its
-    maximum (MASKED_SCORE) and gets zero probabilities and a zero rescale factor (flash decoding's
-    empty splits; a forward row sees key 0 in its first block). A NaN score keeps its NaN there
-    (Metal's max ignores NaN, so a row of NaN scores keeps the mask value as its maximum), so a NaN
+def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float, key_visible: Callable[[Any, Any, Any], Any]) -> Any:
+    """A `T.macro` for one block of keys of the online softmax, shared by both kernels: mask the
+    scores `S` (rows x cols, fp32) of keys `first_key + j` that row i may not see
+    (`key_visible(i, key, limit)`, with the caller's `limit`: a fragment of per-row key bounds or
+    one key bound), fold them into the running row maximum, turn them into probabilities in `P`, add their
+    row sums to `denominator` and rescale `acc_o` (rows x head_dim) to the new maximum.
+
+    Masked keys get probability 0 from their position, not from their score, so no score is too low
+    to count: the maximum starts at MASKED_SCORE (the lowest finite float, at most tied by a real
+    score, which then is the maximum and gets exp2(0) = 1). A row whose keys so far are all masked
+    or -inf has summed exactly 0 (torch 2.13 gives such a row 0); its factor exp2(0) = 1 rescales
+    zeros. A NaN score makes its row sum NaN (Metal's max ignores NaN, the exp2 does not), so a NaN
     in q, K or V reaches the output as in torch.
-    `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale)."""
+    `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale); the differences are
+    taken before scaling, so the maximum's own term is exactly exp2(0) whatever its size."""
 
     @T.macro
-    def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator):
+    def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first_key, limit):
+        for i, j in T.Parallel(rows, cols):
+            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), S[i, j], MASKED_SCORE)
         T.copy(row_max, row_max_prev)
         T.reduce_max(S, row_max, dim=1, clear=False)
         for i in T.Parallel(rows):
-            row_rescale[i] = T.if_then_else(
-                row_max[i] == MASKED_SCORE, 0, T.exp2(row_max_prev[i] * scale - row_max[i] * scale)
-            )
+            row_rescale[i] = T.exp2((row_max_prev[i] - row_max[i]) * scale)
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(
-                row_max[i] == MASKED_SCORE, T.if_then_else(T.isnan(S[i, j]), S[i, j], 0), T.exp2(S[i, j] * scale - row_max[i] * scale)
-            )
+            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), T.exp2((S[i, j] - row_max[i]) * scale), 0)
         T.reduce_sum(S, row_sum, dim=1)
         for i in T.Parallel(rows):
             denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
@@ -241,7 +248,14 @@ def flash_attention_program(
     reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length.
     `dataflow` ("direct" or "staged", module doc) defaults to the one of `target` (the target the
     program is compiled for); `num_stages` pipelines the staged K / V copies."""
-    kv_heads = kv_heads or heads
+    what = "flash_attention_program"
+    batch, heads, head_dim, block_m, block_n, threads = integer_sizes(
+        what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, head_dim=head_dim, block_m=block_m, block_n=block_n,
+        threads=threads)
+    seq_len = optional_size(what, "seq_len", seq_len, none_means="a length given at run time", error=MetalLoweringError)
+    kv_heads = optional_size(what, "kv_heads", kv_heads, none_means="kv_heads = heads", error=MetalLoweringError) or heads
+    (num_stages,) = integer_sizes(what, minimum=0, error=MetalLoweringError, num_stages=num_stages)
+    flags(what, error=MetalLoweringError, causal=causal)
     _check_gqa(heads, kv_heads)
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
@@ -250,29 +264,24 @@ def flash_attention_program(
     direct = dataflow == DIRECT
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     group = heads // kv_heads
-    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 1):
-        raise MetalLoweringError(f"flash attention seq_len={seq_len!r} must be an integer >= 1, or None for a length given at run time")
     seq = T.dynamic("seq_len") if seq_len is None else seq_len
     scale = LOG2_E / math.sqrt(head_dim)  # exp(x / sqrt(d)) == exp2(x * scale)
     bshd = layout == "bshd"
     q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
     kv_shape = (batch, seq, kv_heads, head_dim) if bshd else (batch, kv_heads, seq, head_dim)
-    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale)
 
     def rows(tensor: Any, b: Any, h: Any, start: Any, count: int) -> Any:
         if bshd:
             return tensor[b, start : start + count, h, :]
         return tensor[b, h, start : start + count, :]
 
-    @T.macro
-    def mask_scores(S, query_pos, first_key):
-        """Scores of keys past the end (and, causal, after the query) become MASKED_SCORE."""
-        for i, j in T.Parallel(block_m, block_n):
-            key = first_key + j
-            if causal:
-                S[i, j] = T.if_then_else((key < seq) & (key <= query_pos[i]), S[i, j], MASKED_SCORE)
-            else:
-                S[i, j] = T.if_then_else(key < seq, S[i, j], MASKED_SCORE)
+    def key_visible(i: Any, key: Any, key_end: Any) -> Any:
+        """Key `key` is a real key (and, causal, not after query row i): below the row's key_end."""
+        if causal:
+            return key < key_end[i]
+        return key < seq
+
+    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible)
 
     @T.prim_func
     def main(
@@ -291,9 +300,9 @@ def flash_attention_program(
             row_rescale = T.alloc_fragment((block_m,), ACCUM)
             row_sum = T.alloc_fragment((block_m,), ACCUM)
             denominator = T.alloc_fragment((block_m,), ACCUM)
-            # the causal mask compares against a loaded row position: written inline, the unrolled
-            # lane arithmetic of both sides costs TVM's Simplify ~10 s per kernel
-            query_pos = T.alloc_fragment((block_m,), "int32")
+            # the keys row i may see end at key_end[i] = min(query + 1, seq) if causal: one compare with a
+            # loaded bound (written inline, the unrolled lane arithmetic costs TVM's Simplify ~10 s per kernel)
+            key_end = T.alloc_fragment((block_m,), "int32")
 
             kv_head = by // group
             # Q once, into the registers the first GEMM reads as its A operand (rows past the end read 0)
@@ -302,7 +311,7 @@ def flash_attention_program(
             T.fill(denominator, 0)
             T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
-                query_pos[i] = bx * block_m + i
+                key_end[i] = T.min(bx * block_m + i + 1, seq)
             kv_blocks = T.ceildiv(seq, block_n)
             if causal:
                 kv_blocks = T.min(kv_blocks, T.ceildiv((bx + 1) * block_m, block_n))
@@ -313,8 +322,7 @@ def flash_attention_program(
                     # K^T and V straight from device memory (keys past the end read 0 and are masked)
                     T.gemm(Q_frag, K_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], S, transpose_B=True,
                            clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    mask_scores(S, query_pos, kb * block_n)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
                     T.gemm(P, V_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
             else:
                 K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
@@ -324,8 +332,7 @@ def flash_attention_program(
                     T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared[:, 0:head_dim])
                     T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared[:, 0:head_dim])
                     T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    mask_scores(S, query_pos, kb * block_n)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
                     T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
                 acc_o[i, j] = T.if_then_else(denominator[i] == 0, 0, acc_o[i, j] / denominator[i])
@@ -360,6 +367,12 @@ def flash_decoding_program(
       is a simd sum, the online softmax runs on scalars (block_h, block_n, threads do not apply);
     - "direct" / "staged", as for flash_attention_program: each threadgroup handles `block_h` query
       heads of one KV group as the rows of two GEMMs, K and V from device memory or staged."""
+    what = "flash_decoding_program"
+    batch, heads, kv_heads, seq_len_kv, head_dim, block_h, block_n, threads = integer_sizes(
+        what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, kv_heads=kv_heads, seq_len_kv=seq_len_kv,
+        head_dim=head_dim, block_h=block_h, block_n=block_n, threads=threads)
+    num_split = optional_size(what, "num_split", num_split, none_means=f"{decoding_splits(seq_len_kv)} for {seq_len_kv} keys",
+                              error=MetalLoweringError)
     _check_gqa(heads, kv_heads)
     group = heads // kv_heads
     if dataflow is None:
@@ -379,8 +392,6 @@ def flash_decoding_program(
         check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
     if num_split is None:
         num_split = decoding_splits(seq_len_kv, 0 if vector else block_n)
-    elif num_split < 1:
-        raise MetalLoweringError(f"num_split={num_split} must be at least 1 (or None: {decoding_splits(seq_len_kv)} for {seq_len_kv} keys)")
     direct = dataflow == DIRECT
     per_lane = head_dim // SIMD_WIDTH
     vector_runs = per_lane in (2, 4, 8)  # a lane's run as one vector load (3 or 5 elements: one by one)
@@ -392,7 +403,7 @@ def flash_decoding_program(
     kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
     partial_shape = (batch, heads, num_split, head_dim)
     lse_shape = (batch, heads, num_split)
-    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale)
+    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale, lambda i, key, key_end: key < key_end)
 
     @T.prim_func
     def main(
@@ -425,7 +436,7 @@ def flash_decoding_program(
                     for d in T.unroll(per_lane):
                         k_run[d] = Q[bb, head, lane * per_lane + d]
                 for d in T.unroll(per_lane):
-                    q_run[d] = T.cast(k_run[d], ACCUM) * scale  # scores in log2 units
+                    q_run[d] = T.cast(k_run[d], ACCUM)
                     o_run[d] = 0
                 running_max = MASKED_SCORE
                 running_sum = 0
@@ -443,7 +454,8 @@ def flash_decoding_program(
                     score = 0
                     for d in T.unroll(per_lane):
                         score += q_run[d] * T.cast(k_run[d], ACCUM)
-                    score = T.warp_reduce_sum(score)
+                    # scaled after the sum, as torch does: a q.k that overflows float32 is -inf there too
+                    score = T.warp_reduce_sum(score) * scale  # log2 units
                     new_max = T.max(running_max, score)
                     rescale = T.exp2(running_max - new_max)
                     weight = T.exp2(score - new_max)
@@ -483,9 +495,7 @@ def flash_decoding_program(
                         first = key0 + kb * block_n  # keys past the cache read 0; past the split, masked
                         T.gemm(Q_frag, K_rows[bb, kv_head, first : first + block_n, :], S, transpose_B=True, clear_accum=True,
                                policy=T.GemmWarpPolicy.FullRow)
-                        for i, j in T.Parallel(block_h, block_n):
-                            S[i, j] = T.if_then_else(first + j < key_end, S[i, j], MASKED_SCORE)
-                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first, key_end)
                         T.gemm(P, V_rows[bb, kv_head, first : first + block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
                 else:
                     K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
@@ -494,9 +504,8 @@ def flash_decoding_program(
                         T.copy(K[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], K_shared[:, 0:head_dim])
                         T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared[:, 0:head_dim])
                         T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                        for i, j in T.Parallel(block_h, block_n):
-                            S[i, j] = T.if_then_else(key0 + kb * block_n + j < key_end, S[i, j], MASKED_SCORE)
-                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator)
+                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, key0 + kb * block_n,
+                                     key_end)
                         T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
                 for i, d in T.Parallel(block_h, head_dim):
                     if i < heads_per_block:
@@ -512,7 +521,9 @@ def flash_decoding_program(
             lse_max = T.alloc_var(ACCUM)
             lse_total = T.alloc_var(ACCUM)
             tx = T.get_thread_binding()
-            lse_max = MASKED_SCORE  # a split with no key has lse MASKED_SCORE: weight exp2(-1e38 - m) = 0
+            # a split with no key has lse MASKED_SCORE, below every real one (its weight exp2(MASKED_SCORE - m)
+            # is exactly 0); when every split is empty each weighs 1 and adds its zero partial
+            lse_max = MASKED_SCORE
             for s in T.serial(num_split):
                 lse_max = T.max(lse_max, partial_lse[bb, h, s])
             lse_total = 0

@@ -9,10 +9,32 @@ from typing import Any
 import tilelang.language as T
 
 from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
+from .sizes import flags, integer_sizes, one_of
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
 ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA * C
 GELU_TANH_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+
+
+SIMD_WIDTH = 32
+MAX_THREADS = 1024
+THREADS_MULTIPLE = (SIMD_WIDTH, "whole 32-thread simdgroups")
+SWIZZLE_ORDERS = ("mlx", "row", "column")  # T.use_swizzle's orders, all three lowered for Metal (transform/block_swizzle.py)
+
+
+def check_gemm_arguments(what: str, *, threads: int, swizzle_panel: int = 0, swizzle_order: str = "mlx", num_stages: int = 0,
+                         bools: dict | None = None, symbolic: tuple[str, ...] = ("M", "N", "K"), **sizes: Any) -> tuple[Any, ...]:
+    """`sizes` (the problem and tile sizes, each >= 1; those named in `symbolic` may be `T.dynamic`), `threads` (whole simdgroups, at most
+    1024), `swizzle_panel` / `num_stages` (>= 0) and the flags in `bools`, refused in one line
+    naming the argument; returns the sizes, then threads, swizzle_panel and num_stages, as ints."""
+    values = integer_sizes(what, minimum=1, symbolic=symbolic, **sizes)  # a T.dynamic problem size is checked per call
+    (threads,) = integer_sizes(what, minimum=SIMD_WIDTH, multiples={"threads": THREADS_MULTIPLE}, threads=threads)
+    if threads > MAX_THREADS:
+        raise ValueError(f"{what} threads={threads} is over Metal's {MAX_THREADS} threads per threadgroup; use 128 or 256")
+    swizzle_panel, num_stages = integer_sizes(what, minimum=0, swizzle_panel=swizzle_panel, num_stages=num_stages)
+    one_of(what, "swizzle_order", swizzle_order, SWIZZLE_ORDERS)
+    flags(what, **(bools or {}))
+    return (*values, threads, swizzle_panel, num_stages)
 
 
 def gelu_tanh(x: Any) -> Any:
@@ -39,6 +61,10 @@ def gemm_direct_global(
     """The spec's fast path: T.gemm on global tile views, no staging, the backend owns the K loop.
 
     accumulate=True computes C += A @ B (clear_accum=False)."""
+    M, N, K, block_M, block_N, threads, swizzle_panel, _ = check_gemm_arguments(
+        "gemm_direct_global", M=M, N=N, K=K, block_M=block_M, block_N=block_N, threads=threads, swizzle_panel=swizzle_panel,
+        swizzle_order=swizzle_order, bools={"trans_A": trans_A, "trans_B": trans_B, "accumulate": accumulate},
+        symbolic=("M", "N"))  # K is a T.gemm tile extent here: static
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
 
@@ -76,6 +102,8 @@ def gemm_bias_gelu(
     """C = gelu_tanh(A @ B + bias) in one kernel: the direct-global K loop into a register
     accumulator, bias and GELU applied to it in registers, one store of C (no C round trip through
     device memory, unlike a GEMM followed by elementwise kernels). Bias is float32 (N,)."""
+    M, N, K, block_M, block_N, threads, _, _ = check_gemm_arguments(
+        "gemm_bias_gelu", M=M, N=N, K=K, block_M=block_M, block_N=block_N, threads=threads, symbolic=("M", "N"))
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), Bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), out_dtype)):
@@ -112,12 +140,17 @@ def gemm_shared(
 ) -> Any:
     """The standard TileLang idiom: shared A/B, fragment (or shared) accumulator, pipelined K loop,
     optional T.Parallel epilogue on the accumulator, T.copy to global."""
+    M, N, K, block_M, block_N, block_K, threads, swizzle_panel, num_stages = check_gemm_arguments(
+        "gemm_shared", M=M, N=N, K=K, block_M=block_M, block_N=block_N, block_K=block_K, threads=threads,
+        swizzle_panel=swizzle_panel, swizzle_order=swizzle_order, num_stages=num_stages,
+        bools={"c_in_shared": c_in_shared, "trans_A": trans_A, "trans_B": trans_B})
+    one_of("gemm_shared", "shared_scope", shared_scope, ("shared.dyn", "shared"))
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {EPILOGUES}")
+        raise ValueError(f"gemm_shared epilogue={epilogue!r} is not supported; use one of {', '.join(map(repr, EPILOGUES))}")
 
     @T.prim_func
     def main(
@@ -235,6 +268,9 @@ def gemm_staged(
 
     `copy_in_runs` names operands ("A", "B") copied by `copy_runs` instead of T.copy: for a row
     pitch that is not a multiple of 16 bytes, where T.copy moves one element per thread."""
+    M, N, K, block_M, block_N, block_K, threads, swizzle_panel, num_stages = check_gemm_arguments(
+        "gemm_staged", M=M, N=N, K=K, block_M=block_M, block_N=block_N, block_K=block_K, threads=threads,
+        swizzle_panel=swizzle_panel, num_stages=num_stages, bools={"trans_A": trans_A, "trans_B": trans_B, "keep_staging": keep_staging})
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)

@@ -23,19 +23,31 @@ from typing import Any
 
 import tilelang.language as T
 
+from .sizes import integer_sizes
+
 ACCUM = "float32"
 GEMV_MAX_ROWS = 8  # rows of the small side the GEMV kernels accept (and kernels.matmul routes to them)
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _check(small_name: str, small: int, dtype: str, out_dtype: str, vec: int) -> None:
+def _check(what: str, small_name: str, dtype: str, out_dtype: str, vec: int, **sizes: Any) -> tuple[Any, ...]:
+    """M, N, K and the tile options as ints, or a one-line ValueError naming the argument: the
+    small side 1 to GEMV_MAX_ROWS, the other side >= 1 and K >= 0 (C = 0), both of these possibly
+    `T.dynamic`; the options >= 1."""
+    other_name = "N" if small_name == "M" else "M"
+    (small,) = integer_sizes(what, **{small_name: sizes.pop(small_name)})
     if not 1 <= small <= GEMV_MAX_ROWS:
         raise ValueError(f"GEMV needs 1 <= {small_name} <= {GEMV_MAX_ROWS} (got {small_name}={small}); use kernels.matmul, which routes larger shapes to a GEMM")
+    (other,) = integer_sizes(what, minimum=1, symbolic=(other_name,), **{other_name: sizes.pop(other_name)})
+    (K,) = integer_sizes(what, minimum=0, symbolic=("K",), K=sizes.pop("K"))
     for name, value in (("dtype", dtype), ("out_dtype", out_dtype)):
         if value not in DTYPES:
             raise ValueError(f"GEMV {name}={value!r} is not supported; use one of {', '.join(DTYPES)}")
+    (vec,) = integer_sizes(what, vec=vec)
     if vec not in (1, 2, 4):
         raise ValueError(f"GEMV vec={vec} must be 1, 2 or 4 (Metal vectors have at most 4 lanes)")
+    M, N = (small, other) if small_name == "M" else (other, small)
+    return (M, N, K, vec, *integer_sizes(what, minimum=1, **sizes))
 
 
 def gemv_small_m(
@@ -59,9 +71,12 @@ def gemv_small_m(
     partial sums with a `simd_shuffle_xor` butterfly: no threadgroup memory, no barrier. A
     threadgroup holds `simdgroups` of them side by side along N."""
     out_dtype = out_dtype or dtype
-    _check("M", M, dtype, out_dtype, vec)
-    if n_lanes not in (1, 2, 4, 8, 16, 32) or rows < 1 or simdgroups < 1:
-        raise ValueError(f"GEMV n_lanes={n_lanes} must be a power of two up to 32, rows={rows} and simdgroups={simdgroups} at least 1")
+    M, N, K, vec, n_lanes, rows, simdgroups = _check("gemv_small_m", "M", dtype, out_dtype, vec, M=M, N=N, K=K, n_lanes=n_lanes,
+                                                     rows=rows, simdgroups=simdgroups)
+    if n_lanes not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"gemv_small_m n_lanes={n_lanes} must be a power of two up to 32 (lanes of a simdgroup per column); use 4")
+    if simdgroups * 32 > 1024:
+        raise ValueError(f"gemv_small_m simdgroups={simdgroups} is {simdgroups * 32} threads, over Metal's 1024 per threadgroup; use 4")
     k_lanes = 32 // n_lanes
     k_step = k_lanes * rows
     sg_n = n_lanes * vec
@@ -130,7 +145,9 @@ def gemv_small_n(
     """C (M, N) = A (M, K) @ B (K, N) for N <= GEMV_MAX_ROWS: `rows` simdgroups per threadgroup,
     one row of A each; returns a `T.prim_func`."""
     out_dtype = out_dtype or dtype
-    _check("N", N, dtype, out_dtype, vec)
+    M, N, K, vec, rows = _check("gemv_small_n", "N", dtype, out_dtype, vec, M=M, N=N, K=K, rows=rows)
+    if rows * 32 > 1024:
+        raise ValueError(f"gemv_small_n rows={rows} is {rows} simdgroups ({rows * 32} threads), over Metal's 1024 per threadgroup; use 4")
     lanes = 32
     step = lanes * vec
 

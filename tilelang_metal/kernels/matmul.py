@@ -38,7 +38,7 @@ from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
-from .sizes import integer_sizes
+from .sizes import flags, integer_sizes
 from .split_k import effective_splits, gemm_split_k
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
@@ -285,6 +285,9 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
     """The `T.prim_func` of a choice (compile with `out_idx=[-1]`), in the operand layouts the
     choice was made for; trans_A / trans_B (the gemm route only) add a transpose to it: A stored
     (K, M), B stored (N, K), the same tile and kernel."""
+    if not isinstance(choice, MatmulChoice):
+        raise ValueError(f"matmul_program choice={choice!r} must be a MatmulChoice; build one with kernels.matmul_config(M, N, K)")
+    flags("matmul_program", trans_A=trans_A, trans_B=trans_B)
     M, N, K, dtype, out_dtype = choice.M, choice.N, choice.K, choice.dtype, choice.out_dtype
     trans_A, trans_B = trans_A or choice.trans_A, trans_B or choice.trans_B
     if (trans_A or trans_B) and choice.route != GEMM:

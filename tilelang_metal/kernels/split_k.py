@@ -19,7 +19,8 @@ from typing import Any
 
 import tilelang.language as T
 
-from .gemm import copy_runs
+from .gemm import check_gemm_arguments, copy_runs
+from .sizes import integer_sizes
 
 ACCUM = "float32"
 DTYPES = ("float16", "bfloat16", "float32")
@@ -68,6 +69,13 @@ def gemm_split_k(
     """The split-K module as a `T.prim_func` (compile with `out_idx=[-1]`). `copy_in_runs`: as in
     kernels.gemm_staged (operands whose row pitch is not a multiple of 16 bytes)."""
     out_dtype = out_dtype or dtype
+    integer_sizes("gemm_split_k", M=M, N=N, K=K)  # no T.dynamic: the slices of K are planned here
+    M, N, K, splits, block_m, block_n, block_k, threads, _, num_stages = check_gemm_arguments(
+        "gemm_split_k", M=M, N=N, K=K, splits=splits, block_m=block_m, block_n=block_n, block_k=block_k, threads=threads,
+        num_stages=num_stages)
+    (reduce_threads,) = integer_sizes("gemm_split_k", minimum=1, reduce_threads=reduce_threads)
+    if reduce_threads > 1024:
+        raise ValueError(f"gemm_split_k reduce_threads={reduce_threads} is over Metal's 1024 threads per threadgroup; use 128")
     check_split_k(M, N, K, splits, block_k, dtype, out_dtype)
     splits = effective_splits(K, splits, block_k)
     per_slice = slice_k(K, splits, block_k)
