@@ -1,0 +1,157 @@
+"""User-written TileLang programs for the adversarial sweep (tests/slow/test_adversarial.py): small
+kernels of the kinds users write, each with symbolic sizes so one compile serves every shape.
+
+No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
+"""
+
+import tilelang.language as T
+
+COLS = 33  # columns of the row kernels: odd, not a multiple of a simdgroup or a vector
+ROWS = 4  # rows per threadgroup of the row kernels
+PADDED_COLS = 64
+THREADS = 128
+BINS = 16  # histogram bins of the atomic kernel
+
+
+def user_module():
+    """Seven kernels in one module over a symbolic row count `n` (0 included: empty grids) and a
+    runtime trip count `steps`; every access is guarded in the program itself, so the module can
+    be compiled with `tl.disable_safe_memory_legalize`.
+
+    - Yi = int32 elementwise whose branch depends on the thread (tx % 3) and the value;
+      Yb = int8 elementwise that wraps around
+    - Yh = where(x > 0, sqrt(x), exp(x) / 2) in float16 (T.Parallel, data-dependent branch)
+    - RS / RM = row sum / row max of X (n, 33) float32 by T.reduce_sum / T.reduce_max
+    - CS = cumulative sum of X along its rows (T.cumsum on threadgroup memory)
+    - H = histogram of Xi mod 16 (int32 atomics), S = column sums of X (float atomics),
+      AM = max of Xi (int32 atomic max)
+    - P[i] = sum over s < steps of X[i, s mod 33] * (s + 1) (a loop of runtime trip count: 0, 1, ...)
+    - W = V * 2 + 1 with V a (n, 33) float16 view of any strides (T.StridedTensor)
+    """
+    n = T.dynamic("n")
+    v0, v1 = T.dynamic("v0"), T.dynamic("v1")
+
+    @T.prim_func
+    def main(
+        Xi: T.Tensor((n,), "int32"),
+        Xb: T.Tensor((n,), "int8"),
+        Xh: T.Tensor((n,), "float16"),
+        X: T.Tensor((n, COLS), "float32"),
+        V: T.StridedTensor((n, COLS), (v0, v1), "float16"),
+        steps: T.int32,
+        Yi: T.Tensor((n,), "int32"),
+        Yb: T.Tensor((n,), "int8"),
+        Yh: T.Tensor((n,), "float16"),
+        RS: T.Tensor((n,), "float32"),
+        RM: T.Tensor((n,), "float32"),
+        CS: T.Tensor((n, COLS), "float32"),
+        H: T.Tensor((BINS,), "int32"),
+        S: T.Tensor((COLS,), "float32"),
+        AM: T.Tensor((1,), "int32"),
+        P: T.Tensor((n,), "float32"),
+        W: T.Tensor((n, COLS), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(n, THREADS), threads=THREADS) as bx:
+            for t in T.Parallel(THREADS):
+                i = bx * THREADS + t
+                if i < n:
+                    v = Xi[i]
+                    if t % 3 == 0:
+                        Yi[i] = v * 3 - 7
+                    elif v < 0:
+                        Yi[i] = v >> 1
+                    else:
+                        Yi[i] = v % 7
+                    Yb[i] = Xb[i] * T.int8(3) + T.int8(1)
+                    x = Xh[i]
+                    if x > T.float16(0):
+                        Yh[i] = T.sqrt(x)
+                    else:
+                        Yh[i] = T.exp(x) * T.float16(0.5)
+
+        with T.Kernel(T.ceildiv(n, ROWS), threads=THREADS) as bx:
+            # a fragment of 4 x 33 does not split over 128 threads (refused by name): padded to 64
+            # columns, 0 for the sum and the row's first element for the max
+            x = T.alloc_fragment((ROWS, PADDED_COLS), "float32")
+            y = T.alloc_fragment((ROWS, PADDED_COLS), "float32")
+            row_sum = T.alloc_fragment((ROWS,), "float32")
+            row_max = T.alloc_fragment((ROWS,), "float32")
+            for i, j in T.Parallel(ROWS, PADDED_COLS):
+                r = T.min(bx * ROWS + i, n - 1)
+                x[i, j] = T.if_then_else(j < COLS, X[r, T.min(j, COLS - 1)], T.float32(0))
+                y[i, j] = X[r, T.min(j, COLS - 1) * T.cast(j < COLS, "int32")]
+            T.reduce_sum(x, row_sum, dim=1)
+            T.reduce_max(y, row_max, dim=1)
+            for i in T.Parallel(ROWS):
+                if bx * ROWS + i < n:
+                    RS[bx * ROWS + i] = row_sum[i]
+                    RM[bx * ROWS + i] = row_max[i]
+
+        with T.Kernel(T.ceildiv(n, ROWS), threads=THREADS) as bx:
+            tile = T.alloc_shared((ROWS, COLS), "float32")
+            for i, j in T.Parallel(ROWS, COLS):
+                r = bx * ROWS + i
+                tile[i, j] = T.if_then_else(r < n, X[T.min(r, n - 1), j], T.float32(0))
+            T.cumsum(tile, dim=1)
+            for i, j in T.Parallel(ROWS, COLS):
+                if bx * ROWS + i < n:
+                    CS[bx * ROWS + i, j] = tile[i, j]
+
+        with T.Kernel(T.ceildiv(n, THREADS), threads=THREADS) as bx:
+            for t in T.Parallel(THREADS):
+                i = bx * THREADS + t
+                if i < n:
+                    T.atomic_add(H[Xi[i] % BINS], 1)
+                    T.atomic_max(AM[0], Xi[i])
+                    for j in T.serial(COLS):
+                        T.atomic_add(S[j], X[i, j])
+
+        with T.Kernel(T.ceildiv(n, THREADS), threads=THREADS) as bx:
+            for t in T.Parallel(THREADS):
+                i = bx * THREADS + t
+                if i < n:
+                    acc = T.alloc_var("float32")
+                    acc = T.float32(0)
+                    for s in T.serial(steps):
+                        acc += X[i, s % COLS] * T.cast(s + 1, "float32")
+                    P[i] = acc
+
+        with T.Kernel(T.ceildiv(n, ROWS), threads=THREADS) as bx:
+            for i, j in T.Parallel(ROWS, COLS):
+                r = bx * ROWS + i
+                if r < n:
+                    W[r, j] = T.cast(V[r, j], "float32") * 2.0 + 1.0
+
+    return main
+
+
+def gemm_epilogue(block_m: int = 32, block_n: int = 32, block_k: int = 16, threads: int = 128, dtype: str = "bfloat16"):
+    """C = relu(A @ B * 0.5 + bias) + R with M, N, K symbolic (K = 0 included: a K loop of zero
+    trips, C = relu(bias) + R), the standard fragment accumulator and a T.Parallel epilogue that
+    stores C itself under its own bounds test."""
+    M, N, K = T.dynamic("m"), T.dynamic("n"), T.dynamic("k")
+
+    @T.prim_func
+    def main(
+        A: T.Tensor((M, K), dtype),
+        B: T.Tensor((K, N), dtype),
+        Bias: T.Tensor((N,), "float32"),
+        R: T.Tensor((M, N), "float32"),
+        C: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (bx, by):
+            a_s = T.alloc_shared((block_m, block_k), dtype)
+            b_s = T.alloc_shared((block_k, block_n), dtype)
+            acc = T.alloc_fragment((block_m, block_n), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_k), num_stages=2):
+                T.copy(A[by * block_m, ko * block_k], a_s)
+                T.copy(B[ko * block_k, bx * block_n], b_s)
+                T.gemm(a_s, b_s, acc)
+            for i, j in T.Parallel(block_m, block_n):
+                row = by * block_m + i
+                col = bx * block_n + j
+                if row < M and col < N:
+                    C[row, col] = T.max(acc[i, j] * 0.5 + Bias[col], 0) + R[row, col]
+
+    return main
