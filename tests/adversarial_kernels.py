@@ -19,12 +19,13 @@ def user_module():
     be compiled with `tl.disable_safe_memory_legalize`.
 
     - Yi = int32 elementwise whose branch depends on the thread (tx % 3) and the value;
-      Yb = int8 elementwise that wraps around
+      Yb = int8 and Yu = uint8 elementwise that wrap around, Ys = int16 with an arithmetic shift;
+      Yd = floor division and modulo by a runtime divisor of either sign
     - Yh = where(x > 0, sqrt(x), exp(x) / 2) in float16 (T.Parallel, data-dependent branch)
-    - RS / RM = row sum / row max of X (n, 33) float32 by T.reduce_sum / T.reduce_max
-    - CS = cumulative sum of X along its rows (T.cumsum on threadgroup memory)
+    - RS / RM / RN / RA = row sum / max / min / absmax of X (n, 33) float32 by T.reduce_*
+    - CS / RCS = cumulative sum of X along its rows, forward and reversed (T.cumsum on threadgroup memory)
     - H = histogram of Xi mod 16 (int32 atomics), S = column sums of X (float atomics),
-      AM = max of Xi (int32 atomic max)
+      AM = max of Xi (int32 atomic max), FX / FN = column max / min of X (float atomic max / min)
     - P[i] = sum over s < steps of X[i, s mod 33] * (s + 1) (a loop of runtime trip count: 0, 1, ...)
     - W = V * 2 + 1 with V a (n, 33) float16 view of any strides (T.StridedTensor)
     """
@@ -38,16 +39,27 @@ def user_module():
         Xh: T.Tensor((n,), "float16"),
         X: T.Tensor((n, COLS), "float32"),
         V: T.StridedTensor((n, COLS), (v0, v1), "float16"),
+        Xs: T.Tensor((n,), "int16"),
+        Xu: T.Tensor((n,), "uint8"),
         steps: T.int32,
+        divisor: T.int32,
         Yi: T.Tensor((n,), "int32"),
+        Yd: T.Tensor((n,), "int32"),
+        Ys: T.Tensor((n,), "int16"),
+        Yu: T.Tensor((n,), "uint8"),
         Yb: T.Tensor((n,), "int8"),
         Yh: T.Tensor((n,), "float16"),
         RS: T.Tensor((n,), "float32"),
         RM: T.Tensor((n,), "float32"),
+        RN: T.Tensor((n,), "float32"),
+        RA: T.Tensor((n,), "float32"),
         CS: T.Tensor((n, COLS), "float32"),
+        RCS: T.Tensor((n, COLS), "float32"),
         H: T.Tensor((BINS,), "int32"),
         S: T.Tensor((COLS,), "float32"),
         AM: T.Tensor((1,), "int32"),
+        FX: T.Tensor((COLS,), "float32"),
+        FN: T.Tensor((COLS,), "float32"),
         P: T.Tensor((n,), "float32"),
         W: T.Tensor((n, COLS), "float32"),
     ):
@@ -63,6 +75,9 @@ def user_module():
                     else:
                         Yi[i] = v % 7
                     Yb[i] = Xb[i] * T.int8(3) + T.int8(1)
+                    Yd[i] = T.floordiv(v, divisor) ^ T.floormod(v, divisor)
+                    Ys[i] = Xs[i] * T.int16(7) - (Xs[i] >> 3)
+                    Yu[i] = (Xu[i] >> 2) ^ (Xu[i] * T.uint8(5))
                     x = Xh[i]
                     if x > T.float16(0):
                         Yh[i] = T.sqrt(x)
@@ -76,26 +91,37 @@ def user_module():
             y = T.alloc_fragment((ROWS, PADDED_COLS), "float32")
             row_sum = T.alloc_fragment((ROWS,), "float32")
             row_max = T.alloc_fragment((ROWS,), "float32")
+            row_min = T.alloc_fragment((ROWS,), "float32")
+            row_absmax = T.alloc_fragment((ROWS,), "float32")
             for i, j in T.Parallel(ROWS, PADDED_COLS):
                 r = T.min(bx * ROWS + i, n - 1)
                 x[i, j] = T.if_then_else(j < COLS, X[r, T.min(j, COLS - 1)], T.float32(0))
                 y[i, j] = X[r, T.min(j, COLS - 1) * T.cast(j < COLS, "int32")]
             T.reduce_sum(x, row_sum, dim=1)
             T.reduce_max(y, row_max, dim=1)
+            T.reduce_min(y, row_min, dim=1)
+            T.reduce_absmax(y, row_absmax, dim=1)
             for i in T.Parallel(ROWS):
                 if bx * ROWS + i < n:
                     RS[bx * ROWS + i] = row_sum[i]
                     RM[bx * ROWS + i] = row_max[i]
+                    RN[bx * ROWS + i] = row_min[i]
+                    RA[bx * ROWS + i] = row_absmax[i]
 
         with T.Kernel(T.ceildiv(n, ROWS), threads=THREADS) as bx:
             tile = T.alloc_shared((ROWS, COLS), "float32")
             for i, j in T.Parallel(ROWS, COLS):
                 r = bx * ROWS + i
                 tile[i, j] = T.if_then_else(r < n, X[T.min(r, n - 1), j], T.float32(0))
+            rtile = T.alloc_shared((ROWS, COLS), "float32")
+            for i, j in T.Parallel(ROWS, COLS):
+                rtile[i, j] = tile[i, j]
             T.cumsum(tile, dim=1)
+            T.cumsum(rtile, dim=1, reverse=True)
             for i, j in T.Parallel(ROWS, COLS):
                 if bx * ROWS + i < n:
                     CS[bx * ROWS + i, j] = tile[i, j]
+                    RCS[bx * ROWS + i, j] = rtile[i, j]
 
         with T.Kernel(T.ceildiv(n, THREADS), threads=THREADS) as bx:
             for t in T.Parallel(THREADS):
@@ -105,6 +131,8 @@ def user_module():
                     T.atomic_max(AM[0], Xi[i])
                     for j in T.serial(COLS):
                         T.atomic_add(S[j], X[i, j])
+                        T.atomic_max(FX[j], X[i, j])
+                        T.atomic_min(FN[j], X[i, j])
 
         with T.Kernel(T.ceildiv(n, THREADS), threads=THREADS) as bx:
             for t in T.Parallel(THREADS):
@@ -153,5 +181,64 @@ def gemm_epilogue(block_m: int = 32, block_n: int = 32, block_k: int = 16, threa
                 col = bx * block_n + j
                 if row < M and col < N:
                     C[row, col] = T.max(acc[i, j] * 0.5 + Bias[col], 0) + R[row, col]
+
+    return main
+
+
+TILE = 32
+
+
+def own_barriers():
+    """Kernels that place their own T.sync_threads, compiled with tl.disable_thread_storage_sync
+    (the configuration such kernels set): M, N symbolic, `rounds` a runtime trip count (0, 1, ...).
+
+    - Y = X^T through a padded threadgroup tile (T.copy of a ragged tile in, a barrier, read across)
+    - Z[r] = sum of row r of X over the column tiles (a barrier, one thread per row, float atomics)
+    - Q = X after `rounds` smoothing steps within each 128-element tile of its rows: b[t] = a[t - 1] +
+      a[t + 1] (the tile's own element at its ends), a[t] = b[t] / 2, a barrier after each half
+    """
+    M, N = T.dynamic("m"), T.dynamic("n")
+
+    @T.prim_func
+    def main(
+        X: T.Tensor((M, N), "float32"),
+        rounds: T.int32,
+        Y: T.Tensor((N, M), "float32"),
+        Z: T.Tensor((M,), "float32"),
+        Q: T.Tensor((M, N), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(N, TILE), T.ceildiv(M, TILE), threads=THREADS) as (bx, by):
+            tile = T.alloc_shared((TILE, TILE + 1), "float32")
+            for i, j in T.Parallel(TILE, TILE):
+                r = by * TILE + i
+                c = bx * TILE + j
+                tile[i, j] = T.if_then_else(r < M and c < N, X[T.min(r, M - 1), T.min(c, N - 1)], T.float32(0))
+            T.sync_threads()
+            for j, i in T.Parallel(TILE, TILE):
+                if bx * TILE + j < N and by * TILE + i < M:
+                    Y[bx * TILE + j, by * TILE + i] = tile[i, j]
+            tx = T.get_thread_binding()
+            if tx < TILE:
+                if by * TILE + tx < M:
+                    total = T.alloc_var("float32")
+                    total = T.float32(0)
+                    for j in T.serial(TILE):
+                        total += tile[tx, j]
+                    T.atomic_add(Z[by * TILE + tx], total)
+
+        with T.Kernel(T.ceildiv(N, THREADS), M, threads=THREADS) as (bx, row):
+            a = T.alloc_shared((THREADS,), "float32")
+            b = T.alloc_shared((THREADS,), "float32")
+            tx = T.get_thread_binding()
+            c = bx * THREADS + tx
+            a[tx] = T.if_then_else(c < N, X[row, T.min(c, N - 1)], T.float32(0))
+            T.sync_threads()
+            for _ in T.serial(rounds):
+                b[tx] = a[T.max(tx, 1) - 1] + a[T.min(tx + 1, THREADS - 1)]
+                T.sync_threads()
+                a[tx] = b[tx] * T.float32(0.5)
+                T.sync_threads()
+            if c < N:
+                Q[row, c] = a[tx]
 
     return main

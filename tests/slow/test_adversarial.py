@@ -32,7 +32,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 import torch
-from adversarial_kernels import BINS, COLS, gemm_epilogue, user_module
+from adversarial_kernels import BINS, COLS, THREADS, TILE, gemm_epilogue, own_barriers, user_module
 
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorError, racecheck
@@ -307,7 +307,7 @@ def run_attention(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator
 
 
 def draw_user(rng: random.Random) -> dict:
-    return dict(n=rng.choice((0,) + SIZES), steps=rng.choice((0, 1, 2, rng.randrange(3, 80))), v_view=rng.choice(("transposed", "strided", "offset", "contiguous")),
+    return dict(n=rng.choice((0,) + SIZES), steps=rng.choice((0, 1, 2, rng.randrange(3, 80))), divisor=rng.choice((1, -1, 7, -7, 3, -1000, 2**31 - 1)), v_view=rng.choice(("transposed", "strided", "offset", "contiguous")),
                 specials=rng.choice((0, 0, 1, 3)))
 
 
@@ -322,6 +322,9 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
     n, steps = cfg["n"], cfg["steps"]
     xi = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=g)
     xb = torch.randint(-128, 128, (n,), dtype=torch.int8, generator=g)
+    xs = torch.randint(-(2**15), 2**15, (n,), dtype=torch.int16, generator=g)
+    xu = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+    divisor = cfg["divisor"]
     xh = torch.randn(n, generator=g).half() * 4
     x = torch.randn(n, COLS, generator=g)
     v = view_of((n, COLS), torch.float16, cfg["v_view"], g)
@@ -330,18 +333,26 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
     nan = math.nan
     outs = {
         "Yi": torch.full((n,), -99, dtype=torch.int32),
+        "Yd": torch.full((n,), -99, dtype=torch.int32),
+        "Ys": torch.full((n,), -99, dtype=torch.int16),
+        "Yu": torch.full((n,), 99, dtype=torch.uint8),
         "Yb": torch.full((n,), -99, dtype=torch.int8),
         "Yh": torch.full((n,), nan, dtype=torch.float16),
         "RS": torch.full((n,), nan),
         "RM": torch.full((n,), nan),
+        "RN": torch.full((n,), nan),
+        "RA": torch.full((n,), nan),
         "CS": torch.full((n, COLS), nan),
+        "RCS": torch.full((n, COLS), nan),
         "H": torch.zeros(BINS, dtype=torch.int32),
         "S": torch.zeros(COLS),
         "AM": torch.full((1,), -(2**31), dtype=torch.int32),
+        "FX": torch.full((COLS,), -math.inf),
+        "FN": torch.full((COLS,), math.inf),
         "P": torch.full((n,), nan),
         "W": torch.full((n, COLS), nan),
     }
-    kernel(xi, xb, xh, x, v, steps, *outs.values())
+    kernel(xi, xb, xh, x, v, xs, xu, steps, divisor, *outs.values())
 
     thread = torch.arange(n) % 128
     lanes = torch.arange(steps)
@@ -349,14 +360,23 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
     refs = {
         "Yi": (torch.where(thread % 3 == 0, xi * 3 - 7, torch.where(xi < 0, xi >> 1, xi % 7)), 0),
         "Yb": (xb * 3 + 1, 0),  # int8 arithmetic wraps around
+        "Yd": (torch.div(xi, divisor, rounding_mode="floor") ^ torch.remainder(xi, divisor), 0),
+        "Ys": (xs * 7 - (xs >> 3), 0),
+        "Yu": ((xu >> 2) ^ (xu * 5), 0),
         # float16 sqrt / exp: correctly rounded float32 results rounded once to float16
         "Yh": (torch.where(xh > 0, torch.sqrt(xh.double()), torch.exp(xh.double()) * 0.5).half(), "ulp"),
         "RS": (x.double().sum(1), 2 * COLS * ACC_EPS * finite_abs(x).sum(1)),
         "RM": (fmax_fold(x.double()), 0),
+        "RN": (-fmax_fold(-x.double()), 0),
+        "RA": (fmax_fold(x.double().abs()), 0),
         "CS": (x.double().cumsum(1), 2 * COLS * ACC_EPS * finite_abs(x).cumsum(1)),
+        "RCS": (x.double().flip(1).cumsum(1).flip(1), 2 * COLS * ACC_EPS * finite_abs(x).flip(1).cumsum(1).flip(1)),
         "H": (torch.bincount((xi % BINS).long(), minlength=BINS).int(), 0),
         "S": (x.double().sum(0), 2 * max(n, 1) * ACC_EPS * finite_abs(x).sum(0)),
         "AM": (torch.tensor([xi.max().item() if n else -(2**31)], dtype=torch.int32), 0),
+        # float atomic max / min: NaNs ignored (docs/math.md), the initial -inf / +inf where none is left
+        "FX": (fmax_fold(torch.cat([x.double().T, torch.full((COLS, 1), -math.inf, dtype=torch.float64)], 1)), 0),
+        "FN": (-fmax_fold(torch.cat([-x.double().T, torch.full((COLS, 1), -math.inf, dtype=torch.float64)], 1)), 0),
         "P": (gathered.sum(1), 2 * max(steps, 1) * ACC_EPS * finite_abs(gathered).sum(1)),
         "W": (v.double() * 2 + 1, 0),  # exact in float32
     }
@@ -396,6 +416,118 @@ def run_user_gemm(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator
     return mismatch(c, ref, bound)
 
 
+# --- matmul's tiled GEMM route on plain metal (gemm_staged: pipelined staging, 16-byte run copies
+# for the odd row pitches 77 and 131, A stored transposed): 77 x 131 x 99, bfloat16 in, float32 out
+
+MATMUL_SHAPE = (77, 131, 99)
+
+
+def build_matmul() -> Any:
+    choice = E.matmul_config(*MATMUL_SHAPE, "bfloat16", "float32", target="metal", trans_A=True)
+    assert choice.route == "gemm" and choice.run_copies == ("A", "B"), choice  # the route this family is about
+    return _compile(E.matmul_program(choice), E.plain_metal_target(), [-1])
+
+
+def draw_matmul(rng: random.Random) -> dict:
+    return dict(a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS), specials=rng.choice((0, 0, 1, 2)), scale=rng.choice((1.0, 1e-2, 1e2)))
+
+
+def run_matmul(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
+    M, N, K = MATMUL_SHAPE
+    a_t = (view_of((K, M), torch.float32, cfg["a_view"], g) * cfg["scale"]).to(torch.bfloat16)  # A stored (K, M)
+    b = view_of((K, N), torch.bfloat16, cfg["b_view"], g)
+    place_specials(a_t if rng.random() < 0.5 else b, rng, cfg["specials"])
+    out = kernel(a_t, b)
+    ref = a_t.double().T @ b.double()
+    return mismatch(out, ref, matmul_bound(a_t.T, b, ref, "float32"))
+
+
+# --- row sum of rows of at least 32 runs of 16 bytes (one row per simdgroup, vector loads): 29 rows
+# of 301 float16 columns (a ragged last run, a row pitch that is not a multiple of 16 bytes), float32 out; Metal 4
+
+ROW_SUM_SHAPE = (29, 301)
+
+
+def draw_row_sum(rng: random.Random) -> dict:
+    return dict(view=rng.choice(VIEWS), specials=rng.choice((0, 0, 1, 2)), scale=rng.choice((1.0, 100.0)))
+
+
+def run_row_sum(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
+    x = (view_of(ROW_SUM_SHAPE, torch.float32, cfg["view"], g) * cfg["scale"]).half()
+    place_specials(x, rng, cfg["specials"])
+    out = kernel(x)
+    ref = x.double().sum(1)
+    return mismatch(out, ref, 2 * (ROW_SUM_SHAPE[1] * ACC_EPS * finite_abs(x).sum(1) + UNIT_ROUNDOFF["float32"] * finite_abs(ref)))
+
+
+# --- flash decoding (the vector dataflow): batch 2, 8 query heads on 2 KV heads, 97 keys in 3
+# splits, head_dim 64, bfloat16; Metal 4
+
+DECODE = dict(batch=2, heads=8, kv_heads=2, seq=97, dim=64, splits=3)
+
+
+def draw_decoding(rng: random.Random) -> dict:
+    return dict(kv_view=rng.choice(("contiguous", "heads major")), q_nan=rng.random() < 0.3, k_special=rng.choice((None, None, math.inf, -math.inf)),
+                v_nan=rng.random() < 0.2, sharp=rng.random() < 0.3)
+
+
+def run_decoding(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
+    b, h, kvh, seq, dim = (DECODE[key] for key in ("batch", "heads", "kv_heads", "seq", "dim"))
+    q = torch.randn(b, h, dim, generator=g) * (8 if cfg["sharp"] else 1)
+    if cfg["kv_view"] == "heads major":  # (batch, seq, kv_heads, dim) views of (batch, kv_heads, seq, dim) storage
+        k, v = (torch.randn(b, kvh, seq, dim, generator=g).transpose(1, 2) for _ in range(2))
+    else:
+        k, v = (torch.randn(b, seq, kvh, dim, generator=g) for _ in range(2))
+    q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+    if cfg["q_nan"]:
+        q[rng.randrange(b), rng.randrange(h), rng.randrange(dim)] = math.nan
+    if cfg["k_special"] is not None:
+        k[rng.randrange(b), rng.randrange(seq), rng.randrange(kvh), rng.randrange(dim)] = cfg["k_special"]
+    if cfg["v_nan"]:
+        v[rng.randrange(b), rng.randrange(seq), rng.randrange(kvh), rng.randrange(dim)] = math.nan
+    out = kernel(q, k, v)[-1]
+    group = h // kvh
+    kh, vh = (x.double().transpose(1, 2).repeat_interleave(group, 1) for x in (k, v))  # (b, h, seq, dim)
+    scores = (q.double()[:, :, None] @ kh.transpose(-1, -2)) / math.sqrt(dim)
+    ref = (torch.softmax(scores, dim=-1) @ vh)[:, :, 0]
+    # scores: float32 dot products of 64 terms (|q||k| up to 8 * 16 each); exp2 and the sums of at
+    # most 97 keys in float32; one bfloat16 rounding
+    bound = 2 * ((dim * 8 * 16 + seq * 6) * ACC_EPS * 8 + UNIT_ROUNDOFF["bfloat16"] * finite_abs(ref))
+    return mismatch(out, ref.to(torch.bfloat16).double(), bound)
+
+
+# --- own barriers (adversarial_kernels.own_barriers) under tl.disable_thread_storage_sync: M, N
+# symbolic, a runtime number of smoothing rounds; plain metal
+
+
+def draw_barriers(rng: random.Random) -> dict:
+    return dict(M=rng.choice(SIZES), N=rng.choice(SIZES + (200, 257)), rounds=rng.choice((0, 1, 2, 5)), specials=rng.choice((0, 0, 1)))
+
+
+def run_barriers(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
+    M, N, rounds = cfg["M"], cfg["N"], cfg["rounds"]
+    x = torch.randn(M, N, generator=g)
+    place_specials(x, rng, cfg["specials"], (math.inf, -math.inf))
+    y, z, q = torch.full((N, M), math.nan), torch.zeros(M), torch.full((M, N), math.nan)
+    kernel(x, rounds, y, z, q)
+    problem = mismatch(y, x.T, 0.0)
+    if problem:
+        return f"Y: {problem}"
+    problem = mismatch(z, x.double().sum(1), 2 * N * ACC_EPS * finite_abs(x).sum(1))
+    if problem:
+        return f"Z: {problem}"
+    tiles = -(-N // THREADS)
+    a = torch.zeros(M, tiles * THREADS)
+    a[:, :N] = x
+    a = a.view(M, tiles, THREADS)
+    for _ in range(rounds):  # the same float32 operations in the same order: bitwise equal
+        left = torch.cat([a[..., :1], a[..., :-1]], -1)
+        right = torch.cat([a[..., 1:], a[..., -1:]], -1)
+        a = (left + right) * 0.5
+    problem = mismatch(q, a.reshape(M, -1)[:, :N], 0.0)
+    return f"Q: {problem}" if problem else None
+
+
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
@@ -414,6 +546,14 @@ FAMILIES: dict[str, Family] = {
                draw_attention, run_attention, 20),
         Family("user_module", lambda: _compile(user_module(), E.plain_metal_target(), None, {"tl.disable_safe_memory_legalize": True}),
                draw_user, run_user, 90),
+        Family("matmul_staged", build_matmul, draw_matmul, run_matmul, 20),
+        Family("row_sum", lambda: _compile(E.row_sum(*ROW_SUM_SHAPE, dtype="float16", out_dtype="float32"), E.metal4_target(), [-1]),
+               draw_row_sum, run_row_sum, 20),
+        Family("decoding", lambda: _compile(E.flash_decoding_program(*(DECODE[key] for key in ("batch", "heads", "kv_heads", "seq", "dim")), num_split=DECODE["splits"],
+                                                                     dtype="bfloat16", target=E.metal4_target()), E.metal4_target(), [3, 4, 5]),
+               draw_decoding, run_decoding, 20),
+        Family("own_barriers", lambda: _compile(own_barriers(), E.plain_metal_target(), None, {"tl.disable_thread_storage_sync": True}),
+               draw_barriers, run_barriers, 40),
         Family("user_gemm_epilogue", lambda: _compile(gemm_epilogue(), E.metal4_target()),
                draw_user_gemm, run_user_gemm, 50),
     )
