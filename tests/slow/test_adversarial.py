@@ -9,7 +9,8 @@ shapes 0-130 (odd and prime); pass configs; both targets.
 
 Budget: one compile per family (symbolic sizes wherever the builder takes them, so one kernel serves
 every shape); each family draws many configurations that vary the shapes, the views and the values.
-Seeded: TILELANG_METAL_ADVERSARIAL_SEED (default 2026); a failure message carries the seed, the
+Seeded: TILELANG_METAL_ADVERSARIAL_SEED (default 2026), TILELANG_METAL_ADVERSARIAL_SCALE (default 1:
+the counts below; 5 for a deeper hunt at no extra compile); a failure message carries the seed, the
 family and the configuration, so `check(family, config)` replays it alone.
 
 Tolerances follow from the dtypes: inputs are rounded to their dtype before the float64 reference
@@ -38,6 +39,7 @@ from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorError, racecheck
 
 SEED = int(os.environ.get("TILELANG_METAL_ADVERSARIAL_SEED", "2026"))
+SCALE = float(os.environ.get("TILELANG_METAL_ADVERSARIAL_SCALE", "1"))  # more configurations per compile for a deeper hunt
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
 ACC_EPS = 2.0**-24  # float32 accumulation
@@ -563,7 +565,7 @@ FAMILIES: dict[str, Family] = {
 def configurations(name: str) -> list[dict]:
     rng = random.Random(f"{SEED}:{name}")
     family = FAMILIES[name]
-    return [family.draw(rng) for _ in range(family.count)]
+    return [family.draw(rng) for _ in range(round(family.count * SCALE))]
 
 
 def check(name: str, cfg: dict, index: int = 0) -> str | None:
@@ -592,4 +594,4 @@ def test_adversarial_configurations_match_torch(name: str):
         problem = check(name, cfg, index)
         if problem:
             failures.append(f"  #{index} {cfg}: {problem}")
-    assert not failures, f"seed {SEED}, family {name}: {len(failures)} of {family.count} configurations wrong:\n" + "\n".join(failures[:12])
+    assert not failures, f"seed {SEED}, family {name}: {len(failures)} of {round(family.count * SCALE)} configurations wrong:\n" + "\n".join(failures[:12])
