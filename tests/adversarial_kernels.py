@@ -242,3 +242,23 @@ def own_barriers():
                 Q[row, c] = a[tx]
 
     return main
+
+
+def strided_copy(rows: int = 16, cols: int = 40):
+    """O = A * 2 through threadgroup memory (T.copy in, a fragment, T.copy out) with both A and O
+    views of any row pitch (symbolic strides, unit column stride) and n symbolic: ragged row
+    tiles, row starts at any element (A) or any 16-byte boundary (O)."""
+    n = T.dynamic("n")
+    a_pitch, o_pitch = T.dynamic("a_pitch"), T.dynamic("o_pitch")
+
+    @T.prim_func
+    def main(A: T.StridedTensor((n, cols), (a_pitch, 1), "float16"), O: T.StridedTensor((n, cols), (o_pitch, 1), "float32")):
+        with T.Kernel(T.ceildiv(n, rows), threads=THREADS) as bx:
+            a_s = T.alloc_shared((rows, cols), "float16")
+            o_f = T.alloc_fragment((rows, cols), "float32")
+            T.copy(A[bx * rows, 0], a_s)
+            for i, j in T.Parallel(rows, cols):
+                o_f[i, j] = T.cast(a_s[i, j], "float32") * 2.0
+            T.copy(o_f, O[bx * rows, 0])
+
+    return main

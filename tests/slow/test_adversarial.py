@@ -33,7 +33,7 @@ import pytest
 import tilelang
 import tilelang.language as T
 import torch
-from adversarial_kernels import BINS, COLS, THREADS, TILE, gemm_epilogue, own_barriers, user_module
+from adversarial_kernels import BINS, COLS, THREADS, gemm_epilogue, own_barriers, strided_copy, user_module
 
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorError, racecheck
@@ -153,7 +153,7 @@ def _compile(func: Any, target: Any, out_idx: Any = None, pass_configs: dict | N
 
 
 def draw_gemv_m(rng: random.Random) -> dict:
-    return dict(N=rng.choice(SIZES), K=rng.choice((0,) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
+    return dict(N=rng.choice((0,) + SIZES), K=rng.choice((0,) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
                 specials=rng.choice((0, 0, 1, 2)))
 
 
@@ -177,7 +177,7 @@ def run_gemv_m(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -
 
 
 def draw_gemv_n(rng: random.Random) -> dict:
-    return dict(M=rng.choice(SIZES), K=rng.choice((0,) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
+    return dict(M=rng.choice((0,) + SIZES), K=rng.choice((0,) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
                 specials=rng.choice((0, 0, 1, 2)))
 
 
@@ -309,7 +309,7 @@ def run_attention(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator
 
 
 def draw_user(rng: random.Random) -> dict:
-    return dict(n=rng.choice((0,) + SIZES), steps=rng.choice((0, 1, 2, rng.randrange(3, 80))), divisor=rng.choice((1, -1, 7, -7, 3, -1000, 2**31 - 1)), v_view=rng.choice(("transposed", "strided", "offset", "contiguous")),
+    return dict(n=rng.choice((0,) + SIZES), steps=rng.choice((0, 1, 2, -3, rng.randrange(3, 80))), divisor=rng.choice((1, -1, 7, -7, 3, -1000, 2**31 - 1)), v_view=rng.choice(("transposed", "strided", "offset", "contiguous")),
                 specials=rng.choice((0, 0, 1, 3)))
 
 
@@ -357,7 +357,7 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
     kernel(xi, xb, xh, x, v, xs, xu, steps, divisor, *outs.values())
 
     thread = torch.arange(n) % 128
-    lanes = torch.arange(steps)
+    lanes = torch.arange(max(steps, 0))  # a negative trip count runs no iteration
     gathered = x.double()[:, lanes % COLS] * (lanes + 1).double()
     refs = {
         "Yi": (torch.where(thread % 3 == 0, xi * 3 - 7, torch.where(xi < 0, xi >> 1, xi % 7)), 0),
@@ -397,7 +397,7 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
 
 
 def draw_user_gemm(rng: random.Random) -> dict:
-    return dict(M=rng.choice(SIZES), N=rng.choice(SIZES), K=rng.choice((0, 0) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
+    return dict(M=rng.choice((0,) + SIZES), N=rng.choice((0,) + SIZES), K=rng.choice((0, 0) + SIZES), a_view=rng.choice(VIEWS), b_view=rng.choice(VIEWS),
                 specials=rng.choice((0, 0, 0, 1)))
 
 
@@ -503,7 +503,7 @@ def run_decoding(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator)
 
 
 def draw_barriers(rng: random.Random) -> dict:
-    return dict(M=rng.choice(SIZES), N=rng.choice(SIZES + (200, 257)), rounds=rng.choice((0, 1, 2, 5)), specials=rng.choice((0, 0, 1)))
+    return dict(M=rng.choice(SIZES), N=rng.choice(SIZES + (200, 257)), rounds=rng.choice((-1, 0, 1, 2, 5)), specials=rng.choice((0, 0, 1)))
 
 
 def run_barriers(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
@@ -528,6 +528,30 @@ def run_barriers(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator)
         a = (left + right) * 0.5
     problem = mismatch(q, a.reshape(M, -1)[:, :N], 0.0)
     return f"Q: {problem}" if problem else None
+
+
+# --- T.copy through threadgroup memory between views of any row pitch (adversarial_kernels.strided_copy):
+# n symbolic, A at any element offset, O at a 16-byte boundary (a written tensor must be aligned);
+# plain metal
+
+
+def draw_strided_copy(rng: random.Random) -> dict:
+    return dict(n=rng.choice((0,) + SIZES), a_pitch=40 + rng.randrange(0, 24), a_offset=rng.randrange(0, 9), o_pitch=40 + rng.randrange(0, 9),
+                o_offset=4 * rng.randrange(0, 3))
+
+
+def run_strided_copy(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
+    n = cfg["n"]
+    a_base = torch.randn(n * cfg["a_pitch"] + cfg["a_offset"], generator=g).half()
+    a = a_base[cfg["a_offset"]:].view(n, cfg["a_pitch"])[:, :40]
+    o_base = torch.full((n * cfg["o_pitch"] + cfg["o_offset"] + 8,), 7.0)
+    o = o_base[cfg["o_offset"]:cfg["o_offset"] + n * cfg["o_pitch"]].view(n, cfg["o_pitch"])[:, :40]
+    kernel(a, o)
+    outside = torch.ones_like(o_base, dtype=torch.bool)
+    outside[cfg["o_offset"]:cfg["o_offset"] + n * cfg["o_pitch"]].view(n, cfg["o_pitch"])[:, :40] = False
+    if not (o_base[outside] == 7.0).all():
+        return f"wrote outside the view of O at {torch.nonzero(outside & (o_base != 7.0))[:4].flatten().tolist()}"
+    return mismatch(o, a.double() * 2, 0.0)
 
 
 FAMILIES: dict[str, Family] = {
@@ -556,6 +580,7 @@ FAMILIES: dict[str, Family] = {
                draw_decoding, run_decoding, 20),
         Family("own_barriers", lambda: _compile(own_barriers(), E.plain_metal_target(), None, {"tl.disable_thread_storage_sync": True}),
                draw_barriers, run_barriers, 40),
+        Family("strided_copy", lambda: _compile(strided_copy(), E.plain_metal_target()), draw_strided_copy, run_strided_copy, 30),
         Family("user_gemm_epilogue", lambda: _compile(gemm_epilogue(), E.metal4_target()),
                draw_user_gemm, run_user_gemm, 50),
     )
