@@ -25,7 +25,8 @@ def user_module():
     - RS / RM / RN / RA = row sum / max / min / absmax of X (n, 33) float32 by T.reduce_*
     - CS / RCS = cumulative sum of X along its rows, forward and reversed (T.cumsum on threadgroup memory)
     - H = histogram of Xi mod 16 (int32 atomics), S = column sums of X (float atomics),
-      AM = max of Xi (int32 atomic max), FX / FN = column max / min of X (float atomic max / min)
+      AM = max of Xi (int32 atomic max), FX / FN = column max / min of X (float atomic max / min),
+      H16 / BM / BC = float16 sums, bfloat16 maxima and bfloat16 counts by bins of Xi (16-bit atomics)
     - P[i] = sum over s < steps of X[i, s mod 33] * (s + 1) (a loop of runtime trip count: 0, 1, ...)
     - W = V * 2 + 1 with V a (n, 33) float16 view of any strides (T.StridedTensor)
     """
@@ -60,6 +61,9 @@ def user_module():
         AM: T.Tensor((1,), "int32"),
         FX: T.Tensor((COLS,), "float32"),
         FN: T.Tensor((COLS,), "float32"),
+        H16: T.Tensor((8,), "float16"),
+        BM: T.Tensor((8,), "bfloat16"),
+        BC: T.Tensor((8,), "bfloat16"),
         P: T.Tensor((n,), "float32"),
         W: T.Tensor((n, COLS), "float32"),
     ):
@@ -129,6 +133,10 @@ def user_module():
                 if i < n:
                     T.atomic_add(H[Xi[i] % BINS], 1)
                     T.atomic_max(AM[0], Xi[i])
+                    # 16-bit atomics on neighbouring elements (one 32-bit word holds two of them)
+                    T.atomic_add(H16[Xi[i] % 8], T.cast(Xi[i] % 5, "float16"))
+                    T.atomic_max(BM[Xi[i] % 8], T.cast(Xi[i], "bfloat16"))
+                    T.atomic_add(BC[(Xi[i] // 8) % 8], T.cast(1, "bfloat16"))
                     for j in T.serial(COLS):
                         T.atomic_add(S[j], X[i, j])
                         T.atomic_max(FX[j], X[i, j])

@@ -351,6 +351,9 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
         "AM": torch.full((1,), -(2**31), dtype=torch.int32),
         "FX": torch.full((COLS,), -math.inf),
         "FN": torch.full((COLS,), math.inf),
+        "H16": torch.zeros(8, dtype=torch.float16),
+        "BM": torch.full((8,), -2000.0, dtype=torch.bfloat16),
+        "BC": torch.zeros(8, dtype=torch.bfloat16),
         "P": torch.full((n,), nan),
         "W": torch.full((n, COLS), nan),
     }
@@ -379,6 +382,10 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
         # float atomic max / min: NaNs ignored (docs/math.md), the initial -inf / +inf where none is left
         "FX": (fmax_fold(torch.cat([x.double().T, torch.full((COLS, 1), -math.inf, dtype=torch.float64)], 1)), 0),
         "FN": (-fmax_fold(torch.cat([-x.double().T, torch.full((COLS, 1), -math.inf, dtype=torch.float64)], 1)), 0),
+        # 16-bit atomics: small integers, so every partial sum is exact in float16 / bfloat16
+        "H16": (torch.zeros(8, dtype=torch.float64).index_add_(0, (xi % 8).long(), (xi % 5).double()), 0),
+        "BM": (torch.full((8,), -2000.0, dtype=torch.float64).scatter_reduce(0, (xi % 8).long(), xi.bfloat16().double(), "amax"), 0),
+        "BC": (torch.zeros(8, dtype=torch.float64).index_add_(0, (torch.div(xi, 8, rounding_mode="floor") % 8).long(), torch.ones(n, dtype=torch.float64)), 0),
         "P": (gathered.sum(1), 2 * max(steps, 1) * ACC_EPS * finite_abs(gathered).sum(1)),
         "W": (v.double() * 2 + 1, 0),  # exact in float32
     }
