@@ -20,7 +20,8 @@ def user_module():
 
     - Yi = int32 elementwise whose branch depends on the thread (tx % 3) and the value;
       Yb = int8 and Yu = uint8 elementwise that wrap around, Ys = int16 with an arithmetic shift;
-      Yd = floor division and modulo by a runtime divisor of either sign
+      Yd = floor division and modulo by a runtime divisor of either sign; YC = Collatz steps (a
+      while loop), YL = a running sum left by T.loop_break once it passes steps * 50
     - Yh = where(x > 0, sqrt(x), exp(x) / 2) in float16 (T.Parallel, data-dependent branch)
     - RS / RM / RN / RA = row sum / max / min / absmax of X (n, 33) float32 by T.reduce_*
     - CS / RCS = cumulative sum of X along its rows, forward and reversed (T.cumsum on threadgroup memory)
@@ -49,6 +50,8 @@ def user_module():
         Ys: T.Tensor((n,), "int16"),
         Yu: T.Tensor((n,), "uint8"),
         Yb: T.Tensor((n,), "int8"),
+        YC: T.Tensor((n,), "int32"),
+        YL: T.Tensor((n,), "int32"),
         Yh: T.Tensor((n,), "float16"),
         RS: T.Tensor((n,), "float32"),
         RM: T.Tensor((n,), "float32"),
@@ -82,6 +85,26 @@ def user_module():
                     Yd[i] = T.floordiv(v, divisor) ^ T.floormod(v, divisor)
                     Ys[i] = Xs[i] * T.int16(7) - (Xs[i] >> 3)
                     Yu[i] = (Xu[i] >> 2) ^ (Xu[i] * T.uint8(5))
+                    # a while loop of data-dependent trip count (Collatz steps of |v| % 97 + 1)
+                    walk = T.alloc_var("int32")
+                    count = T.alloc_var("int32")
+                    walk = T.abs(v) % 97 + 1
+                    count = 0
+                    while walk != 1:
+                        if walk % 2 == 0:
+                            walk = walk // 2
+                        else:
+                            walk = walk * 3 + 1
+                        count = count + 1
+                    YC[i] = count
+                    # a serial loop each thread leaves at its own iteration (T.loop_break)
+                    total = T.alloc_var("int32")
+                    total = 0
+                    for k in T.serial(200):
+                        if total > steps * 50:
+                            T.loop_break()
+                        total = total + T.abs(v) % 13 + k
+                    YL[i] = total
                     x = Xh[i]
                     if x > T.float16(0):
                         Yh[i] = T.sqrt(x)

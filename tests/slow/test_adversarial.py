@@ -320,6 +320,23 @@ def fmax_fold(x: torch.Tensor) -> torch.Tensor:
     return torch.where(all_nan, torch.full_like(folded, math.nan), folded)
 
 
+def collatz_steps(value: int) -> int:
+    count = 0
+    while value != 1:
+        value = value // 2 if value % 2 == 0 else 3 * value + 1
+        count += 1
+    return count
+
+
+def sum_until(term: int, limit: int) -> int:
+    total = 0
+    for k in range(200):
+        if total > limit:
+            break
+        total += term + k
+    return total
+
+
 def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> str | None:
     n, steps = cfg["n"], cfg["steps"]
     xi = torch.randint(-1000, 1000, (n,), dtype=torch.int32, generator=g)
@@ -339,6 +356,8 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
         "Ys": torch.full((n,), -99, dtype=torch.int16),
         "Yu": torch.full((n,), 99, dtype=torch.uint8),
         "Yb": torch.full((n,), -99, dtype=torch.int8),
+        "YC": torch.full((n,), -99, dtype=torch.int32),
+        "YL": torch.full((n,), -99, dtype=torch.int32),
         "Yh": torch.full((n,), nan, dtype=torch.float16),
         "RS": torch.full((n,), nan),
         "RM": torch.full((n,), nan),
@@ -365,6 +384,8 @@ def run_user(kernel: Any, cfg: dict, rng: random.Random, g: torch.Generator) -> 
     refs = {
         "Yi": (torch.where(thread % 3 == 0, xi * 3 - 7, torch.where(xi < 0, xi >> 1, xi % 7)), 0),
         "Yb": (xb * 3 + 1, 0),  # int8 arithmetic wraps around
+        "YC": (torch.tensor([collatz_steps(int(value) % 97 + 1) for value in xi.abs()], dtype=torch.int32), 0),
+        "YL": (torch.tensor([sum_until(int(value) % 13, steps * 50) for value in xi.abs()], dtype=torch.int32), 0),
         "Yd": (torch.div(xi, divisor, rounding_mode="floor") ^ torch.remainder(xi, divisor), 0),
         "Ys": (xs * 7 - (xs >> 3), 0),
         "Yu": ((xu >> 2) ^ (xu * 5), 0),
