@@ -446,6 +446,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             return True
         if op in REFUSED_CUDA_CALLS:
             raise CodegenError(REFUSED_CUDA_CALLS[op])
+        if op == vocab.TL_LOOP_BREAK:  # T.loop_break(): leaves the innermost enclosing loop
+            self.emit("break;")
+            return True
         if op == vocab.TIRX_TVM_STORAGE_SYNC:
             scope = str(call.args[0].value)
             if scope in SHARED_SCOPES:

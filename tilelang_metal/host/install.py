@@ -311,7 +311,9 @@ def _swap_adapter_dispatch(adapters: dict[str, Callable[..., Any]], record: _Ins
         if make_adapter is not None and self.backend.name == PLUGIN_BACKEND_NAME:
             return make_adapter(
                 params=artifact.params,
-                result_idx=out_idx,
+                # a copy: tilelang's adapter base class writes the positions of negative indices
+                # into the list it gets, so a caller's list shared by two compiles changed meaning
+                result_idx=list(out_idx) if isinstance(out_idx, list) else out_idx,
                 func_or_mod=tilelang_func,
                 device_mod=artifact.device_mod,
                 host_mod=artifact.host_mod,
