@@ -104,34 +104,30 @@ def _is_matrix_fragment(buffer: Any) -> bool:
     return str(buffer.scope()) in FRAGMENT_SCOPES and len(buffer.shape) >= 2
 
 
-def _element_links(body: Any, groups: _Groups) -> None:
-    """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
+def _link(body: Any, groups: _Groups, counts: Any) -> None:
+    """Union the fragments `counts` accepts that each T.Parallel nest or non-GEMM tile op touches."""
     for loop in find_nodes(body, [vocab.TIRX_FOR]):
         if loop.kind != tir.ForKind.PARALLEL:
             continue
         accesses = find_nodes(loop.body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE])
-        groups.union(list({a.buffer.data: None for a in accesses if _is_matrix_fragment(a.buffer)}))
+        groups.union(list({a.buffer.data: None for a in accesses if counts(a.buffer)}))
     for call in find_nodes(body, [vocab.TIRX_CALL]):
         name = str(getattr(call.op, "name", ""))
         if not name.startswith(vocab.TILE_OP_PREFIX) or name == vocab.GEMM_TILE_OP:
             continue
         buffers = [arg.args[0].buffer for arg in call.args if isinstance(arg, tir.Call) and arg.args and isinstance(arg.args[0], tir.BufferLoad)]
-        groups.union(list({b.data: None for b in buffers if _is_matrix_fragment(b)}))
+        groups.union(list({b.data: None for b in buffers if counts(b)}))
+
+
+def _element_links(body: Any, groups: _Groups) -> None:
+    """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
+    _link(body, groups, _is_matrix_fragment)
 
 
 def _row_links(body: Any, groups: _Groups) -> None:
-    """Union the fragments of any rank each T.Parallel nest or non-GEMM tile op touches (a reduction
-    joins its 2-D source with its 1-D result): accumulators whose rows meet through row fragments."""
-    for loop in find_nodes(body, [vocab.TIRX_FOR]):
-        if loop.kind == tir.ForKind.PARALLEL:
-            accesses = find_nodes(loop.body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE])
-            groups.union(list({a.buffer.data: None for a in accesses if str(a.buffer.scope()) in FRAGMENT_SCOPES}))
-    for call in find_nodes(body, [vocab.TIRX_CALL]):
-        name = str(getattr(call.op, "name", ""))
-        if not name.startswith(vocab.TILE_OP_PREFIX) or name == vocab.GEMM_TILE_OP:
-            continue
-        buffers = [arg.args[0].buffer for arg in call.args if isinstance(arg, tir.Call) and arg.args and isinstance(arg.args[0], tir.BufferLoad)]
-        groups.union(list({b.data: None for b in buffers if str(b.scope()) in FRAGMENT_SCOPES}))
+    """Union the fragments of any rank each T.Parallel nest or tile op touches (a reduction joins its
+    2-D source with its 1-D result): accumulators whose rows meet through row fragments."""
+    _link(body, groups, lambda buffer: str(buffer.scope()) in FRAGMENT_SCOPES)
 
 
 def _sites(body: Any) -> list[GemmSite]:
@@ -253,6 +249,8 @@ def _row_group_plans(
     fixed = {plans[s.key].selection.instruction.name: plans[s.key].selection.instruction for s in planned}
     if len(fixed) > 1 or not free:
         return {}
+    if any(i.kind == COOPERATIVE_TENSOR_KIND for i in fixed.values()) and any(s.register_a for s in free):
+        return {}  # a register A operand reads cooperative tensors only where GemmMetal's later checks allow
     # a register A operand reads cooperative tensors only under conditions GemmMetal checks later
     # (register_a_blockers): such a group takes simdgroup matrices
     may_use_ct = metal4 and route_ct and not any(s.register_a for s in free)
