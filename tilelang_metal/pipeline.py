@@ -37,6 +37,7 @@ from .transform.device_memory_sync import SyncDeviceMemory
 from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
 from .transform.function_pass import per_function_pass
+from .transform.floor_division import LowerFloorDivisions
 from .transform.fragment_groups import fragment_group_plans, gemm_roles
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
@@ -219,6 +220,7 @@ def finalize_for_codegen(mod: object) -> object:
     """The device module's last passes, run by the codegen entry after tilelang's own pre-codegen
     passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo them if run earlier:
     Simplify inlines every `Bind`."""
+    mod = LowerFloorDivisions(mod)  # plugin: integer floor div / mod that tilelang's Simplify wrote after LowerIntrin -> MSL operators
     mod = RestorePowerOfTwoDivisions(mod)  # plugin: those divisions -> the shifts / masks LowerIntrin would have written
     mod = InlineExpressionLets(mod)  # plugin: MSL has no expression-level let (clamp, floordiv by a runtime divisor)
     mod = BlockSwizzleRemap(mod)  # plugin: physical -> logical tiles once, early return of padding

@@ -110,3 +110,84 @@ def test_accumulators_of_different_m_are_refused_naming_both_gemms():
 
 def test_the_named_fix_for_different_m_works():
     run_sum("metal", 32, 32, 64, 32, 16, 128, SQUARE, FULL_ROW, True)
+
+
+def mla_decode(heads, seqlen, dim, pe_dim, block_N, block_H, threads, p_in_registers):
+    """MLA-decode-shaped attention (issue 32, item B1): scores over a latent and a rotary part, the
+    output accumulator wider than the scores, both with FullCol; they meet only row by row, through
+    the row maximum / rescale fragments. On 8 simdgroups FullCol splits the 16x32 scores 2x4 and the
+    16x64 output 1x8, and layout inference stopped with `register fragments m and alpha are used
+    together element by element but have different thread layouts`. p_in_registers: P goes back from
+    threadgroup memory into a fragment that is the A operand of P . V (the split variant's dataflow)."""
+    scale = (1.0 / (dim + pe_dim)) ** 0.5 * 1.44269504  # log2(e): exp2 below
+
+    @T.prim_func
+    def main(
+        Q: T.Tensor((heads, dim), "float16"),
+        Q_pe: T.Tensor((heads, pe_dim), "float16"),
+        KV: T.Tensor((seqlen, 1, dim), "float16"),
+        K_pe: T.Tensor((seqlen, 1, pe_dim), "float16"),
+        Out: T.Tensor((heads, dim), "float16"),
+    ):
+        with T.Kernel(heads // block_H, threads=threads) as hb:
+            q_s = T.alloc_shared((block_H, dim), "float16")
+            q_pe_s = T.alloc_shared((block_H, pe_dim), "float16")
+            kv_s = T.alloc_shared((block_N, dim), "float16")
+            k_pe_s = T.alloc_shared((block_N, pe_dim), "float16")
+            p_s = T.alloc_shared((block_H, block_N), "float16")
+            scores = T.alloc_fragment((block_H, block_N), "float32")
+            p_frag = T.alloc_fragment((block_H, block_N), "float16")
+            acc = T.alloc_fragment((block_H, dim), "float32")
+            m = T.alloc_fragment((block_H,), "float32")
+            m_prev = T.alloc_fragment((block_H,), "float32")
+            alpha = T.alloc_fragment((block_H,), "float32")
+            row_sum = T.alloc_fragment((block_H,), "float32")
+            denom = T.alloc_fragment((block_H,), "float32")
+            T.copy(Q[hb * block_H, 0], q_s)
+            T.copy(Q_pe[hb * block_H, 0], q_pe_s)
+            T.fill(acc, 0)
+            T.fill(denom, 0)
+            T.fill(m, -T.infinity("float32"))
+            for t in T.Pipelined(seqlen // block_N, num_stages=1):
+                T.copy(KV[t * block_N : (t + 1) * block_N, 0, :], kv_s)
+                T.copy(K_pe[t * block_N : (t + 1) * block_N, 0, :], k_pe_s)
+                T.gemm(q_s, kv_s, scores, transpose_B=True, policy=FULL_COL, clear_accum=True)
+                T.gemm(q_pe_s, k_pe_s, scores, transpose_B=True, policy=FULL_COL)
+                T.copy(m, m_prev)
+                T.fill(m, -T.infinity("float32"))
+                T.reduce_max(scores, m, dim=1, clear=False)
+                for i in T.Parallel(block_H):
+                    alpha[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+                for i, j in T.Parallel(block_H, block_N):
+                    scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+                T.reduce_sum(scores, row_sum, dim=1)
+                T.copy(scores, p_s)
+                for i in T.Parallel(block_H):
+                    denom[i] = denom[i] * alpha[i] + row_sum[i]
+                for i, j in T.Parallel(block_H, dim):
+                    acc[i, j] *= alpha[i]
+                if p_in_registers:
+                    T.copy(p_s, p_frag)
+                    T.gemm(p_frag, kv_s, acc, policy=FULL_COL)
+                else:
+                    T.gemm(p_s, kv_s, acc, policy=FULL_COL)
+            for i, j in T.Parallel(block_H, dim):
+                acc[i, j] /= denom[i]
+            T.copy(acc, Out[hb * block_H, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("target, p_in_registers", [("metal", False), ("metal4", False), ("metal", True)])
+def test_mla_decode_accumulators_meeting_through_row_fragments(target, p_in_registers):
+    heads, seqlen, dim, pe_dim = 32, 96, 64, 16
+    program = mla_decode(heads, seqlen, dim, pe_dim, block_N=32, block_H=16, threads=256, p_in_registers=p_in_registers)
+    kernel = tilelang.compile(program, target=metal4_target() if target == "metal4" else "metal", execution_backend="emulator")
+    torch.manual_seed(7)
+    q, q_pe = torch.randn(heads, dim).half(), torch.randn(heads, pe_dim).half()
+    kv, k_pe = torch.randn(seqlen, 1, dim).half(), torch.randn(seqlen, 1, pe_dim).half()
+    out = torch.full((heads, dim), float("nan")).half()
+    racecheck(kernel, q, q_pe, kv, k_pe, out)
+    query, key = torch.cat([q, q_pe], -1).float(), torch.cat([kv[:, 0], k_pe[:, 0]], -1).float()
+    want = torch.softmax(query @ key.T / (dim + pe_dim) ** 0.5, -1) @ kv[:, 0].float()
+    torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3)

@@ -19,16 +19,20 @@ OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class Operand:
-    """A 2-D tile view `buffer[lead..., row0:row0+rows, col0:col0+cols]` (storage order)."""
+    """A 2-D tile view of `buffer` (storage order): rows along dim `row_axis`, columns along the last
+    dim, every other dim fixed at its index in `lead` (batch / pipeline-stage dims before the rows,
+    and unit dims between rows and columns, as in `X[b, r0:r0+bm, g, c0:c0+bk]` of a (B, L, G, D)
+    tensor)."""
 
     name: str
     buffer: Any
-    lead: tuple  # indices of the leading (batch / pipeline-stage) dims
+    lead: tuple  # indices of the dims other than the row and column dims, in storage order
     row0: Any
     col0: Any
     rows: int
     cols: int
     remapped: bool = False  # storage follows an annotated layout: element accesses only (see lower())
+    row_axis: int = -2  # the dim the rows run along (negative: from the end)
 
     @property
     def scope(self) -> str:
@@ -40,7 +44,7 @@ class Operand:
 
     @property
     def row_extent(self) -> Any:
-        return self.buffer.shape[-2]
+        return self.buffer.shape[self.row_axis]
 
     @property
     def col_extent(self) -> Any:
@@ -49,23 +53,31 @@ class Operand:
     @property
     def row_stride(self) -> Any:
         if self.buffer.strides:
-            return self.buffer.strides[-2]
-        return self.buffer.shape[-1]
+            return self.buffer.strides[self.row_axis]
+        stride = self.buffer.shape[-1]
+        for dim in list(self.buffer.shape)[self.row_axis + 1 : -1]:  # unit dims between rows and columns
+            stride = stride * dim
+        return stride
+
+    def _indices(self, row: Any, col_index: Any) -> list:
+        fixed = list(self.lead)
+        row_at = len(self.buffer.shape) + self.row_axis
+        return [*fixed[:row_at], self.row0 + row, *fixed[row_at:], col_index]
 
     def indices(self, row: Any, col: Any) -> list:
-        return [*self.lead, self.row0 + row, self.col0 + col]
+        return self._indices(row, self.col0 + col)
 
     def load(self, row: Any, col: Any, lanes: int = 1) -> Any:
         col_index = self.col0 + col
         if lanes > 1:
             col_index = tir.Ramp(col_index, 1, lanes)
-        return tir.BufferLoad(self.buffer, [*self.lead, self.row0 + row, col_index])
+        return tir.BufferLoad(self.buffer, self._indices(row, col_index))
 
     def store(self, value: Any, row: Any, col: Any, lanes: int = 1) -> Any:
         col_index = self.col0 + col
         if lanes > 1:
             col_index = tir.Ramp(col_index, 1, lanes)
-        return tir.BufferStore(self.buffer, value, [*self.lead, self.row0 + row, col_index])
+        return tir.BufferStore(self.buffer, value, self._indices(row, col_index))
 
     def address(self, row: Any, col: Any, access: str = "r") -> Any:
         """Pointer to element (row, col) as a `tvm_access_ptr`, so passes see read vs. write intent
@@ -137,24 +149,55 @@ def _int(x: Any, what: str) -> int:
     raise GemmLoweringError(f"{what} must be a compile-time constant on Metal, got {x}. Use static tile sizes.")
 
 
+def _view_refusal(buf: Any, dims: list) -> str | None:
+    """Why the region `dims` (Ranges) of `buf` is not a 2-D tile Metal GEMM can read, or None."""
+    if len(dims) < 2:
+        return f"must be at least 2-D, got shape {list(buf.shape)}"
+    if buf.strides and not tvm.arith.Analyzer().can_prove_equal(buf.strides[-1], 1):
+        return (
+            f"has innermost stride {buf.strides[-1]}; Metal GEMM needs a contiguous innermost dimension (stride 1). "
+            "Pass a contiguous tensor or copy it to shared memory first."
+        )
+    if any(not _is_unit(r.extent) for r in dims[: _row_axis(dims)]):
+        return (
+            f"must be a 2-D tile: the region's extents {[str(r.extent) for r in dims]} have more than two dims "
+            "other than 1. Pass one 2-D tile (a single index in every other dim)."
+        )
+    return None
+
+
 def _operand(name: str, region: Any) -> Operand:
     buf = region.buffer
-    if len(region.region) < 2:
-        raise GemmLoweringError(f"T.gemm operand {name} ({buf.name}) must be at least 2-D, got shape {list(buf.shape)}")
-    if buf.strides:
-        inner = buf.strides[-1]
-        if not tvm.arith.Analyzer().can_prove_equal(inner, 1):
-            raise GemmLoweringError(
-                f"T.gemm operand {name} ({buf.name}) has innermost stride {inner}; Metal GEMM needs a contiguous "
-                "innermost dimension (stride 1). Pass a contiguous tensor or copy it to shared memory first."
-            )
-    lead = tuple(r.min for r in region.region[:-2])
-    for r in region.region[:-2]:
-        if not (isinstance(r.extent, tir.IntImm) and int(r.extent.value) == 1):
-            raise GemmLoweringError(f"T.gemm operand {name} ({buf.name}) must be a 2-D tile; leading dims must have extent 1")
-    rows = _int(region.region[-2].extent, f"{name} tile rows")
-    cols = _int(region.region[-1].extent, f"{name} tile cols")
-    return Operand(name, buf, lead, region.region[-2].min, region.region[-1].min, rows, cols)
+    dims = list(region.region)
+    refusal = _view_refusal(buf, dims)
+    if refusal is not None:
+        raise GemmLoweringError(f"T.gemm operand {name} ({buf.name}) {refusal}")
+    row_axis = _row_axis(dims)
+    lead = tuple(r.min for i, r in enumerate(dims[:-1]) if i != row_axis)
+    rows = _int(dims[row_axis].extent, f"{name} tile rows")
+    cols = _int(dims[-1].extent, f"{name} tile cols")
+    return Operand(name, buf, lead, dims[row_axis].min, dims[-1].min, rows, cols, row_axis=row_axis - len(dims))
+
+
+def _is_unit(extent: Any) -> bool:
+    return isinstance(extent, tir.IntImm) and int(extent.value) == 1
+
+
+def _row_axis(dims: list) -> int:
+    """The dim of a tile region the rows run along: the last one before the column dim whose extent is
+    not 1 (unit dims may sit between rows and columns), the one just before the columns when all are 1."""
+    for axis in range(len(dims) - 2, -1, -1):
+        if not _is_unit(dims[axis].extent):
+            return axis
+    return len(dims) - 2
+
+
+def tile_view_refusal(buffer: Any, mins: list, extents: list) -> str | None:
+    """Why `buffer[mins : mins + extents]` cannot be a T.gemm operand read in place (the check
+    `GemmProblem` makes), or None when it can: for passes that put such a view into a T.gemm in
+    place of the operand the user passed."""
+    extents = [1] * (len(mins) - len(extents)) + list(extents)  # a region may leave leading unit dims implied
+    return _view_refusal(buffer, [tvm.ir.Range.from_min_extent(m, e) for m, e in zip(mins, extents)])
 
 
 def _cast_advice(op: Operand, dtype: str) -> str:
@@ -258,7 +301,7 @@ class GemmProblem:
                 f"(M={self.M}, N={self.N}, K={self.K})"
             )
         if C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES:
-            if C.rows != int(C.buffer.shape[-2]) or C.cols != int(C.buffer.shape[-1]):
+            if C.rows != int(C.row_extent) or C.cols != int(C.col_extent):
                 raise GemmLoweringError(
                     f"T.gemm accumulator {C.buffer.name} must be used as a whole ({list(C.buffer.shape)}), "
                     f"got a {C.rows}x{C.cols} region"

@@ -17,6 +17,14 @@ that make their layouts equal:
   on every element they share); different M cannot agree, and is left to the layout-inference
   error (`pipeline._infer_layouts`), which names both fragments.
 
+Fragments also meet row by row, through 1-D row fragments: a reduction's result (`T.reduce_max(S, m)`)
+combined with another accumulator's rows (`O[i, j] *= scale[i]` with `scale` computed from `m`), as in
+flash attention and MLA decoding. Each row of such 1-D fragments must sit on the threads that hold
+that row in both accumulators, so their T.gemm calls need one instruction and one row split (the N
+split and replicas may differ). When the calls' own choices already agree, nothing changes; otherwise
+they all take `selection.row_partition` (MLA's `FullCol` policy splits a 16x32 score tile 2x4 and the
+16x64 output 1x8 on 8 simdgroups: the rows of `m` and `scale` would live on different threads).
+
 Cooperative tensors are chosen when every T.gemm of the group can use them; when they would need
 more replication than simdgroup matrices (a 32-row tile on 4 simdgroups: 16-row tiles give 2
 simdgroups along M, 8-row tiles 4), simdgroup matrices win, since the replicas compute the same
@@ -31,7 +39,16 @@ from typing import Any
 from ..host import gemm_call_fields, tir
 from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES
-from ..selection import Partition, Selection, choose_partition, cooperative_instructions, row_partition, simdgroup_instruction
+from ..selection import (
+    Partition,
+    Selection,
+    choose_partition,
+    cooperative_instructions,
+    row_partition,
+    select_inst,
+    simdgroup_instruction,
+    warp_partition,
+)
 from ..target import has_metal4, target_features
 from .ir_query import find_nodes
 from ..host import vocab
@@ -87,19 +104,30 @@ def _is_matrix_fragment(buffer: Any) -> bool:
     return str(buffer.scope()) in FRAGMENT_SCOPES and len(buffer.shape) >= 2
 
 
-def _element_links(body: Any, groups: _Groups) -> None:
-    """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
+def _link(body: Any, groups: _Groups, counts: Any) -> None:
+    """Union the fragments `counts` accepts that each T.Parallel nest or non-GEMM tile op touches."""
     for loop in find_nodes(body, [vocab.TIRX_FOR]):
         if loop.kind != tir.ForKind.PARALLEL:
             continue
         accesses = find_nodes(loop.body, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE])
-        groups.union(list({a.buffer.data: None for a in accesses if _is_matrix_fragment(a.buffer)}))
+        groups.union(list({a.buffer.data: None for a in accesses if counts(a.buffer)}))
     for call in find_nodes(body, [vocab.TIRX_CALL]):
         name = str(getattr(call.op, "name", ""))
         if not name.startswith(vocab.TILE_OP_PREFIX) or name == vocab.GEMM_TILE_OP:
             continue
         buffers = [arg.args[0].buffer for arg in call.args if isinstance(arg, tir.Call) and arg.args and isinstance(arg.args[0], tir.BufferLoad)]
-        groups.union(list({b.data: None for b in buffers if _is_matrix_fragment(b)}))
+        groups.union(list({b.data: None for b in buffers if counts(b)}))
+
+
+def _element_links(body: Any, groups: _Groups) -> None:
+    """Union the 2-D fragments each T.Parallel nest or fragment-to-fragment tile op (T.copy) touches."""
+    _link(body, groups, _is_matrix_fragment)
+
+
+def _row_links(body: Any, groups: _Groups) -> None:
+    """Union the fragments of any rank each T.Parallel nest or tile op touches (a reduction joins its
+    2-D source with its 1-D result): accumulators whose rows meet through row fragments."""
+    _link(body, groups, lambda buffer: str(buffer.scope()) in FRAGMENT_SCOPES)
 
 
 def _sites(body: Any) -> list[GemmSite]:
@@ -152,6 +180,7 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
     """Per T.gemm (keyed by `gemm_key(A, B, C data)`) whose fragments meet another T.gemm's element
     by element: the instruction and partition all of them use."""
     plans: dict[tuple, GroupPlan] = {}
+    pinned: set[tuple] = set()  # plans whose partition their element group needs (not just its policy's)
     metal4 = has_metal4(target)
     features = target_features(target)
     for threads, body in _kernels(mod):
@@ -175,7 +204,75 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
             reason = f"fragments {', '.join(names)} meet element by element: one instruction and one row split for their T.gemm calls"
             for key, part in parts.items():
                 plans.setdefault(key, GroupPlan(Selection(inst, reason, part), part))
+            if consumers or len({(s.m, s.n) for s in producers}) > 1:
+                pinned.update(parts)  # a layout the group needs (whole rows): row groups keep it
+        rows = _Groups()
+        _row_links(body, rows)
+        for root in {rows.find(s.c) for s in sites}:
+            members = [s for s in sites if rows.find(s.c) is root]
+            plans.update(_row_group_plans(members, plans, pinned, num_warps, metal4, route_fragments_to_cooperative_tensor, features))
     return plans
+
+
+def _row_group_plans(
+    members: list[GemmSite],
+    plans: dict[tuple, GroupPlan],
+    pinned: set[tuple],
+    num_warps: int,
+    metal4: bool,
+    route_ct: bool,
+    features: frozenset[str],
+) -> dict[tuple, GroupPlan]:
+    """Plans for the T.gemm calls of one row group (accumulators whose rows meet through 1-D row
+    fragments) that make their row splits agree; none when they already agree or cannot. A call
+    whose element group only shares its policy's split is re-planned (all calls of one shape get
+    the same row partition, so that group still agrees); a pinned one is kept."""
+    if len({s.c for s in members}) < 2 or len({s.m for s in members}) != 1:
+        return {}  # one accumulator, or different M: no row split serves both (the layout error names them)
+    own = {}
+    for s in members:
+        if s.key in plans:
+            own[s.key] = (plans[s.key].selection.instruction, plans[s.key].partition)
+            continue
+        selection = select_inst(
+            c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
+            has_metal4=metal4, route_fragments_to_cooperative_tensor=route_ct, features=features,
+        )
+        if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
+            own[s.key] = (selection.instruction, row_partition(s.m, s.n, num_warps, selection.instruction.m, selection.instruction.n, split_n=True))
+        else:
+            own[s.key] = (selection.instruction, warp_partition(selection, FRAGMENT_SCOPES[0], s.policy, s.m, s.n, num_warps))
+    if all(part is not None for _, part in own.values()) and len({(inst.name, part.m_warp) for inst, part in own.values()}) == 1:
+        return {}  # the calls' own choices already split the rows alike
+    planned = [s for s in members if s.key in pinned]
+    free = [s for s in members if s.key not in pinned]
+    fixed = {plans[s.key].selection.instruction.name: plans[s.key].selection.instruction for s in planned}
+    if len(fixed) > 1 or not free:
+        return {}
+    if any(i.kind == COOPERATIVE_TENSOR_KIND for i in fixed.values()) and any(s.register_a for s in free):
+        return {}  # a register A operand reads cooperative tensors only where GemmMetal's later checks allow
+    # a register A operand reads cooperative tensors only under conditions GemmMetal checks later
+    # (register_a_blockers): such a group takes simdgroup matrices
+    may_use_ct = metal4 and route_ct and not any(s.register_a for s in free)
+    candidates = list(fixed.values()) or (cooperative_instructions(features) if may_use_ct else []) + [simdgroup_instruction(features)]
+    best = None
+    for inst in candidates:
+        if inst.kind == COOPERATIVE_TENSOR_KIND and not all(_whole_tiles(s, inst) for s in free):
+            continue
+        parts = {s.key: row_partition(s.m, s.n, num_warps, inst.m, inst.n, split_n=True) for s in free}
+        if None in parts.values():
+            continue
+        if len({p.m_warp for p in parts.values()} | {plans[s.key].partition.m_warp for s in planned}) != 1:
+            continue
+        cost = max(p.replicas for p in parts.values())
+        if best is None or cost < best[0]:
+            best = (cost, inst, parts)
+    if best is None:
+        return {}
+    _, inst, parts = best
+    names = ", ".join(sorted({s.c_name for s in members}))
+    reason = f"accumulators {names} meet row by row (through row fragments): one instruction and one row split for their T.gemm calls"
+    return {key: GroupPlan(Selection(inst, reason, part), part) for key, part in parts.items()}
 
 
 def _kernels(mod: Any) -> list[tuple[int, Any]]:

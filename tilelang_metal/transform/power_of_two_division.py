@@ -44,7 +44,7 @@ def _power_of_two_shift(divisor: Any) -> int | None:
     return value.bit_length() - 1
 
 
-def _bounded_analyzer(func: Any) -> Any:
+def bounded_analyzer(func: Any) -> Any:
     """An analyzer knowing the range of every launch, loop and lane / simdgroup variable of `func`."""
     ranges: dict[Any, list[tuple[Any, Any]]] = {}
     for node in find_nodes(func.body, [vocab.TIRX_ATTRSTMT, vocab.TIRX_FOR]):
@@ -76,7 +76,7 @@ def _rewrite(func: Any, type_keys: list[str], replace: Any) -> Any:
         if shift is None:
             return None
         if analyzer is None:
-            analyzer = _bounded_analyzer(func)
+            analyzer = bounded_analyzer(func)
         if not analyzer.can_prove(node.a >= tir.IntImm(node.a.dtype, 0)):
             return None
         return replace(node, shift)

@@ -34,6 +34,7 @@ from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_re
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..target import has_metal4
+from ..gemm.problem import tile_view_refusal
 from .ir_query import find_nodes
 from ..host import vocab
 
@@ -130,6 +131,9 @@ def _staging_of(kernel: _Kernel, seq: list[Any], gemm_at: int, operand: Any) -> 
     src_extents = [e for e in src.extents if not (isinstance(e, tir.IntImm) and int(e) == 1)] if len(src.extents) > len(buf.shape) else list(src.extents)
     if [int(e) if isinstance(e, tir.IntImm) else -1 for e in src_extents] != [int(d) for d in buf.shape]:
         return f"the T.copy into {name} reads a region of another shape"
+    refusal = tile_view_refusal(src.buffer, src.mins, src.extents)
+    if refusal is not None:
+        return f"the T.gemm cannot read {src.buffer.name} in place of {name}: {refusal}"
     if kernel.refs.get(buf.data, 0) != 2:
         return f"{name} has readers or writers other than one T.copy and the T.gemm"
     if buf.data in kernel.annotated:
