@@ -1,0 +1,138 @@
+"""kernels.quantized_matmul in the emulator against torch: x @ kernels.dequantize(w_q, ...).T in
+float64. Every bits (4, 8) x group size (32, 64, 128) and dtype appear, in six dynamic-M kernels
+called with M = 1, 3 and 7 (one row chunk, and two of 4 with a ragged one); N = 13 (a full and a
+ragged threadgroup of 8 columns) and K = 640 (several groups, not a multiple of a step: 512 levels
+at 4 bits, 256 at 8, so the last step has idle lanes); NaN and inf in x; a static M; the metal4
+target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
+Kernels compile once (lru_cache)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from tilelang_metal import kernels
+from tilelang_metal.emulator import counters, racecheck
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+N, K = 13, 640
+# (bits, group_size, dtype): each bits and each group size with each dtype once
+LAYOUTS = [(4, 32, "float16"), (4, 64, "float32"), (4, 128, "bfloat16"), (8, 32, "bfloat16"), (8, 64, "float16"), (8, 128, "float32")]
+# the kernel dequantizes in float32, the reference rounds each weight to dtype first, and the output is
+# rounded to dtype: each costs at most half an ulp of the row's |x| . |w| (float32: the summation order)
+ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-20}
+
+
+@functools.lru_cache(maxsize=None)
+def qmm_kernel(bits: int, group_size: int, dtype: str, M=None, metal4: bool = False, backend: str = "emulator"):
+    target = kernels.metal4_target() if metal4 else None
+    return kernels.quantized_matmul(M, N, K, bits=bits, group_size=group_size, dtype=dtype, target=target, execution_backend=backend)
+
+
+def operands(M: int, bits: int, group_size: int, dtype: str, seed: int) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
+    w_q, scales, biases = kernels.quantize(torch.randn(N, K).to(TORCH[dtype]), bits=bits, group_size=group_size)
+    return torch.randn(M, K).to(TORCH[dtype]), w_q, scales, biases
+
+
+def check(out: torch.Tensor, x: torch.Tensor, w_q, scales, biases, bits: int, group_size: int) -> None:
+    w = kernels.dequantize(w_q, scales, biases, bits=bits, group_size=group_size).double()
+    ref = x.double() @ w.T
+    bound = 2 * ROUNDING[str(x.dtype).removeprefix("torch.")] * (x.double().abs() @ w.abs().T) + 1e-30
+    assert out.shape == ref.shape and out.dtype == x.dtype
+    finite = torch.isfinite(ref)
+    torch.testing.assert_close(out.double()[~finite], ref[~finite], rtol=0, atol=0, equal_nan=True)
+    assert torch.isfinite(out[finite]).all()
+    error = (out.double() - ref).abs()[finite] / bound[finite]
+    assert error.max() <= 1, f"error {error.max().item():.3g} x bound"
+
+
+@pytest.mark.parametrize("bits, group_size, dtype", LAYOUTS)
+def test_rows_match_torch(bits, group_size, dtype):
+    kernel = qmm_kernel(bits, group_size, dtype)
+    for M in (1, 3, 7):
+        args = operands(M, bits, group_size, dtype, seed=M * bits + group_size)
+        check(kernel(*args), *args, bits, group_size)
+
+
+@pytest.mark.parametrize("bits, group_size, dtype", [(4, 64, "float32"), (8, 64, "float16")])
+def test_non_finite_x_matches_torch(bits, group_size, dtype):
+    """Row 0 a NaN, row 1 a +inf, row 2 a -inf, row 3 both infinities: NaN / +-inf by each weight's sign
+    (NaN where the weight is 0) / NaN or an infinity by the two weights' signs; the rest finite."""
+    x, *weights = operands(5, bits, group_size, dtype, seed=11)
+    x[0, 100] = math.nan
+    x[1, K - 1] = math.inf
+    x[2, 0] = -math.inf
+    x[3, 7], x[3, 300] = math.inf, -math.inf
+    out = qmm_kernel(bits, group_size, dtype)(x, *weights)
+    check(out, x, *weights, bits, group_size)
+    assert torch.isnan(out[0]).all() and torch.isinf(out[1]).any() and torch.isinf(out[2]).any() and torch.isfinite(out[4]).all()
+
+
+def test_static_m_matches_dynamic_m():
+    args = operands(5, 8, 128, "float32", seed=12)
+    out = qmm_kernel(8, 128, "float32", M=5)(*args)
+    check(out, *args, 8, 128)
+    torch.testing.assert_close(out, qmm_kernel(8, 128, "float32")(*args), rtol=0, atol=0)
+
+
+def test_metal4_target_matches_plain_metal():
+    args = operands(3, 4, 64, "float32", seed=13)
+    torch.testing.assert_close(qmm_kernel(4, 64, "float32", metal4=True)(*args), qmm_kernel(4, 64, "float32")(*args), rtol=0, atol=0)
+
+
+def test_race_free_with_simd_sums_only():
+    """Lanes split K and meet in simd_sum: no threadgroup memory, no barrier; each word of w is read
+    once per threadgroup (for all rows of the chunk), as 8-byte vectors."""
+    kernel = qmm_kernel(4, 64, "float32")
+    args = operands(7, 4, 64, "float32", seed=14)
+    check(racecheck(kernel, *args, seeds=(0, 1)), *args, 4, 64)
+    total = counters(kernel, *args).total
+    assert total["threadgroup_load_bytes"] == total["threadgroup_store_bytes"] == total["threadgroup_barriers"] == 0, total
+    assert "simd_sum(" in kernel.get_kernel_source() and "uint2" in kernel.get_kernel_source()
+
+
+def test_mlx_backend_takes_mx_quantize_weights_unchanged():
+    mx = pytest.importorskip("mlx.core", reason="MLX's CPU build gives the weights and the second reference")
+    import numpy as np
+
+    torch.manual_seed(15)
+    x, w = mx.array(torch.randn(3, K).numpy()), mx.array(torch.randn(N, K).numpy())
+    w_q, scales, biases = mx.quantize(w, group_size=64, bits=4)
+    out = qmm_kernel(4, 64, "float32", backend="mlx")(x, w_q, scales, biases)
+    assert isinstance(out, mx.array)
+    expected = mx.quantized_matmul(x, w_q, scales, biases, transpose=True, group_size=64, bits=4)
+    np.testing.assert_allclose(np.array(out), np.array(expected), rtol=1e-5, atol=1e-4)
+    as_torch = [torch.from_numpy(np.array(a).astype(np.int64 if a.dtype == mx.uint32 else np.float32)) for a in (w_q, scales, biases)]
+    check(torch.from_numpy(np.array(out)), torch.from_numpy(np.array(x)), as_torch[0].to(torch.uint32), *as_torch[1:], 4, 64)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=3, group_size=32), r"quantized_matmul bits=3 is not supported; use 4 or 8"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=48), r"quantized_matmul group_size=48 is not supported"),
+        (lambda: kernels.quantized_matmul(1, 8, 96, bits=4, group_size=64), r"quantized_matmul needs K to be a positive multiple of group_size=64 \(got K=96\)"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, dtype="int8"), r"quantized_matmul dtype='int8' is not supported"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, transpose=False), r"quantized_matmul transpose=False is not supported"),
+        (lambda: kernels.quantized_matmul(0, 8, 64, bits=4, group_size=32), r"quantized_matmul needs M >= 1 \(got M=0\)"),
+        (lambda: kernels.quantized_matmul(1, 0, 64, bits=4, group_size=32), r"quantized_matmul needs N >= 1 \(got N=0\)"),
+        (lambda: kernels.quantized_matmul(1, 8, 64.0, bits=4, group_size=32), r"quantized_matmul K=64.0 must be an integer"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, chip="M0"), r"unknown Apple chip 'M0'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(call, message):
+    with pytest.raises(ValueError, match=message) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_wrong_weight_shape_is_refused_by_name():
+    kernel = qmm_kernel(4, 64, "float32")
+    x, w_q, scales, biases = operands(1, 4, 64, "float32", seed=16)
+    with pytest.raises(Exception, match="W") as info:
+        kernel(x, w_q[:, :-1].contiguous(), scales, biases)
+    assert "\n" not in str(info.value)

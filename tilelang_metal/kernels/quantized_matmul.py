@@ -1,0 +1,155 @@
+"""Matrix products with affine-quantized weights in MLX's layout (`mx.quantize`, `kernels.quantize`),
+written in TileLang: out (M, N) = x (M, K) @ dequant(w).T, dequant(w) = scales * q + biases per group
+of `group_size` consecutive elements along K.
+
+    w       uint32 (N, K * bits / 32)   each row one little-endian bit stream of its K levels
+    scales  dtype  (N, K / group_size)
+    biases  dtype  (N, K / group_size)
+
+The vector kernel (decoding's qmv: small M, and every M for now): a threadgroup holds `simdgroups`
+simdgroups, each owning `COLUMNS` neighbouring output columns (rows of w); the 32 lanes of a
+simdgroup split K, each lane reading `WORDS_PER_LANE` words of a column's bit stream per step (one
+vector load; K a multiple of 32 keeps every row's words a whole number of lane runs, so a lane's run
+lies wholly inside or outside the row, and inside one group: one scale and bias per run). The lane
+dequantizes its run in float32 (scale * q + bias, as torch would on the dequantized weights: an
+infinite x times a weight of 0 is NaN, anything else keeps its sign) and multiplies it with the same
+K elements of each of `rows` rows of x, accumulating in float32; one `simd_sum` per output adds the
+lanes' partials (no threadgroup memory, no barrier). The second grid axis walks M in chunks of
+`rows`, so a threadgroup reads its weights once for that many rows. A column past N reads the last
+column (clamped) and stores nothing.
+
+`M=None` compiles one kernel for every row count (a dynamic first dimension).
+
+No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
+"""
+
+from typing import Any
+
+import tilelang.language as T
+
+from .quantize import BITS, GROUP_SIZES
+from .sizes import integer_sizes
+
+ACCUM = "float32"
+DTYPES = ("float16", "bfloat16", "float32")
+KERNEL_BITS = (4, 8)  # whole levels per word; 2, 3, 5 and 6 bits are not compiled yet (kernels.dequantize unpacks them)
+WORD_BITS = 32
+WORDS_PER_LANE = 2  # 8 bytes of w per lane and step: 16 levels at 4 bits, 8 at 8 bits (MLX's qmv reads as many)
+COLUMNS = 4  # output columns per simdgroup
+SIMDGROUPS = 2
+MAX_ROWS = 4  # rows of x per threadgroup (the second grid axis walks M in chunks of this)
+SIMD_WIDTH = 32
+
+
+def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, transpose: Any) -> tuple[Any, int, int, int, int]:
+    """(M or None, N, K, bits, group_size) checked, or a one-line ValueError naming the bad argument."""
+    what = "quantized_matmul"
+    if M is None:
+        N, K, bits, group_size = integer_sizes(what, N=N, K=K, bits=bits, group_size=group_size)
+    else:
+        M, N, K, bits, group_size = integer_sizes(what, M=M, N=N, K=K, bits=bits, group_size=group_size)
+        if M <= 0:
+            raise ValueError(f"{what} needs M >= 1 (got M={M}); pass M=None for a kernel that takes any row count")
+    if transpose is not True:
+        raise ValueError(f"{what} transpose={transpose!r} is not supported; pass transpose=True with w (N, K) quantized along K "
+                         "(mx.quantize(w) of the weights as nn.Linear stores them)")
+    if bits not in KERNEL_BITS:
+        other = " (kernels.dequantize unpacks them for another matmul)" if bits in BITS else ""
+        raise ValueError(f"{what} bits={bits} is not supported; use 4 or 8{other}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"{what} group_size={group_size} is not supported; use one of {', '.join(map(str, GROUP_SIZES))}")
+    if dtype not in DTYPES:
+        raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if N <= 0:
+        raise ValueError(f"{what} needs N >= 1 (got N={N}): the output columns, w's rows")
+    if K <= 0 or K % group_size:
+        raise ValueError(f"{what} needs K to be a positive multiple of group_size={group_size} (got K={K}); "
+                         "pad x's columns and w's rows with zeros, or pick a group_size dividing K")
+    return M, N, K, bits, group_size
+
+
+def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str = "float16",
+                             transpose: bool = True) -> Any:
+    """The `T.prim_func` of the vector kernel (X, W, scales, biases, out); compile with `out_idx=[-1]`."""
+    M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
+    per_word = WORD_BITS // bits
+    run = WORDS_PER_LANE * per_word  # K elements of one lane's run
+    words = K // per_word  # per row of w: K is a multiple of 32, so a multiple of WORDS_PER_LANE
+    groups = K // group_size
+    step_words = SIMD_WIDTH * WORDS_PER_LANE
+    steps = -(-words // step_words)
+    mask = (1 << bits) - 1
+    rows = MAX_ROWS if M is None else min(M, MAX_ROWS)
+    block_n = SIMDGROUPS * COLUMNS
+    n_rows = T.dynamic("M") if M is None else M
+    # a lane's x run as one vector load when it is at most 16 bytes, else in 16-byte pieces
+    x_bytes = {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
+    x_piece = min(run, 16 // x_bytes)
+
+    @T.prim_func
+    def qmv(
+        X: T.Tensor((n_rows, K), dtype),
+        W: T.Tensor((N, words), "uint32"),
+        Scales: T.Tensor((N, groups), dtype),
+        Biases: T.Tensor((N, groups), dtype),
+        Out: T.Tensor((n_rows, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(n_rows, rows), threads=(SIMD_WIDTH, SIMDGROUPS)) as (bx, by):
+            lane = T.get_thread_binding(0)
+            sg = T.get_thread_binding(1)
+            packed = T.alloc_local((COLUMNS, WORDS_PER_LANE), "uint32")
+            weights = T.alloc_local((COLUMNS, run), ACCUM)
+            xs = T.alloc_local((run,), dtype)
+            acc = T.alloc_local((rows, COLUMNS), ACCUM)
+            T.clear(acc)
+            n0 = bx * block_n + sg * COLUMNS
+            m0 = by * rows
+            for s in T.serial(steps):
+                word0 = s * step_words + lane * WORDS_PER_LANE
+                if word0 < words:  # a lane's run is wholly in the row or wholly past it
+                    k0 = word0 * per_word
+                    group = k0 // group_size
+                    for c in T.unroll(COLUMNS):
+                        n = T.min(n0 + c, N - 1)  # columns past N read the last one and store nothing
+                        for v in T.vectorized(WORDS_PER_LANE):
+                            packed[c, v] = W[n, word0 + v]
+                        scale = T.cast(Scales[n, group], ACCUM)
+                        bias = T.cast(Biases[n, group], ACCUM)
+                        for j in T.unroll(run):
+                            level = (packed[c, j // per_word] >> T.uint32(j % per_word * bits)) & T.uint32(mask)
+                            weights[c, j] = scale * T.cast(level, ACCUM) + bias
+                    for r in T.unroll(rows):  # unrolled: acc stays in registers (constant indices)
+                        if m0 + r < n_rows:
+                            for p in T.unroll(run // x_piece):
+                                for v in T.vectorized(x_piece):
+                                    xs[p * x_piece + v] = X[m0 + r, k0 + p * x_piece + v]
+                            for c in T.unroll(COLUMNS):
+                                for j in T.unroll(run):
+                                    acc[r, c] += T.cast(xs[j], ACCUM) * weights[c, j]
+            for r in T.unroll(rows):
+                for c in T.unroll(COLUMNS):
+                    acc[r, c] = T.warp_reduce_sum(acc[r, c])
+            if lane == 0:
+                for r in T.unroll(rows):
+                    if m0 + r < n_rows:
+                        for c in T.unroll(COLUMNS):
+                            if n0 + c < N:
+                                Out[m0 + r, n0 + c] = T.cast(acc[r, c], dtype)
+
+    return qmv
+
+
+def quantized_matmul(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str = "float16", transpose: bool = True,
+                     chip: Any = None, target: Any = None, execution_backend: str | None = None) -> Any:
+    """The compiled kernel, called as `kernel(x (M, K), w (N, K * bits / 32) uint32, scales, biases) -> out (M, N)`
+    with w, scales and biases as `mx.quantize` / `kernels.quantize` return them. `chip` is accepted for
+    `kernels.matmul`'s signature; the vector kernel is the same on every chip."""
+    import tilelang
+
+    from ..roofline import chip as chip_named
+
+    if chip is not None and not hasattr(chip, "name"):
+        chip_named(chip)  # an unknown chip name is refused in one line, as kernels.matmul does
+    program = quantized_matmul_program(M, N, K, bits=bits, group_size=group_size, dtype=dtype, transpose=transpose)
+    kwargs = {"execution_backend": execution_backend} if execution_backend else {}
+    return tilelang.compile(program, out_idx=[-1], target=target or "metal", **kwargs)
