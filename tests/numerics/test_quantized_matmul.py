@@ -1,9 +1,9 @@
 """kernels.quantized_matmul in the emulator against torch: x @ kernels.dequantize(w_q, ...).T in
-float64. Every bits (4, 8) x group size (32, 64, 128) and dtype appear, in six dynamic-M kernels
-called with M = 1, 3 and 7 (one row chunk, and two of 4 with a ragged one); N = 13 (a full and a
+float64. Every bits (4, 8), group size (32, 64, 128) and dtype appear, in three dynamic-M kernels
+called with M = 1, 3 and 7 (the vector kernel) (one row chunk, and two of 4 with a ragged one); N = 13 (a full and a
 ragged threadgroup of 8 columns) and K = 640 (several groups, not a multiple of a step: 512 levels
-at 4 bits, 256 at 8, so the last step has idle lanes); NaN and inf in x; a static M; the metal4
-target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
+at 4 bits, 256 at 8, so the last step has idle lanes); NaN and inf in x; a static M; the tiled kernel (T.gemm on dequantized tiles of w, N = 72);
+the metal4 target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
 Kernels compile once (lru_cache)."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from tilelang_metal.emulator import counters, racecheck
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 N, K = 13, 640
-# (bits, group_size, dtype): each bits and each group size with each dtype once
-LAYOUTS = [(4, 32, "float16"), (4, 64, "float32"), (4, 128, "bfloat16"), (8, 32, "bfloat16"), (8, 64, "float16"), (8, 128, "float32")]
+TILED_N = 72  # a full tile of 64 columns and a ragged one
+# (bits, group_size, dtype): each bits, group size and dtype at least once (the tiled kernels add 4 x 128 x fp16, 8 x 32 x bf16)
+LAYOUTS = [(4, 32, "float16"), (8, 64, "bfloat16"), (4, 128, "float32")]
 # the kernel dequantizes in float32, the reference rounds each weight to dtype first, and the output is
 # rounded to dtype: each costs at most half an ulp of the row's |x| . |w| (float32: the summation order)
 ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-20}
@@ -32,9 +33,16 @@ def qmm_kernel(bits: int, group_size: int, dtype: str, M=None, metal4: bool = Fa
     return kernels.quantized_matmul(M, N, K, bits=bits, group_size=group_size, dtype=dtype, target=target, execution_backend=backend)
 
 
-def operands(M: int, bits: int, group_size: int, dtype: str, seed: int) -> tuple[torch.Tensor, ...]:
+@functools.lru_cache(maxsize=None)
+def tiled_kernel(bits: int, group_size: int, dtype: str, M=None, metal4: bool = False):
+    target = kernels.metal4_target() if metal4 else None
+    route = "tiled" if M is None else None  # a static M over VECTOR_MAX_M picks it by itself
+    return kernels.quantized_matmul(M, TILED_N, K, bits=bits, group_size=group_size, dtype=dtype, target=target, execution_backend="emulator", route=route)
+
+
+def operands(M: int, bits: int, group_size: int, dtype: str, seed: int, n: int = N) -> tuple[torch.Tensor, ...]:
     torch.manual_seed(seed)
-    w_q, scales, biases = kernels.quantize(torch.randn(N, K).to(TORCH[dtype]), bits=bits, group_size=group_size)
+    w_q, scales, biases = kernels.quantize(torch.randn(n, K).to(TORCH[dtype]), bits=bits, group_size=group_size)
     return torch.randn(M, K).to(TORCH[dtype]), w_q, scales, biases
 
 
@@ -58,7 +66,7 @@ def test_rows_match_torch(bits, group_size, dtype):
         check(kernel(*args), *args, bits, group_size)
 
 
-@pytest.mark.parametrize("bits, group_size, dtype", [(4, 64, "float32"), (8, 64, "float16")])
+@pytest.mark.parametrize("bits, group_size, dtype", [(4, 32, "float16"), (8, 64, "bfloat16")])
 def test_non_finite_x_matches_torch(bits, group_size, dtype):
     """Row 0 a NaN, row 1 a +inf, row 2 a -inf, row 3 both infinities: NaN / +-inf by each weight's sign
     (NaN where the weight is 0) / NaN or an infinity by the two weights' signs; the rest finite."""
@@ -73,23 +81,23 @@ def test_non_finite_x_matches_torch(bits, group_size, dtype):
 
 
 def test_static_m_matches_dynamic_m():
-    args = operands(5, 8, 128, "float32", seed=12)
-    out = qmm_kernel(8, 128, "float32", M=5)(*args)
-    check(out, *args, 8, 128)
-    torch.testing.assert_close(out, qmm_kernel(8, 128, "float32")(*args), rtol=0, atol=0)
+    args = operands(5, 4, 128, "float32", seed=12)
+    out = qmm_kernel(4, 128, "float32", M=5)(*args)
+    check(out, *args, 4, 128)
+    torch.testing.assert_close(out, qmm_kernel(4, 128, "float32")(*args), rtol=0, atol=0)
 
 
 def test_metal4_target_matches_plain_metal():
-    args = operands(3, 4, 64, "float32", seed=13)
-    torch.testing.assert_close(qmm_kernel(4, 64, "float32", metal4=True)(*args), qmm_kernel(4, 64, "float32")(*args), rtol=0, atol=0)
+    args = operands(3, 4, 128, "float32", seed=13)
+    torch.testing.assert_close(qmm_kernel(4, 128, "float32", metal4=True)(*args), qmm_kernel(4, 128, "float32")(*args), rtol=0, atol=0)
 
 
 def test_race_free_with_simd_sums_only():
     """Lanes split K and meet in simd_sum: no threadgroup memory, no barrier; each word of w is read
     once per threadgroup (for all rows of the chunk), as 8-byte vectors."""
-    kernel = qmm_kernel(4, 64, "float32")
-    args = operands(7, 4, 64, "float32", seed=14)
-    check(racecheck(kernel, *args, seeds=(0, 1)), *args, 4, 64)
+    kernel = qmm_kernel(4, 128, "float32")
+    args = operands(7, 4, 128, "float32", seed=14)
+    check(racecheck(kernel, *args, seeds=(0, 1)), *args, 4, 128)
     total = counters(kernel, *args).total
     assert total["threadgroup_load_bytes"] == total["threadgroup_store_bytes"] == total["threadgroup_barriers"] == 0, total
     assert "simd_sum(" in kernel.get_kernel_source() and "uint2" in kernel.get_kernel_source()
@@ -101,13 +109,43 @@ def test_mlx_backend_takes_mx_quantize_weights_unchanged():
 
     torch.manual_seed(15)
     x, w = mx.array(torch.randn(3, K).numpy()), mx.array(torch.randn(N, K).numpy())
-    w_q, scales, biases = mx.quantize(w, group_size=64, bits=4)
-    out = qmm_kernel(4, 64, "float32", backend="mlx")(x, w_q, scales, biases)
+    w_q, scales, biases = mx.quantize(w, group_size=128, bits=4)
+    out = qmm_kernel(4, 128, "float32", backend="mlx")(x, w_q, scales, biases)
     assert isinstance(out, mx.array)
-    expected = mx.quantized_matmul(x, w_q, scales, biases, transpose=True, group_size=64, bits=4)
+    expected = mx.quantized_matmul(x, w_q, scales, biases, transpose=True, group_size=128, bits=4)
     np.testing.assert_allclose(np.array(out), np.array(expected), rtol=1e-5, atol=1e-4)
     as_torch = [torch.from_numpy(np.array(a).astype(np.int64 if a.dtype == mx.uint32 else np.float32)) for a in (w_q, scales, biases)]
-    check(torch.from_numpy(np.array(out)), torch.from_numpy(np.array(x)), as_torch[0].to(torch.uint32), *as_torch[1:], 4, 64)
+    check(torch.from_numpy(np.array(out)), torch.from_numpy(np.array(x)), as_torch[0].to(torch.uint32), *as_torch[1:], 4, 128)
+
+
+@pytest.mark.parametrize("bits, group_size, dtype, M", [(4, 128, "float16", None), (8, 32, "bfloat16", 40)])
+def test_tiled_rows_match_torch(bits, group_size, dtype, M):
+    """T.gemm on dequantized w tiles: one row, a full 32-row tile and one row more, 40 rows (a ragged
+    tile); on the fp16 kernel a NaN, a +inf and a -inf row too."""
+    kernel = tiled_kernel(bits, group_size, dtype, M)
+    for rows in (1, 33, 40) if M is None else (M,):
+        x, *weights = operands(rows, bits, group_size, dtype, seed=rows + bits, n=TILED_N)
+        if M is None and rows == 40:
+            x[5, 17], x[6, K - 1], x[7, 0] = math.nan, math.inf, -math.inf
+        out = kernel(x, *weights)
+        check(out, x, *weights, bits, group_size)
+    assert "simdgroup_multiply_accumulate" in kernel.get_kernel_source()
+
+
+def test_route_by_m():
+    assert [kernels.quantized_matmul_route(m)[0] for m in (None, 1, 8, 9, 4096)] == ["vector", "vector", "vector", "tiled", "tiled"]
+
+
+def test_tiled_race_free_and_metal4_matches_plain_metal():
+    """The w tile is written by every thread and read by every simdgroup: a barrier on both sides of
+    each step's T.gemm; on metal4 the same numbers from cooperative tensors."""
+    args = operands(33, 4, 128, "float16", seed=17, n=TILED_N)
+    plain = tiled_kernel(4, 128, "float16")
+    out = racecheck(plain, *args, seeds=(0, 1))
+    check(out, *args, 4, 128)
+    metal4 = tiled_kernel(4, 128, "float16", metal4=True)
+    check(metal4(*args), *args, 4, 128)
+    assert "simdgroup_multiply_accumulate" not in metal4.get_kernel_source()
 
 
 @pytest.mark.parametrize(
@@ -122,6 +160,7 @@ def test_mlx_backend_takes_mx_quantize_weights_unchanged():
         (lambda: kernels.quantized_matmul(1, 0, 64, bits=4, group_size=32), r"quantized_matmul needs N >= 1 \(got N=0\)"),
         (lambda: kernels.quantized_matmul(1, 8, 64.0, bits=4, group_size=32), r"quantized_matmul K=64.0 must be an integer"),
         (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, chip="M0"), r"unknown Apple chip 'M0'"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, route="qmm"), r"quantized_matmul route='qmm' is not supported"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(call, message):
@@ -131,8 +170,8 @@ def test_bad_arguments_are_one_line_errors(call, message):
 
 
 def test_wrong_weight_shape_is_refused_by_name():
-    kernel = qmm_kernel(4, 64, "float32")
-    x, w_q, scales, biases = operands(1, 4, 64, "float32", seed=16)
+    kernel = qmm_kernel(4, 128, "float32")
+    x, w_q, scales, biases = operands(1, 4, 128, "float32", seed=16)
     with pytest.raises(Exception, match="W") as info:
         kernel(x, w_q[:, :-1].contiguous(), scales, biases)
     assert "\n" not in str(info.value)

@@ -6,17 +6,23 @@ of `group_size` consecutive elements along K.
     scales  dtype  (N, K / group_size)
     biases  dtype  (N, K / group_size)
 
-The vector kernel (decoding's qmv: small M, and every M for now): a threadgroup holds `simdgroups`
+The vector kernel (decoding's qmv: M <= VECTOR_MAX_M, and M=None): a threadgroup holds `SIMDGROUPS`
 simdgroups, each owning `COLUMNS` neighbouring output columns (rows of w); the 32 lanes of a
 simdgroup split K, each lane reading `WORDS_PER_LANE` words of a column's bit stream per step (one
 vector load; K a multiple of 32 keeps every row's words a whole number of lane runs, so a lane's run
 lies wholly inside or outside the row, and inside one group: one scale and bias per run). The lane
-dequantizes its run in float32 (scale * q + bias, as torch would on the dequantized weights: an
-infinite x times a weight of 0 is NaN, anything else keeps its sign) and multiplies it with the same
-K elements of each of `rows` rows of x, accumulating in float32; one `simd_sum` per output adds the
+dequantizes its run as kernels.dequantize does (`rounded_product`, `rounded_sum`: bit for bit, so an infinite
+x times a weight of 0 is NaN as in torch, anything else keeps its sign) and multiplies it with the same
+K elements of each of `MAX_ROWS` rows of x, accumulating in float32; one `simd_sum` per output adds the
 lanes' partials (no threadgroup memory, no barrier). The second grid axis walks M in chunks of
-`rows`, so a threadgroup reads its weights once for that many rows. A column past N reads the last
+`MAX_ROWS`, so a threadgroup reads its weights once for that many rows. A column past N reads the last
 column (clamped) and stores nothing.
+
+The tiled kernel (prefill, M > VECTOR_MAX_M): a threadgroup of 128 threads computes a 32x64 tile of
+out; per K step of 32 (inside one group) it copies the x tile to threadgroup memory and dequantizes
+the 64x32 tile of w there (each thread 2 or 4 words: one scale and bias each, dequantized as in
+the vector kernel), then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal;
+on metal4 the x tile's staging is bypassed). Rows of w past N read the last one.
 
 `M=None` compiles one kernel for every row count (a dynamic first dimension).
 
@@ -39,6 +45,26 @@ COLUMNS = 4  # output columns per simdgroup
 SIMDGROUPS = 2
 MAX_ROWS = 4  # rows of x per threadgroup (the second grid axis walks M in chunks of this)
 SIMD_WIDTH = 32
+# the tiled kernel (prefill): x and dequantized w tiles in threadgroup memory, T.gemm on them
+TILE_M, TILE_N, TILE_K, TILE_THREADS = 32, 64, 32, 128  # TILE_K divides every group size: one scale per row and step
+VECTOR, TILED = "vector", "tiled"
+ROUTES = (VECTOR, TILED)
+VECTOR_MAX_M = 8  # rows up to which the vector kernel is chosen (kernels.matmul's GEMV_MAX_ROWS; a heuristic, not measured)
+
+
+def rounded_product(scale: Any, level: Any, dtype: str) -> Any:
+    """scale * level rounded to dtype: the first step of kernels.dequantize's (and MLX's) weight
+    scale * q + bias, computed in float32 (exact: an 8-bit level times a 24-bit scale at most)."""
+    return T.cast(T.cast(scale, ACCUM) * T.cast(level, ACCUM), dtype)
+
+
+def rounded_sum(product: Any, bias: Any, dtype: str) -> Any:
+    """product + bias rounded to dtype: the float32 sum of two dtype values rounded again is the
+    correctly rounded sum (float32 has at least 2p + 2 bits of a 16-bit float's p). The product is
+    stored before (`rounded_product`), so no compiler fuses the two into one rounding: a level whose
+    weight is exactly 0 in kernels.dequantize would keep a residual, and x = inf times it would give
+    inf, not torch's NaN; the weights are kernels.dequantize's bit for bit."""
+    return T.cast(T.cast(product, ACCUM) + T.cast(bias, ACCUM), dtype)
 
 
 def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, transpose: Any) -> tuple[Any, int, int, int, int]:
@@ -68,9 +94,29 @@ def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, trans
     return M, N, K, bits, group_size
 
 
+def quantized_matmul_route(M: Any) -> tuple[str, str]:
+    """(route, reason): "vector" for M=None (any row count: decoding's kernel) and M <= VECTOR_MAX_M, else "tiled"."""
+    if M is None:
+        return VECTOR, "M=None: the vector kernel takes any row count (decoding's shape); pass route='tiled' for prefill"
+    if M <= VECTOR_MAX_M:
+        return VECTOR, f"M={M} <= {VECTOR_MAX_M}: a {TILE_M}-row tile would compute mostly padding; lanes split K instead"
+    return TILED, f"M={M} > {VECTOR_MAX_M}: dequantized {TILE_N}x{TILE_K} tiles of w in threadgroup memory are read by {TILE_M} rows of x through T.gemm"
+
+
 def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str = "float16",
-                             transpose: bool = True) -> Any:
-    """The `T.prim_func` of the vector kernel (X, W, scales, biases, out); compile with `out_idx=[-1]`."""
+                             transpose: bool = True, route: str | None = None) -> Any:
+    """The `T.prim_func` (X, W, scales, biases, out) of `route` (None: `quantized_matmul_route(M)`);
+    compile with `out_idx=[-1]`."""
+    M = _check(M, N, K, bits, group_size, dtype, transpose)[0]  # M an int before the route compares it
+    if route is None:
+        route = quantized_matmul_route(M)[0]
+    if route not in ROUTES:
+        raise ValueError(f"quantized_matmul route={route!r} is not supported; use one of {', '.join(ROUTES)} or None (by M)")
+    build = _vector_program if route == VECTOR else _tiled_program
+    return build(M, N, K, bits=bits, group_size=group_size, dtype=dtype, transpose=transpose)
+
+
+def _vector_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str, transpose: bool) -> Any:
     M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
     per_word = WORD_BITS // bits
     run = WORDS_PER_LANE * per_word  # K elements of one lane's run
@@ -98,7 +144,8 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
             lane = T.get_thread_binding(0)
             sg = T.get_thread_binding(1)
             packed = T.alloc_local((COLUMNS, WORDS_PER_LANE), "uint32")
-            weights = T.alloc_local((COLUMNS, run), ACCUM)
+            products = T.alloc_local((COLUMNS, run), dtype)
+            weights = T.alloc_local((COLUMNS, run), dtype)
             xs = T.alloc_local((run,), dtype)
             acc = T.alloc_local((rows, COLUMNS), ACCUM)
             T.clear(acc)
@@ -113,11 +160,12 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
                         n = T.min(n0 + c, N - 1)  # columns past N read the last one and store nothing
                         for v in T.vectorized(WORDS_PER_LANE):
                             packed[c, v] = W[n, word0 + v]
-                        scale = T.cast(Scales[n, group], ACCUM)
-                        bias = T.cast(Biases[n, group], ACCUM)
+                        scale = Scales[n, group]
+                        bias = Biases[n, group]
                         for j in T.unroll(run):
                             level = (packed[c, j // per_word] >> T.uint32(j % per_word * bits)) & T.uint32(mask)
-                            weights[c, j] = scale * T.cast(level, ACCUM) + bias
+                            products[c, j] = rounded_product(scale, level, dtype)
+                            weights[c, j] = rounded_sum(products[c, j], bias, dtype)
                     for r in T.unroll(rows):  # unrolled: acc stays in registers (constant indices)
                         if m0 + r < n_rows:
                             for p in T.unroll(run // x_piece):
@@ -125,7 +173,7 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
                                     xs[p * x_piece + v] = X[m0 + r, k0 + p * x_piece + v]
                             for c in T.unroll(COLUMNS):
                                 for j in T.unroll(run):
-                                    acc[r, c] += T.cast(xs[j], ACCUM) * weights[c, j]
+                                    acc[r, c] += T.cast(xs[j], ACCUM) * T.cast(weights[c, j], ACCUM)
             for r in T.unroll(rows):
                 for c in T.unroll(COLUMNS):
                     acc[r, c] = T.warp_reduce_sum(acc[r, c])
@@ -139,17 +187,64 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
     return qmv
 
 
+def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str, transpose: bool) -> Any:
+    M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
+    per_word = WORD_BITS // bits
+    words = K // per_word
+    groups = K // group_size
+    tile_words = TILE_K // per_word  # words of one row of w per K step
+    loads = TILE_N * tile_words // TILE_THREADS  # words each thread dequantizes per K step
+    mask = (1 << bits) - 1
+    n_rows = T.dynamic("M") if M is None else M
+
+    @T.prim_func
+    def qmm(
+        X: T.Tensor((n_rows, K), dtype),
+        W: T.Tensor((N, words), "uint32"),
+        Scales: T.Tensor((N, groups), dtype),
+        Biases: T.Tensor((N, groups), dtype),
+        Out: T.Tensor((n_rows, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, TILE_N), T.ceildiv(n_rows, TILE_M), threads=TILE_THREADS) as (bx, by):
+            tid = T.get_thread_binding()
+            x_tile = T.alloc_shared((TILE_M, TILE_K), dtype)
+            w_tile = T.alloc_shared((TILE_N, TILE_K), dtype)
+            acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
+            products = T.alloc_local((per_word,), dtype)
+            T.clear(acc)
+            for ks in T.serial(K // TILE_K):
+                T.copy(X[by * TILE_M, ks * TILE_K], x_tile)
+                group = ks * TILE_K // group_size  # TILE_K divides group_size: one group per row of the step
+                for i in T.unroll(loads):
+                    slot = i * TILE_THREADS + tid
+                    row = slot // tile_words
+                    word = slot % tile_words
+                    n = T.min(bx * TILE_N + row, N - 1)  # rows of w past N read the last one; T.copy stores no column past N
+                    packed = W[n, ks * tile_words + word]
+                    scale = Scales[n, group]
+                    bias = Biases[n, group]
+                    for j in T.unroll(per_word):
+                        level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
+                        products[j] = rounded_product(scale, level, dtype)
+                        w_tile[row, word * per_word + j] = rounded_sum(products[j], bias, dtype)
+                T.gemm(x_tile, w_tile, acc, transpose_B=True)
+            T.copy(acc, Out[by * TILE_M, bx * TILE_N])
+
+    return qmm
+
+
 def quantized_matmul(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str = "float16", transpose: bool = True,
-                     chip: Any = None, target: Any = None, execution_backend: str | None = None) -> Any:
+                     chip: Any = None, target: Any = None, execution_backend: str | None = None, route: str | None = None) -> Any:
     """The compiled kernel, called as `kernel(x (M, K), w (N, K * bits / 32) uint32, scales, biases) -> out (M, N)`
     with w, scales and biases as `mx.quantize` / `kernels.quantize` return them. `chip` is accepted for
-    `kernels.matmul`'s signature; the vector kernel is the same on every chip."""
+    `kernels.matmul`'s signature; both kernels are the same on every chip. `route` ("vector", "tiled")
+    overrides the choice by M (`quantized_matmul_route`)."""
     import tilelang
 
     from ..roofline import chip as chip_named
 
     if chip is not None and not hasattr(chip, "name"):
         chip_named(chip)  # an unknown chip name is refused in one line, as kernels.matmul does
-    program = quantized_matmul_program(M, N, K, bits=bits, group_size=group_size, dtype=dtype, transpose=transpose)
+    program = quantized_matmul_program(M, N, K, bits=bits, group_size=group_size, dtype=dtype, transpose=transpose, route=route)
     kwargs = {"execution_backend": execution_backend} if execution_backend else {}
     return tilelang.compile(program, out_idx=[-1], target=target or "metal", **kwargs)
