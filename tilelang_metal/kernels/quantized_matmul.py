@@ -8,9 +8,10 @@ of `group_size` consecutive elements along K.
 
 The vector kernel (decoding's qmv: M <= VECTOR_MAX_M, and M=None): a threadgroup holds `SIMDGROUPS`
 simdgroups, each owning `COLUMNS` neighbouring output columns (rows of w); the 32 lanes of a
-simdgroup split K, each lane reading `WORDS_PER_LANE` words of a column's bit stream per step (one
-vector load; K a multiple of 32 keeps every row's words a whole number of lane runs, so a lane's run
-lies wholly inside or outside the row, and inside one group: one scale and bias per run). The lane
+simdgroup split K, each lane reading a run of a column's bit stream per step: `WORDS_PER_LANE` words
+(one vector load) at 2, 4 and 8 bits, `bits` words (32 levels, some across two words) at 3, 5 and 6.
+K a multiple of 32 keeps every row's words a whole number of lane runs, so a lane's run lies wholly
+inside or outside the row, and inside one group: one scale and bias per run. The lane
 dequantizes its run as kernels.dequantize does (`rounded_product`, `rounded_sum`: bit for bit, so an infinite
 x times a weight of 0 is NaN as in torch, anything else keeps its sign) and multiplies it with the same
 K elements of each of `MAX_ROWS` rows of x, accumulating in float32; one `simd_sum` per output adds the
@@ -20,8 +21,8 @@ column (clamped) and stores nothing.
 
 The tiled kernel (prefill, M > VECTOR_MAX_M): a threadgroup of 128 threads computes a 32x64 tile of
 out; per K step of 32 (inside one group) it copies the x tile to threadgroup memory and dequantizes
-the 64x32 tile of w there (each thread 2 or 4 words: one scale and bias each, dequantized as in
-the vector kernel), then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal;
+the 64x32 tile of w there (2, 4, 8 bits: each thread 1 to 4 whole words; 3, 5, 6 bits: 16
+levels of a row, each from a 64-bit window of its two words; dequantized as in the vector kernel), then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal;
 on metal4 the x tile's staging is bypassed). Rows of w past N read the last one.
 
 `M=None` compiles one kernel for every row count (a dynamic first dimension).
@@ -38,7 +39,6 @@ from .sizes import integer_sizes
 
 ACCUM = "float32"
 DTYPES = ("float16", "bfloat16", "float32")
-KERNEL_BITS = (4, 8)  # whole levels per word; 2, 3, 5 and 6 bits are not compiled yet (kernels.dequantize unpacks them)
 WORD_BITS = 32
 WORDS_PER_LANE = 2  # 8 bytes of w per lane and step: 16 levels at 4 bits, 8 at 8 bits (MLX's qmv reads as many)
 COLUMNS = 4  # output columns per simdgroup
@@ -67,6 +67,16 @@ def rounded_sum(product: Any, bias: Any, dtype: str) -> Any:
     return T.cast(T.cast(product, ACCUM) + T.cast(bias, ACCUM), dtype)
 
 
+def unpacked_level(packed: Any, column: int, j: int, bits: int) -> Any:
+    """Level j (a Python int) of the run in packed[column, :] (uint32 words of one bit stream): its
+    word and shift are constants; a level that runs into the next word takes its high bits from it."""
+    first, shift = divmod(j * bits, WORD_BITS)
+    level = packed[column, first] >> T.uint32(shift)
+    if shift + bits > WORD_BITS:
+        level = level | (packed[column, first + 1] << T.uint32(WORD_BITS - shift))
+    return level & T.uint32((1 << bits) - 1)
+
+
 def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, transpose: Any) -> tuple[Any, int, int, int, int]:
     """(M or None, N, K, bits, group_size) checked, or a one-line ValueError naming the bad argument."""
     what = "quantized_matmul"
@@ -79,9 +89,8 @@ def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, trans
     if transpose is not True:
         raise ValueError(f"{what} transpose={transpose!r} is not supported; pass transpose=True with w (N, K) quantized along K "
                          "(mx.quantize(w) of the weights as nn.Linear stores them)")
-    if bits not in KERNEL_BITS:
-        other = " (kernels.dequantize unpacks them for another matmul)" if bits in BITS else ""
-        raise ValueError(f"{what} bits={bits} is not supported; use 4 or 8{other}")
+    if bits not in BITS:
+        raise ValueError(f"{what} bits={bits} is not supported; use one of {', '.join(map(str, BITS))} (mx.quantize's affine bits)")
     if group_size not in GROUP_SIZES:
         raise ValueError(f"{what} group_size={group_size} is not supported; use one of {', '.join(map(str, GROUP_SIZES))}")
     if dtype not in DTYPES:
@@ -118,11 +127,13 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
 
 def _vector_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str, transpose: bool) -> Any:
     M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
-    per_word = WORD_BITS // bits
-    run = WORDS_PER_LANE * per_word  # K elements of one lane's run
-    words = K // per_word  # per row of w: K is a multiple of 32, so a multiple of WORDS_PER_LANE
+    # 2, 4, 8 bits: WORDS_PER_LANE words of whole levels; 3, 5, 6: `bits` words, 32 levels (some across two words)
+    run_words = WORDS_PER_LANE if WORD_BITS % bits == 0 else bits
+    run = run_words * WORD_BITS // bits  # K elements of one lane's run: 32 at least, so inside one group
+    words = K * bits // WORD_BITS  # per row of w: (K / 32) * bits, a multiple of run_words
     groups = K // group_size
-    step_words = SIMD_WIDTH * WORDS_PER_LANE
+    step_words = SIMD_WIDTH * run_words
+    level_places = list(range(run))
     steps = -(-words // step_words)
     mask = (1 << bits) - 1
     rows = MAX_ROWS if M is None else min(M, MAX_ROWS)
@@ -143,8 +154,8 @@ def _vector_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(n_rows, rows), threads=(SIMD_WIDTH, SIMDGROUPS)) as (bx, by):
             lane = T.get_thread_binding(0)
             sg = T.get_thread_binding(1)
-            packed = T.alloc_local((COLUMNS, WORDS_PER_LANE), "uint32")
-            products = T.alloc_local((COLUMNS, run), dtype)
+            packed = T.alloc_local((COLUMNS, run_words), "uint32")
+            products = T.alloc_local((1,), dtype)
             weights = T.alloc_local((COLUMNS, run), dtype)
             xs = T.alloc_local((run,), dtype)
             acc = T.alloc_local((rows, COLUMNS), ACCUM)
@@ -152,20 +163,24 @@ def _vector_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype
             n0 = bx * block_n + sg * COLUMNS
             m0 = by * rows
             for s in T.serial(steps):
-                word0 = s * step_words + lane * WORDS_PER_LANE
+                word0 = s * step_words + lane * run_words
                 if word0 < words:  # a lane's run is wholly in the row or wholly past it
-                    k0 = word0 * per_word
+                    k0 = (s * SIMD_WIDTH + lane) * run
                     group = k0 // group_size
                     for c in T.unroll(COLUMNS):
                         n = T.min(n0 + c, N - 1)  # columns past N read the last one and store nothing
-                        for v in T.vectorized(WORDS_PER_LANE):
-                            packed[c, v] = W[n, word0 + v]
+                        if run_words in (2, 4):  # 8 or 16 bytes: one vector load
+                            for v in T.vectorized(run_words):
+                                packed[c, v] = W[n, word0 + v]
+                        else:
+                            for v in T.unroll(run_words):
+                                packed[c, v] = W[n, word0 + v]
                         scale = Scales[n, group]
                         bias = Biases[n, group]
-                        for j in T.unroll(run):
-                            level = (packed[c, j // per_word] >> T.uint32(j % per_word * bits)) & T.uint32(mask)
-                            products[c, j] = rounded_product(scale, level, dtype)
-                            weights[c, j] = rounded_sum(products[c, j], bias, dtype)
+                        for j in level_places:  # a Python list: unrolled as the IR is built, words and shifts constant
+                            level = unpacked_level(packed, c, j, bits)
+                            products[0] = rounded_product(scale, level, dtype)
+                            weights[c, j] = rounded_sum(products[0], bias, dtype)
                     for r in T.unroll(rows):  # unrolled: acc stays in registers (constant indices)
                         if m0 + r < n_rows:
                             for p in T.unroll(run // x_piece):
@@ -189,11 +204,14 @@ def _vector_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype
 
 def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str, transpose: bool) -> Any:
     M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
+    whole = WORD_BITS % bits == 0  # 2, 4, 8 bits: whole levels per word, each thread dequantizes whole words
     per_word = WORD_BITS // bits
-    words = K // per_word
+    words = K * bits // WORD_BITS
     groups = K // group_size
-    tile_words = TILE_K // per_word  # words of one row of w per K step
-    loads = TILE_N * tile_words // TILE_THREADS  # words each thread dequantizes per K step
+    tile_words = TILE_K * bits // WORD_BITS  # words of one row of w per K step
+    loads = TILE_N * tile_words // TILE_THREADS  # words each thread dequantizes per K step (whole levels)
+    share = TILE_N * TILE_K // TILE_THREADS  # levels each thread dequantizes per K step (3, 5, 6 bits)
+    parts = TILE_K // share  # threads per row of the tile
     mask = (1 << bits) - 1
     n_rows = T.dynamic("M") if M is None else M
 
@@ -210,23 +228,39 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
             x_tile = T.alloc_shared((TILE_M, TILE_K), dtype)
             w_tile = T.alloc_shared((TILE_N, TILE_K), dtype)
             acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
-            products = T.alloc_local((per_word,), dtype)
+            products = T.alloc_local((1,), dtype)
             T.clear(acc)
             for ks in T.serial(K // TILE_K):
                 T.copy(X[by * TILE_M, ks * TILE_K], x_tile)
                 group = ks * TILE_K // group_size  # TILE_K divides group_size: one group per row of the step
-                for i in T.unroll(loads):
-                    slot = i * TILE_THREADS + tid
-                    row = slot // tile_words
-                    word = slot % tile_words
-                    n = T.min(bx * TILE_N + row, N - 1)  # rows of w past N read the last one; T.copy stores no column past N
-                    packed = W[n, ks * tile_words + word]
+                if whole:
+                    for i in T.unroll(loads):
+                        slot = i * TILE_THREADS + tid
+                        row = slot // tile_words
+                        word = slot % tile_words
+                        n = T.min(bx * TILE_N + row, N - 1)  # rows of w past N read the last one; T.copy stores no column past N
+                        packed = W[n, ks * tile_words + word]
+                        scale = Scales[n, group]
+                        bias = Biases[n, group]
+                        for j in T.unroll(per_word):
+                            level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
+                            products[0] = rounded_product(scale, level, dtype)
+                            w_tile[row, word * per_word + j] = rounded_sum(products[0], bias, dtype)
+                else:
+                    # `share` consecutive levels of one row per thread; a level may open in one word and end in the
+                    # next: both read as one 64-bit window (a shift below 32, never by the full width)
+                    row = tid // parts
+                    n = T.min(bx * TILE_N + row, N - 1)
                     scale = Scales[n, group]
                     bias = Biases[n, group]
-                    for j in T.unroll(per_word):
-                        level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
-                        products[j] = rounded_product(scale, level, dtype)
-                        w_tile[row, word * per_word + j] = rounded_sum(products[j], bias, dtype)
+                    for j in T.unroll(share):
+                        bit = (tid % parts * share + j) * bits
+                        low = W[n, ks * tile_words + bit // WORD_BITS]
+                        high = W[n, ks * tile_words + T.min(bit // WORD_BITS + 1, tile_words - 1)]
+                        window = (T.cast(high, "uint64") << T.uint64(WORD_BITS)) | T.cast(low, "uint64")
+                        level = T.cast((window >> T.cast(bit % WORD_BITS, "uint64")) & T.uint64(mask), "uint32")
+                        products[0] = rounded_product(scale, level, dtype)
+                        w_tile[row, tid % parts * share + j] = rounded_sum(products[0], bias, dtype)
                 T.gemm(x_tile, w_tile, acc, transpose_B=True)
             T.copy(acc, Out[by * TILE_M, bx * TILE_N])
 
