@@ -3,7 +3,7 @@ float64. Every bits (4, 8; 3, 5, 6 with levels across words), group size (32, 64
 called with M = 1, 3 and 7 (the vector kernel) (one row chunk, and two of 4 with a ragged one); N = 13 (a full and a
 ragged threadgroup of 8 columns) and K = 640 (several groups, not a multiple of a step: 512 levels
 at 4 bits, 256 at 8, so the last step has idle lanes); NaN and inf in x; a static M; the tiled kernel (T.gemm on dequantized tiles of w, N = 72; 4, 8 and 6 bits);
-the metal4 target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
+transpose=False (w (K, N), K = 45); the metal4 target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
 Kernels compile once (lru_cache)."""
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def operands(M: int, bits: int, group_size: int, dtype: str, seed: int, n: int =
     return torch.randn(M, K).to(TORCH[dtype]), w_q, scales, biases
 
 
-def check(out: torch.Tensor, x: torch.Tensor, w_q, scales, biases, bits: int, group_size: int) -> None:
+def check(out: torch.Tensor, x: torch.Tensor, w_q, scales, biases, bits: int, group_size: int, transpose: bool = True) -> None:
     w = kernels.dequantize(w_q, scales, biases, bits=bits, group_size=group_size).double()
+    w = w if transpose else w.T  # (N, K) either way
     ref = x.double() @ w.T
     bound = 2 * ROUNDING[str(x.dtype).removeprefix("torch.")] * (x.double().abs() @ w.abs().T) + 1e-30
     assert out.shape == ref.shape and out.dtype == x.dtype
@@ -136,6 +137,22 @@ def test_tiled_rows_match_torch(bits, group_size, dtype, M):
 
 def test_route_by_m():
     assert [kernels.quantized_matmul_route(m)[0] for m in (None, 1, 8, 9, 4096)] == ["vector", "vector", "vector", "tiled", "tiled"]
+    assert kernels.quantized_matmul_route(1, transpose=False)[0] == "tiled"
+
+
+def test_transpose_false_matches_torch():
+    """w (K, N) quantized along N (mx.quantize of w as stored for x @ w): 3 bits (levels across words),
+    N = 96 (a full and a half 64-column tile), K = 45 (not a multiple of the 32-row K step: the last
+    w tile's rows past K are zeros); an inf in x; 33 rows under the race checker."""
+    n, k, bits, group_size, dtype = 96, 45, 3, 32, "float16"
+    kernel = kernels.quantized_matmul(None, n, k, bits=bits, group_size=group_size, dtype=dtype, transpose=False, execution_backend="emulator")
+    for rows in (1, 7, 33):
+        torch.manual_seed(rows)
+        weights = kernels.quantize(torch.randn(k, n).to(TORCH[dtype]), bits=bits, group_size=group_size)
+        x = torch.randn(rows, k).to(TORCH[dtype])
+        x[rows - 1, 3] = math.inf
+        out = racecheck(kernel, x, *weights, seeds=(0, 1)) if rows == 33 else kernel(x, *weights)
+        check(out, x, *weights, bits, group_size, transpose=False)
 
 
 def test_tiled_race_free_and_metal4_matches_plain_metal():
@@ -155,9 +172,12 @@ def test_tiled_race_free_and_metal4_matches_plain_metal():
     [
         (lambda: kernels.quantized_matmul(1, 8, 64, bits=7, group_size=32), r"quantized_matmul bits=7 is not supported; use one of 2, 3, 4, 5, 6, 8"),
         (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=48), r"quantized_matmul group_size=48 is not supported"),
-        (lambda: kernels.quantized_matmul(1, 8, 96, bits=4, group_size=64), r"quantized_matmul needs K to be a positive multiple of group_size=64 \(got K=96\)"),
+        (lambda: kernels.quantized_matmul(1, 8, 96, bits=4, group_size=64), r"quantized_matmul needs K to be a multiple of group_size=64 with transpose=True \(got K=96\)"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, transpose=False), r"quantized_matmul needs N to be a multiple of group_size=32 with transpose=False \(got N=8\)"),
+        (lambda: kernels.quantized_matmul(1, 64, 0, bits=4, group_size=32, transpose=False), r"quantized_matmul needs K >= 1 \(got K=0\)"),
+        (lambda: kernels.quantized_matmul(1, 64, 8, bits=4, group_size=32, transpose=False, route="vector"), r"quantized_matmul route='vector' needs transpose=True"),
         (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, dtype="int8"), r"quantized_matmul dtype='int8' is not supported"),
-        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, transpose=False), r"quantized_matmul transpose=False is not supported"),
+        (lambda: kernels.quantized_matmul(1, 8, 64, bits=4, group_size=32, transpose="yes"), r"quantized_matmul transpose='yes' must be True"),
         (lambda: kernels.quantized_matmul(0, 8, 64, bits=4, group_size=32), r"quantized_matmul needs M >= 1 \(got M=0\)"),
         (lambda: kernels.quantized_matmul(1, 0, 64, bits=4, group_size=32), r"quantized_matmul needs N >= 1 \(got N=0\)"),
         (lambda: kernels.quantized_matmul(1, 8, 64.0, bits=4, group_size=32), r"quantized_matmul K=64.0 must be an integer"),

@@ -6,15 +6,17 @@ of `group_size` consecutive elements along K.
     scales  dtype  (N, K / group_size)
     biases  dtype  (N, K / group_size)
 
+(transpose=True, the default: w as nn.Linear stores it; transpose=False below.)
+
 The vector kernel (decoding's qmv: M <= VECTOR_MAX_M, and M=None): a threadgroup holds `SIMDGROUPS`
 simdgroups, each owning `COLUMNS` neighbouring output columns (rows of w); the 32 lanes of a
 simdgroup split K, each lane reading a run of a column's bit stream per step: `WORDS_PER_LANE` words
 (one vector load) at 2, 4 and 8 bits, `bits` words (32 levels, some across two words) at 3, 5 and 6.
 K a multiple of 32 keeps every row's words a whole number of lane runs, so a lane's run lies wholly
 inside or outside the row, and inside one group: one scale and bias per run. The lane
-dequantizes its run as kernels.dequantize does (`rounded_product`, `rounded_sum`: bit for bit, so an infinite
-x times a weight of 0 is NaN as in torch, anything else keeps its sign) and multiplies it with the same
-K elements of each of `MAX_ROWS` rows of x, accumulating in float32; one `simd_sum` per output adds the
+dequantizes its run as kernels.dequantize does (`rounded_product`, `rounded_sum`: bit for bit, so
+an infinite x times a weight of 0 is NaN as in torch, anything else keeps its sign) and multiplies it
+with the same K elements of each of `MAX_ROWS` rows of x, accumulating in float32; one `simd_sum` per output adds the
 lanes' partials (no threadgroup memory, no barrier). The second grid axis walks M in chunks of
 `MAX_ROWS`, so a threadgroup reads its weights once for that many rows. A column past N reads the last
 column (clamped) and stores nothing.
@@ -22,8 +24,12 @@ column (clamped) and stores nothing.
 The tiled kernel (prefill, M > VECTOR_MAX_M): a threadgroup of 128 threads computes a 32x64 tile of
 out; per K step of 32 (inside one group) it copies the x tile to threadgroup memory and dequantizes
 the 64x32 tile of w there (2, 4, 8 bits: each thread 1 to 4 whole words; 3, 5, 6 bits: 16
-levels of a row, each from a 64-bit window of its two words; dequantized as in the vector kernel), then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal;
-on metal4 the x tile's staging is bypassed). Rows of w past N read the last one.
+levels of a row, each from a 64-bit window of its two words; dequantized as in the vector kernel),
+then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal; on metal4
+the x tile's staging is bypassed). Rows of w past N read the last one.
+
+transpose=False (w (K, N) quantized along N, out = x @ dequant(w)): the tiled kernel for every M,
+each thread dequantizing 16 neighbouring columns of a row of the 32x64 w tile; any K.
 
 `M=None` compiles one kernel for every row count (a dynamic first dimension).
 
@@ -86,9 +92,8 @@ def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, trans
         M, N, K, bits, group_size = integer_sizes(what, M=M, N=N, K=K, bits=bits, group_size=group_size)
         if M <= 0:
             raise ValueError(f"{what} needs M >= 1 (got M={M}); pass M=None for a kernel that takes any row count")
-    if transpose is not True:
-        raise ValueError(f"{what} transpose={transpose!r} is not supported; pass transpose=True with w (N, K) quantized along K "
-                         "(mx.quantize(w) of the weights as nn.Linear stores them)")
+    if not isinstance(transpose, bool):
+        raise ValueError(f"{what} transpose={transpose!r} must be True (w (N, K), as nn.Linear stores it) or False (w (K, N))")
     if bits not in BITS:
         raise ValueError(f"{what} bits={bits} is not supported; use one of {', '.join(map(str, BITS))} (mx.quantize's affine bits)")
     if group_size not in GROUP_SIZES:
@@ -97,14 +102,20 @@ def _check(M: Any, N: Any, K: Any, bits: Any, group_size: Any, dtype: Any, trans
         raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if N <= 0:
         raise ValueError(f"{what} needs N >= 1 (got N={N}): the output columns, w's rows")
-    if K <= 0 or K % group_size:
-        raise ValueError(f"{what} needs K to be a positive multiple of group_size={group_size} (got K={K}); "
-                         "pad x's columns and w's rows with zeros, or pick a group_size dividing K")
+    if K <= 0:
+        raise ValueError(f"{what} needs K >= 1 (got K={K}): x's columns")
+    quantized, size = ("K", K) if transpose else ("N", N)  # the axis mx.quantize grouped: w's last
+    if size % group_size:
+        raise ValueError(f"{what} needs {quantized} to be a multiple of group_size={group_size} with transpose={transpose} "
+                         f"(got {quantized}={size}); pad w's quantized axis with zeros, or pick a group_size dividing {quantized}")
     return M, N, K, bits, group_size
 
 
-def quantized_matmul_route(M: Any) -> tuple[str, str]:
-    """(route, reason): "vector" for M=None (any row count: decoding's kernel) and M <= VECTOR_MAX_M, else "tiled"."""
+def quantized_matmul_route(M: Any, transpose: bool = True) -> tuple[str, str]:
+    """(route, reason): "vector" for M=None (any row count: decoding's kernel) and M <= VECTOR_MAX_M, else "tiled";
+    "tiled" for every M with transpose=False."""
+    if not transpose:
+        return TILED, "transpose=False: w (K, N) is dequantized in tiles along N for T.gemm (no vector kernel for that layout yet)"
     if M is None:
         return VECTOR, "M=None: the vector kernel takes any row count (decoding's shape); pass route='tiled' for prefill"
     if M <= VECTOR_MAX_M:
@@ -118,10 +129,12 @@ def quantized_matmul_program(M: Any, N: int, K: int, *, bits: int, group_size: i
     compile with `out_idx=[-1]`."""
     M = _check(M, N, K, bits, group_size, dtype, transpose)[0]  # M an int before the route compares it
     if route is None:
-        route = quantized_matmul_route(M)[0]
+        route = quantized_matmul_route(M, transpose)[0]
     if route not in ROUTES:
         raise ValueError(f"quantized_matmul route={route!r} is not supported; use one of {', '.join(ROUTES)} or None (by M)")
-    build = _vector_program if route == VECTOR else _tiled_program
+    if route == VECTOR and not transpose:
+        raise ValueError("quantized_matmul route='vector' needs transpose=True; pass route='tiled' or None for w (K, N)")
+    build = _vector_program if route == VECTOR else _tiled_program if transpose else _tiled_kn_program
     return build(M, N, K, bits=bits, group_size=group_size, dtype=dtype, transpose=transpose)
 
 
@@ -265,6 +278,60 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
             T.copy(acc, Out[by * TILE_M, bx * TILE_N])
 
     return qmm
+
+
+def _tiled_kn_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str, transpose: bool) -> Any:
+    """The tiled kernel for transpose=False: w (K, N) quantized along N (w_q (K, N * bits / 32), scales
+    (K, N / group_size)), out = x @ dequant(w). Each thread dequantizes 16 neighbouring columns of one
+    row of the 32x64 w tile (one group: 16 divides every group size), every level from a 64-bit
+    window of its two words; rows past K are zeros (x's are too: T.copy fills them), columns past N
+    read the row's last word and group and are never stored."""
+    M, N, K, bits, group_size = _check(M, N, K, bits, group_size, dtype, transpose)
+    words = N * bits // WORD_BITS
+    groups = N // group_size
+    share = TILE_N * TILE_K // TILE_THREADS  # 16 columns of one row per thread
+    parts = TILE_N // share
+    n_rows = T.dynamic("M") if M is None else M
+
+    @T.prim_func
+    def qmm_kn(
+        X: T.Tensor((n_rows, K), dtype),
+        W: T.Tensor((K, words), "uint32"),
+        Scales: T.Tensor((K, groups), dtype),
+        Biases: T.Tensor((K, groups), dtype),
+        Out: T.Tensor((n_rows, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, TILE_N), T.ceildiv(n_rows, TILE_M), threads=TILE_THREADS) as (bx, by):
+            tid = T.get_thread_binding()
+            x_tile = T.alloc_shared((TILE_M, TILE_K), dtype)
+            w_tile = T.alloc_shared((TILE_K, TILE_N), dtype)
+            acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
+            products = T.alloc_local((1,), dtype)
+            T.clear(acc)
+            for ks in T.serial(T.ceildiv(K, TILE_K)):
+                T.copy(X[by * TILE_M, ks * TILE_K], x_tile)
+                row = tid // parts
+                k = ks * TILE_K + row
+                n = bx * TILE_N + tid % parts * share
+                if k < K:
+                    group = T.min(n // group_size, groups - 1)
+                    scale = Scales[k, group]
+                    bias = Biases[k, group]
+                    for j in T.unroll(share):
+                        bit = (n + j) * bits
+                        low = W[k, T.min(bit // WORD_BITS, words - 1)]
+                        high = W[k, T.min(bit // WORD_BITS + 1, words - 1)]
+                        window = (T.cast(high, "uint64") << T.uint64(WORD_BITS)) | T.cast(low, "uint64")
+                        level = T.cast((window >> T.cast(bit % WORD_BITS, "uint64")) & T.uint64((1 << bits) - 1), "uint32")
+                        products[0] = rounded_product(scale, level, dtype)
+                        w_tile[row, tid % parts * share + j] = rounded_sum(products[0], bias, dtype)
+                else:
+                    for j in T.unroll(share):
+                        w_tile[row, tid % parts * share + j] = T.cast(0, dtype)
+                T.gemm(x_tile, w_tile, acc)
+            T.copy(acc, Out[by * TILE_M, bx * TILE_N])
+
+    return qmm_kn
 
 
 def quantized_matmul(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype: str = "float16", transpose: bool = True,
