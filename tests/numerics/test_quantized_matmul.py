@@ -140,12 +140,20 @@ def test_route_by_m():
     assert kernels.quantized_matmul_route(1, transpose=False)[0] == "tiled"
 
 
+TRANSPOSED = dict(N=96, K=45, bits=3, group_size=32, dtype="float16")
+
+
+@functools.lru_cache(maxsize=None)
+def transposed_kernel():
+    return kernels.quantized_matmul(None, transpose=False, execution_backend="emulator", **TRANSPOSED)
+
+
 def test_transpose_false_matches_torch():
     """w (K, N) quantized along N (mx.quantize of w as stored for x @ w): 3 bits (levels across words),
     N = 96 (a full and a half 64-column tile), K = 45 (not a multiple of the 32-row K step: the last
     w tile's rows past K are zeros); an inf in x; 33 rows under the race checker."""
-    n, k, bits, group_size, dtype = 96, 45, 3, 32, "float16"
-    kernel = kernels.quantized_matmul(None, n, k, bits=bits, group_size=group_size, dtype=dtype, transpose=False, execution_backend="emulator")
+    n, k, bits, group_size, dtype = (TRANSPOSED[key] for key in ("N", "K", "bits", "group_size", "dtype"))
+    kernel = transposed_kernel()
     for rows in (1, 7, 33):
         torch.manual_seed(rows)
         weights = kernels.quantize(torch.randn(k, n).to(TORCH[dtype]), bits=bits, group_size=group_size)
@@ -165,6 +173,22 @@ def test_tiled_race_free_and_metal4_matches_plain_metal():
     metal4 = tiled_kernel(4, 128, "float16", metal4=True)
     check(metal4(*args), *args, 4, 128)
     assert "simdgroup_multiply_accumulate" not in metal4.get_kernel_source()
+
+
+def test_transpose_false_agrees_with_mlx():
+    """The same (K, N) layout as mx.quantize gives it, and mx.quantized_matmul(transpose=False)'s numbers."""
+    mx = pytest.importorskip("mlx.core", reason="MLX's CPU build gives the weights and the second reference")
+    import numpy as np
+
+    torch.manual_seed(18)
+    x, w = (mx.array(torch.randn(*shape).numpy()).astype(mx.float16) for shape in ((5, 45), (45, 96)))
+    quantized = mx.quantize(w, group_size=32, bits=3)
+    expected = mx.quantized_matmul(x, *quantized, transpose=False, group_size=32, bits=3)
+    as_torch = [torch.from_numpy(np.array(a).astype(np.int64)).to(torch.uint32) if a.dtype == mx.uint32
+                else torch.from_numpy(np.array(a.astype(mx.float32))).half() for a in (x, *quantized)]
+    out = transposed_kernel()(*as_torch)
+    check(out, *as_torch, 3, 32, transpose=False)
+    torch.testing.assert_close(out.float(), torch.from_numpy(np.array(expected.astype(mx.float32))), rtol=4e-3, atol=4e-2)
 
 
 @pytest.mark.parametrize(
