@@ -92,6 +92,13 @@ BUILDERS = {
     "quantize": row(kernels.quantize, (torch.ones(4, 64),), fixed={"bits": (2.5, True, 0, 7), "group_size": (2.5, True, 0, 48)}),
     "dequantize": row(kernels.dequantize, kernels.quantize(torch.ones(4, 64)), fixed={"bits": (2.5, True, 0, 7),
                                                                                       "group_size": (2.5, True, 0, 48)}),
+    "quantized_matmul_program": row(kernels.quantized_matmul_program, (4, 8, 128), ("M", "N", "K", "bits", "group_size"),
+                                    kwargs={"bits": 4, "group_size": 64},
+                                    fixed={"K": (100,), "bits": (7,), "group_size": (48,), "route": ("x",), "transpose": (1,),
+                                           "dtype": ("int8",)}),
+    "quantized_matmul": row(kernels.quantized_matmul, (4, 8, 128), ("M", "N", "K", "bits", "group_size"),
+                            kwargs={"bits": 4, "group_size": 64}, fixed={"route": ("x",)}),
+    "quantized_matmul_route": row(kernels.quantized_matmul_route, (4,), ("M",), fixed={"transpose": (1,)}),
     "check_attention_config": row(kernels.check_attention_config, (64, 32, 32, "float16", 64), ("head_dim", "block_m", "block_n", "threads"),
                                   fixed={"head_dim": (12,), "threads": (48,)}),
 }
@@ -139,7 +146,7 @@ def test_bad_arguments_are_refused_in_one_line_naming_them(key, name, bad):
     assert "Check failed" not in message and "TIR" not in message, message
 
 
-COMPILES = {"matmul", "flash_attention_forward", "rms_norm", "layer_norm", "rope"}  # their valid call compiles a kernel: left to the numerics tests
+COMPILES = {"matmul", "flash_attention_forward", "rms_norm", "layer_norm", "rope", "quantized_matmul"}  # their valid call compiles a kernel: left to the numerics tests
 
 
 @pytest.mark.parametrize("key", [key for key in BUILDERS if key not in COMPILES])

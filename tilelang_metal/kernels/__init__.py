@@ -24,6 +24,7 @@ from .reduce_rows import reduce_rows, row_max, row_sum
 from .softmax import softmax
 from .split_k import gemm_split_k
 from .quantize import dequantize, quantize
+from .quantized_matmul import quantized_matmul, quantized_matmul_program, quantized_matmul_route
 from .norms import layer_norm, norm_program, rms_norm
 from .rope import rope, rope_program
 
@@ -57,6 +58,9 @@ __all__ = [
     "softmax",
     "quantize",
     "dequantize",
+    "quantized_matmul",
+    "quantized_matmul_program",
+    "quantized_matmul_route",
     "rms_norm",
     "layer_norm",
     "norm_program",
