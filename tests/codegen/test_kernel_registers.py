@@ -81,3 +81,15 @@ def test_threadgroups_per_core_is_limited_by_each_resource_in_turn():
     assert (memory.threadgroups, memory.limited_by) == (THREADGROUP_MEMORY_PER_CORE // (24 * 1024), "threadgroup memory")
     alone = threadgroups_per_core(1024, 40 * 1024, 200)  # fits nothing: still one threadgroup, spilling
     assert alone.threadgroups == 1 and "limited by" in alone.describe()
+
+
+def test_the_performance_doc_example_runs(capsys):
+    """docs/performance.md, "Registers and occupancy": its python block runs as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "performance.md").read_text()
+    section = text.split("## Registers and occupancy", 1)[1]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(block, "performance.md", "exec"), {})
+    assert "registers per thread" in capsys.readouterr().out
