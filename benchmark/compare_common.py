@@ -60,6 +60,9 @@ class Measured:
     config: str
     max_rel_err: float
     counts: dict[str, float]
+    # (registers per thread, threadgroups per core) of its heaviest kernel: estimates (docs/performance.md,
+    # "Registers and occupancy"); the plugin's from the kernels' records, MLX's from benchmark/mlx_registers.py
+    occupancy: tuple[int, int] | None = None
 
     def verified(self, dtype: str) -> bool:
         return math.isfinite(self.max_rel_err) and self.max_rel_err <= TOLERANCE[dtype]

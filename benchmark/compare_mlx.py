@@ -16,6 +16,11 @@ loads and stores, Foreign MSL, with clang only: n/a with g++): device_bytes is l
 threadgroup_bytes loads + stores, barriers are threadgroup barriers, matrix_ops every matrix
 instruction (an 8x8x8 simdgroup op and a 16x32x16 matmul2d count one each). On a Mac the same
 problems are timed with bench_gemm.py / bench_attention.py; this script compares structure only.
+registers_estimate and threadgroups_per_core are estimates for each side's heaviest kernel (most
+registers: a split's first pass, not its combine kernel; the
+plugin's from its kernels' artifact records, MLX's per kernel family from its template parameters,
+benchmark/mlx_registers.py; docs/performance.md, "Registers and occupancy"); their `_vs_mlx` is the
+plain ratio.
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, g
 SOURCE_LEVEL = ("device_load_ops", "device_store_ops", "narrow_device_loads")
 GPU_LEVEL = ("load_instructions", "store_instructions", "unique_device_load_bytes", "device_transactions",
              "threadgroup_replays", "memory_barriers", "lockstep_barriers")
+# estimates per kernel, not counts per problem: their `_vs_mlx` is the plain ratio, not per FLOP
+OCCUPANCY_COLUMNS = ("registers_estimate", "threadgroups_per_core")
 COLUMNS = ("problem", "chip_class", "implementation", "config", "verified", "max_rel_err", "flops", "device_bytes",
-           *SOURCE_LEVEL, "threadgroup_bytes", "barriers", "matrix_ops", *GPU_LEVEL)
+           *SOURCE_LEVEL, "threadgroup_bytes", "barriers", "matrix_ops", *GPU_LEVEL, *OCCUPANCY_COLUMNS)
 RATIO_COLUMNS = ("device_bytes", "device_load_ops", "narrow_device_loads", "threadgroup_bytes", "barriers", "matrix_ops",
                  *GPU_LEVEL)
 # ---------------------------------------------------------------- the emulator's counts
@@ -73,10 +80,28 @@ def summarize(total: dict[str, float]) -> dict[str, float | None]:
     }
 
 
+_counted: list[Any] = []  # the plugin kernels counted for the problem being measured (their records give the occupancy)
+
+
 def plugin_counts(kernel: Any, *args: Any) -> dict[str, float]:
     from tilelang_metal.emulator import counters
 
+    _counted.append(kernel)
     return {k: float(v) for k, v in counters(kernel, *args).total.items()}
+
+
+def plugin_occupancy(kernels: list[Any]) -> tuple[int, int] | None:
+    """(registers per thread, threadgroups per core) of the kernel with the most registers among
+    `kernels` (every kernel of their modules: a split's combine kernel is the lighter one), from
+    their artifact records (register_budget.kernel_occupancy)."""
+    from tilelang_metal.codegen.artifact import artifact_of
+    from tilelang_metal.register_budget import kernel_occupancy
+
+    found = [kernel_occupancy(r) for k in kernels for r in artifact_of(k.get_kernel_source()).kernels]
+    if not found:
+        return None
+    regs, occupancy = max(found, key=lambda pair: (pair[0].total, -pair[1].threadgroups))
+    return regs.total, occupancy.threadgroups
 
 
 # ---------------------------------------------------------------- the plugin's kernels
@@ -209,6 +234,8 @@ def _row(p: Problem, klass: str, impl: str, m: Measured | None, error: str = "")
         return row
     row.update(config=m.config, verified=m.verified(p.dtype), max_rel_err=f"{m.max_rel_err:.3g}")
     row.update({k: "n/a" if v is None else round(v) for k, v in summarize(m.counts).items()})
+    if m.occupancy is not None:
+        row.update(zip(OCCUPANCY_COLUMNS, m.occupancy))
     return row
 
 
@@ -224,11 +251,14 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                 continue
             mine, theirs = r[col] / r["flops"], other[col] / other["flops"]
             r[f"{col}_vs_mlx"] = "" if theirs == 0 and mine == 0 else ("inf" if theirs == 0 else f"{mine / theirs:.3g}")
+        for col in OCCUPANCY_COLUMNS:
+            if r.get(col, "") != "" and other.get(col, "") != "":
+                r[f"{col}_vs_mlx"] = f"{r[col] / other[col]:.3g}"
 
 
 def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    columns = list(COLUMNS) + [f"{c}_vs_mlx" for c in RATIO_COLUMNS]
+    columns = list(COLUMNS) + [f"{c}_vs_mlx" for c in (*RATIO_COLUMNS, *OCCUPANCY_COLUMNS)]
     with open(out / "compare_mlx.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
@@ -257,6 +287,15 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None
     for r in rows:
         cells = [str(r.get(c, "")) for c in (*GPU_LEVEL, "matrix_ops")] + [str(r.get(f"{c}_vs_mlx", "")) for c in (*GPU_LEVEL, "matrix_ops")]
         lines.append(f"| {r['problem']} | {r['chip_class']} | {r['implementation']} | " + " | ".join(cells) + " |")
+    lines += [
+        "", "Registers per thread and threadgroups per core of each implementation's heaviest kernel (estimates: "
+        "docs/performance.md, \"Registers and occupancy\"), and their plain ratio to MLX's:", "",
+        "| problem | class | impl | registers_estimate | threadgroups_per_core | registers vs MLX | threadgroups vs MLX |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [str(r.get(c, "")) for c in OCCUPANCY_COLUMNS] + [str(r.get(f"{c}_vs_mlx", "")) for c in OCCUPANCY_COLUMNS]
+        lines.append(f"| {r['problem']} | {r['chip_class']} | {r['implementation']} | " + " | ".join(cells) + " |")
     (out / "compare_mlx.md").write_text("\n".join(lines) + "\n")
 
 
@@ -267,8 +306,12 @@ def run(problems: list[Problem], classes: list[str], out: Path, log: Callable[[s
         for klass in (c for c in p.classes if c in classes):
             for impl, table in (("plugin", PLUGIN), ("mlx", MLX)):
                 t0 = time.time()
+                _counted.clear()
                 try:
-                    rows.append(_row(p, klass, impl, table[p.kind](p, klass)))
+                    measured = table[p.kind](p, klass)
+                    if impl == "plugin" and measured.occupancy is None:
+                        measured.occupancy = plugin_occupancy(_counted)
+                    rows.append(_row(p, klass, impl, measured))
                 except Exception as e:  # a failure is a row, and the run's exit status
                     rows.append(_row(p, klass, impl, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
                 log(f"{p.name} [{klass}] {impl}: {rows[-1]['config']} ({time.time() - t0:.1f} s)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import count_models
+import mlx_registers as families
 from compare_common import ErrorTracker, Measured, Problem, gemm_operands, torch_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +27,10 @@ def include() -> str:
     import mlx_headers
 
     return str(mlx_headers.kernel_headers(ROOT / ".pytest_cache" / "d" / "mlx-metal"))
+
+
+def _occupancy(est: families.FamilyEstimate) -> tuple[int, int]:
+    return est.registers, est.occupancy().threadgroups
 
 
 def _counts(launch: Any) -> dict[str, float]:
@@ -49,7 +54,8 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
         a, b, ref = gemm_operands(M, N, K, layout, p.dtype)
         out, launch = G.gemv_t(a[0].contiguous(), b, include=include())
         errors.check(out.reshape(1, N), ref)
-        return Measured("gemv_t (vector-matrix), MLX's block config", errors.worst, _counts(launch))
+        est = families.gemv_t(*G._gemv_config(True, K, N), p.dtype)
+        return Measured("gemv_t (vector-matrix), MLX's block config", errors.worst, _counts(launch), _occupancy(est))
 
     if klass == "nax":
         if route == "splitk" and not (K >= 3 * max(M, N)):
@@ -65,7 +71,8 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
             return _counts(launch)
 
         total = count_models.gemm_counts(M, N, bm, bn, measure)
-        return Measured(f"steel_gemm_fused_nax bm{bm} bn{bn} bk{bk} wm{wm} wn{wn} (base M5)", errors.worst, total)
+        return Measured(f"steel_gemm_fused_nax bm{bm} bn{bn} bk{bk} wm{wm} wn{wn} (base M5)", errors.worst, total,
+                        _occupancy(families.nax_gemm(bm, bn, bk, wm, wn, p.dtype)))
 
     if route == "splitk":
         bm, bn = G.splitk_tile(M, N)
@@ -79,7 +86,9 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
             return _counts(launch)
 
         total = count_models.gemm_counts(M, N, bm, bn, measure)
-        return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum (M3)", errors.worst, total)
+        est = families.steel_gemm(bm, bn, 16, 2, 2, p.dtype, transpose_a=ta, transpose_b=tb, family="steel_gemm_splitk")
+        return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum (M3)", errors.worst, total,
+                        _occupancy(est))
 
     tile = G.gemm_tile(M, N, K, dt, ta, tb)
     bm, bn = tile[0], tile[1]
@@ -91,7 +100,8 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
         return _counts(launch)
 
     total = count_models.gemm_counts(M, N, bm, bn, measure)
-    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile), errors.worst, total)
+    est = families.steel_gemm(*tile[:5], p.dtype, transpose_a=ta, transpose_b=tb)
+    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile), errors.worst, total, _occupancy(est))
 
 
 def mlx_attention(p: Problem, klass: str) -> Measured:
@@ -122,7 +132,9 @@ def mlx_attention(p: Problem, klass: str) -> Measured:
         return _counts(launch)
 
     total = count_models.attention_counts(d["seq"], bq, bk, causal, d["heads"], measure)
-    return Measured(config, errors.worst, total)
+    est = (families.nax_attention(bq, bk, D, X.ATTN_WM, X.ATTN_WN, p.dtype) if klass == "nax"
+           else families.steel_attention(bq, bk, D, 4, p.dtype))
+    return Measured(config, errors.worst, total, _occupancy(est))
 
 
 def mlx_decode(p: Problem, klass: str) -> Measured:
@@ -147,7 +159,8 @@ def mlx_decode(p: Problem, klass: str) -> Measured:
         return _counts(launch)
 
     total = count_models.linear_counts(d["kv_len"], (512, 1024), d["kv_heads"], measure)
-    return Measured(f"sdpa_vector_2pass, {blocks} blocks, {group} query heads per kv head", errors.worst, total)
+    est = families.sdpa_vector_2pass(D, p.dtype, threads=32 * group)  # one simdgroup per query head of the kv head
+    return Measured(f"sdpa_vector_2pass, {blocks} blocks, {group} query heads per kv head", errors.worst, total, _occupancy(est))
 
 
 SOFTMAX_SOURCE = """
@@ -179,13 +192,15 @@ def mlx_rows(p: Problem, klass: str) -> Measured:
         errors.check(out, torch.softmax(x.float(), -1))
         counts = {k: float(v) for k, v in kernel.counters(args, grid, (block, 1, 1)).items()}
         config = f"block_softmax, {block} threads per row"
+        est = families.block_softmax(block)
     else:
         import mlx_reduce as R
 
         name, launch = R.row_reduce(x, (1,), "sum", include=include())
         errors.check(launch.run(), x.float().sum(-1))
         counts, config = _counts(launch), name
-    return Measured(config, errors.worst, {k: v * d["rows"] / PROXY_ROWS for k, v in counts.items()})
+        est = families.row_reduce(math.prod(launch.dispatches[0].block))
+    return Measured(config, errors.worst, {k: v * d["rows"] / PROXY_ROWS for k, v in counts.items()}, _occupancy(est))
 
 
 MLX = {"gemm": mlx_gemm, "attention": mlx_attention, "decode": mlx_decode, "softmax": mlx_rows, "row_sum": mlx_rows}

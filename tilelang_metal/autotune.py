@@ -28,7 +28,7 @@ from typing import Any
 
 from . import config as settings
 from .isa import METAL4_FEATURE, SIMD_WIDTH
-from .register_budget import estimate_registers
+from .register_budget import THREADGROUP_MEMORY_PER_CORE, estimate_registers
 from .roofline import Chip, RooflineEstimate, estimate
 from .selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
 
@@ -218,9 +218,9 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
 # ---------------------------------------------------------------- the traffic model (cache reuse, swizzle)
 
 # Per-core figures of Apple GPUs (Philip Turner, metal-benchmarks, "On-Chip Memory", Apple 7 / 8):
-# ~32 bytes per cycle from the GPU's shared caches into one core, and ~60 KB of threadgroup memory.
+# ~32 bytes per cycle from the GPU's shared caches into one core, and ~60 KB of threadgroup memory
+# (register_budget.THREADGROUP_MEMORY_PER_CORE, with the occupancy rules).
 CORE_LOAD_BYTES_PER_CYCLE = 32
-THREADGROUP_MEMORY_PER_CORE = 60 * 1024
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ registers (16-bit values count half):
   same for every thread and live in uniform registers, not in the per-thread file;
 - reserved: r0 (whose low half holds the execution-mask stack) and r1 (the link register).
 
+`kernel_registers(record)` estimates any printed kernel the same way from its artifact record
+(codegen/artifact.py), not from its text: the peak over its lines of the thread arrays and cooperative
+tensors live there (simdgroup matrices count rows x cols / 32 elements per lane), plus addresses and
+reserved as above. `threadgroups_per_core` turns threads, threadgroup memory and registers into the
+threadgroups one core holds at once, naming the resource that limits it.
+
 `REGISTER_BUDGET` is the general-purpose register file one thread can address before the
 compiler spills, with its sources. Register staging and K-prefetch are turned on only where the
 estimate with them fits (a `force` setting overrides); the autotuner drops configurations whose
@@ -24,14 +30,17 @@ estimate without them does not fit.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dtypes import DTYPE_OF_MSL
 from .isa import SIMD_WIDTH, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 from .selection import Partition, WarpPolicy, select_inst, warp_partition
 
-_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4}
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int16": 2, "uint16": 2,
+          "uint32": 4, "int64": 8, "uint64": 8, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -195,3 +204,130 @@ class RegisterDecision:
     def describe(self) -> str:
         return (f"{self.feature} off for registers: {self.subject} would need {self.with_it.describe()}, over the budget; "
                 f"{self.setting}=force turns it on anyway")
+
+
+# ---------------------------------------------------------------- any kernel, from its artifact record
+
+# Threadgroup memory one GPU core holds for its resident threadgroups (Philip Turner, metal-benchmarks,
+# README "On-Chip Memory": ~60 KB on Apple 7 / 8; an estimate, Apple publishes no figure), and the most
+# threads a core keeps resident (the Mesa occupancy table's first entry: 1024 at few registers).
+THREADGROUP_MEMORY_PER_CORE = 60 * 1024
+MAX_THREADS_PER_CORE = OCCUPANCY[0][1]
+
+_SIMDGROUP_MATRIX = re.compile(r"^simdgroup_(?P<scalar>[a-z]+?)(?P<rows>\d+)x(?P<cols>\d+)$")
+_VECTOR = re.compile(r"^(?P<scalar>[a-z]+?)(?P<lanes>[234])?$")
+
+
+def msl_registers(elem_type: str, count: int) -> int:
+    """32-bit registers per thread of `count` values of MSL type `elem_type`: a scalar or vector type,
+    or a simdgroup matrix (`simdgroup_half8x8`: 64 values spread over 32 lanes, 2 per lane)."""
+    m = _SIMDGROUP_MATRIX.match(elem_type)
+    if m is not None:
+        per_lane = int(m["rows"]) * int(m["cols"]) // SIMD_WIDTH
+        return registers(count * per_lane, DTYPE_OF_MSL.get(m["scalar"], "float32"))
+    m = _VECTOR.match(elem_type)
+    if m is None or m["scalar"] not in DTYPE_OF_MSL:
+        raise ValueError(f"no register size for thread array type {elem_type!r}")
+    return registers(count * int(m["lanes"] or 1), DTYPE_OF_MSL[m["scalar"]])
+
+
+@dataclass(frozen=True)
+class KernelRegisters:
+    """Registers per thread of one printed kernel (32-bit units, an estimate): `arrays` is the peak
+    over the kernel's lines of the thread arrays and cooperative tensors live on that line, `peak`
+    the arrays that make it up."""
+
+    arrays: int
+    addresses: int
+    reserved: int = _RESERVED
+    peak: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.arrays + self.addresses + self.reserved
+
+    @property
+    def half_registers(self) -> int:
+        return 2 * self.total
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= REGISTER_BUDGET.registers
+
+    def describe(self) -> str:
+        held = f" ({', '.join(self.peak)})" if self.peak else ""
+        return (f"about {self.total} of {REGISTER_BUDGET.registers} 32-bit registers per thread (estimate: arrays {self.arrays}{held}, "
+                f"addresses {self.addresses}, reserved {self.reserved})")
+
+
+def record_address_registers(record: Any) -> int:
+    """The GEMM rule of `address_registers`, for any kernel: indices and a loop counter (5), one
+    running offset per device buffer, and with threadgroup memory one offset per threadgroup array
+    it reads (a merged pool's views, not the pool) plus one for the stores."""
+    pools = {v.pool for v in record.threadgroup_views}
+    tg_buffers = len(record.threadgroup_views) + sum(1 for a in record.threadgroup_arrays if a.name not in pools)
+    return _IDS_AND_COUNTER + len(record.buffers) + (tg_buffers + 1 if tg_buffers else 0)
+
+
+def kernel_registers(record: Any) -> KernelRegisters:
+    """The estimate of a kernel from its artifact record (`codegen.artifact.KernelRecord`). An array
+    without a live range (hand-written MSL) counts as live everywhere."""
+    held: list[tuple[str, int, tuple[int, int] | None]] = [
+        (t.name, msl_registers(t.elem_type, t.count), t.live) for t in record.thread_arrays]
+    held += [(f"{c.name} ({c.count} cooperative tensors)", registers(c.count * c.elements, DTYPE_OF_MSL.get(c.elem_type, "float32")),
+              c.live) for c in record.cooperative_tensors]
+    everywhere = [h for h in held if h[2] is None]
+    ranged = [h for h in held if h[2] is not None]
+    best: tuple[int, tuple[str, ...]] = (0, ())
+    for line in sorted({h[2][0] for h in ranged}) or [0]:  # the peak is where some array starts
+        live = everywhere + [h for h in ranged if h[2][0] <= line <= h[2][1]]
+        best = max(best, (sum(h[1] for h in live), tuple(h[0] for h in live)), key=lambda b: b[0])
+    return KernelRegisters(best[0], record_address_registers(record), peak=best[1])
+
+
+def threadgroup_bytes(record: Any) -> int:
+    """Threadgroup memory one threadgroup of the kernel allocates (its arrays; views lie in pools)."""
+    sizes = {"half": 2, "bfloat": 2, "float": 4, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4,
+             "long": 8, "ulong": 8, "bool": 1}
+    return sum(a.count * sizes.get(a.elem_type, 4) for a in record.threadgroup_arrays)
+
+
+def threads_of(record: Any) -> int:
+    """Threads per threadgroup: the static block, else the kernel's bound."""
+    if record.block is not None:
+        return math.prod(record.block)
+    return int(record.max_total_threads or MAX_THREADS_PER_CORE)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Threadgroups one GPU core holds at once (an estimate) and the resource that limits them."""
+
+    threadgroups: int
+    limited_by: str  # "threads" | "registers" | "threadgroup memory"
+    threads: int
+    threadgroup_bytes: int
+    registers: int
+
+    def describe(self) -> str:
+        return (f"{self.threadgroups} threadgroup(s) of {self.threads} threads per core, limited by {self.limited_by} "
+                f"(estimate: {self.registers} registers per thread, {self.threadgroup_bytes} B of threadgroup memory)")
+
+
+def threadgroups_per_core(threads: int, threadgroup_memory: int, registers_per_thread: int) -> Occupancy:
+    """Threadgroups resident per core: the core's thread limit, the threads the register count leaves
+    resident (the Mesa table), and ~60 KB of threadgroup memory, whichever is smallest; at least 1 (a
+    threadgroup that fits nothing still runs, alone, spilling). Ties name the first of threads,
+    registers, threadgroup memory."""
+    by_registers = threads_per_core(KernelRegisters(registers_per_thread, 0, 0))
+    limits = [("threads", MAX_THREADS_PER_CORE // threads), ("registers", by_registers // threads)]
+    if threadgroup_memory:
+        limits.append(("threadgroup memory", THREADGROUP_MEMORY_PER_CORE // threadgroup_memory))
+    resource, count = min(limits, key=lambda item: item[1])
+    return Occupancy(max(1, count), resource, threads, threadgroup_memory, registers_per_thread)
+
+
+def kernel_occupancy(record: Any) -> tuple[KernelRegisters, Occupancy]:
+    """The register estimate of a printed kernel and the threadgroups per core it allows."""
+    regs = kernel_registers(record)
+    return regs, threadgroups_per_core(threads_of(record), threadgroup_bytes(record), regs.total)

@@ -110,9 +110,10 @@ def _without_artifact(text: str) -> str:
 
 def _readable(record: A.KernelRecord) -> A.KernelRecord:
     """`record` without what the text cannot say: the static block, the matrix instructions, the
-    argument struct's member dtypes."""
+    argument struct's member dtypes, the live ranges and the cooperative tensors (register_budget's)."""
     params = tuple(dataclasses.replace(p, members=()) if isinstance(p, A.ArgStructParam) else p for p in record.params)
-    return dataclasses.replace(record, block=None, instructions=(), params=params)
+    arrays = tuple(dataclasses.replace(t, live=None) for t in record.thread_arrays)
+    return dataclasses.replace(record, block=None, instructions=(), params=params, thread_arrays=arrays, cooperative_tensors=())
 
 
 @pytest.mark.parametrize("name", list(_kernels()))

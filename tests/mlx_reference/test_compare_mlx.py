@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from bench_support import load_benchmark
 
 from tilelang_metal.emulator.foreign import memory_counts_unavailable
@@ -34,6 +36,13 @@ def test_dry_run_verifies_both_implementations(mlx_include, tmp_path):
     for r in plugin.values():  # the GPU-level columns, counted on every plugin row
         assert all(r[c] not in ("", "n/a") for c in gpu_level), r
         assert float(r["load_instructions"]) > 0 and float(r["device_transactions"]) > 0, r
+    for r in rows:  # the occupancy estimates, on both sides (the plugin's from its records, MLX's per family)
+        assert int(r["registers_estimate"]) > 2 and int(r["threadgroups_per_core"]) >= 1, r
+    for r in plugin.values():
+        mine = next(m for m in mlx if m["problem"] == r["problem"])
+        assert float(r["registers_estimate_vs_mlx"]) == pytest.approx(int(r["registers_estimate"]) / int(mine["registers_estimate"]), rel=1e-2)
+        assert float(r["threadgroups_per_core_vs_mlx"]) > 0, r
+    assert "| registers_estimate | threadgroups_per_core |" in (tmp_path / "compare_mlx.md").read_text()
     if memory_counts_unavailable() is None:  # MLX's memory traffic traced (clang): every ratio computed
         assert all(float(r[c]) > 0 for r in mlx for c in ("device_bytes", "device_load_ops", "device_store_ops"))
         assert all(float(r[c]) > 0 for r in mlx for c in ("load_instructions", "device_transactions"))
@@ -56,3 +65,20 @@ def test_a_failing_implementation_is_a_row_and_the_exit_status(mlx_include, tmp_
     rows = {r["implementation"]: r for r in _rows(tmp_path)}
     assert rows["plugin"]["verified"] == "False" and "simulated lowering failure" in rows["plugin"]["config"]
     assert rows["mlx"]["verified"] == "True"
+
+
+def test_mlx_steel_gemm_estimate_is_the_plugin_rule_on_the_same_tile():
+    """The family estimate of MLX's steel GEMM counts what the plugin's plan estimate counts for the same
+    tile on plain metal (8x8 simdgroup fragments, a shared path over 2x2 simdgroups, no staging): the
+    same registers; and its threadgroup memory (padded tiles) is what limits occupancy when it is large."""
+    from tilelang_metal.autotune import SHARED, GemmConfig
+    from tilelang_metal.register_budget import estimate_registers
+
+    families = load_benchmark("mlx_registers")
+    steel = families.steel_gemm(64, 64, 16, 2, 2, "float16")
+    plugin = estimate_registers(GemmConfig(SHARED, 64, 64, 128, 16, 2), target=False, staging=False)
+    assert steel.registers == plugin.total
+    assert steel.threadgroup_bytes == (64 * (16 + 8) + 16 * (64 + 8)) * 2 and steel.threads == 128
+    fp32 = families.steel_gemm(64, 32, 32, 2, 2, "float32")  # MLX's fp32 tile: 13.5 KB of padded tiles, 41 registers
+    assert fp32.threadgroup_bytes == (64 * 36 + 32 * 36) * 4 and fp32.registers == 16 + 12 + 11 + 2
+    assert (fp32.occupancy().threadgroups, fp32.occupancy().limited_by) == (60 * 1024 // fp32.threadgroup_bytes, "threadgroup memory")

@@ -4,12 +4,13 @@ tilelang hands an execution backend only what its source module holds (the MSL t
 cache may even restore a kernel from disk without running codegen), so the printer writes the
 records of every kernel into the source itself, as one comment line after the banner:
 
-    // tilelang_metal.artifact v2 {"convention": "standard", "kernels": [...]}
+    // tilelang_metal.artifact v3 {"convention": "standard", "kernels": [...]}
 
 `artifact_of(source)` reads them back as a frozen `KernelArtifact`: per kernel its parameters in
 order (device buffers with their index, element type and const-ness, `constant T&` scalars, TVM's
 argument struct, position attributes), its threadgroup arrays and pool views with their extents,
-its thread arrays and tile pointers, its launch limits, the matrix instructions it runs (names of
+its thread arrays (with the lines where each is live) and tile pointers, the cooperative tensors that
+hold a metal4 accumulator, its launch limits, the matrix instructions it runs (names of
 `isa.REGISTRY`), what its atomics update, whether it calls T.print, and which of its accesses are
 stores, predicated or shuffle operands (codegen/access_marks.py; the emulator's counters and race
 checker mark them). The printer spells each declaration through the
@@ -29,7 +30,7 @@ from typing import Any, Union
 
 from ..dtypes import DTYPE_OF_MSL
 
-ARTIFACT_VERSION = 2  # 2: access marks (a v1 artifact lacks them: compile again)
+ARTIFACT_VERSION = 3  # 2: access marks; 3: cooperative tensors and live ranges of thread arrays (older: compile again)
 MARK = "// tilelang_metal.artifact"
 _LINE = re.compile(r"^// tilelang_metal\.artifact v(?P<version>\d+) (?P<payload>\{.*\})[ \t]*$", re.MULTILINE)
 _ANY_LINE = re.compile(r"^// tilelang_metal\.artifact\b.*$", re.MULTILINE)
@@ -171,10 +172,31 @@ class ThreadArrayDecl:
     elem_type: str
     count: int
     align: int = 0
+    # (first, last) line from the opening line where the array holds a value: its declaration to its
+    # last use, extended to the end of any loop or block entered after the declaration (a value read
+    # at the top of a loop is live through the whole loop); None in hand-written MSL
+    live: tuple[int, int] | None = None
 
     def msl(self) -> str:
         align = f"alignas({self.align}) " if self.align else ""
         return f"{align}{self.elem_type} {self.name}[{self.count}];"
+
+
+@dataclass(frozen=True)
+class CooperativeTensorDecl:
+    """`auto NAME_ct0 = ...get_destination_cooperative_tensor<...>()`, ..., `NAME_ct{count-1}`: a
+    metal4 accumulator kept in `count` MPP destination tensors of `elements` values per lane each
+    (the instruction's `dest_elems`); `live` as ThreadArrayDecl's."""
+
+    name: str
+    elem_type: str  # MSL scalar type of the destination (float)
+    count: int
+    elements: int
+    instruction: str  # isa.REGISTRY name
+    live: tuple[int, int] | None = None
+
+    def tensor_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.name}_ct{i}" for i in range(self.count))
 
 
 @dataclass(frozen=True)
@@ -204,6 +226,7 @@ class KernelRecord:
     threadgroup_arrays: tuple[ThreadgroupArrayDecl, ...] = ()
     threadgroup_views: tuple[ThreadgroupViewDecl, ...] = ()
     thread_arrays: tuple[ThreadArrayDecl, ...] = ()
+    cooperative_tensors: tuple[CooperativeTensorDecl, ...] = ()
     tile_pointers: tuple[TilePointerDecl, ...] = ()
     instructions: tuple[str, ...] = ()  # isa.REGISTRY names of the matrix instructions it runs
     prints: bool = False  # calls T.print
@@ -265,7 +288,7 @@ class KernelArtifact:
 
 
 # ---------------------------------------------------------------------------- encoding
-_TUPLE_FIELDS = {"params", "threadgroup_arrays", "threadgroup_views", "thread_arrays", "tile_pointers", "instructions", "kernels", "members", "block",
+_TUPLE_FIELDS = {"params", "threadgroup_arrays", "threadgroup_views", "thread_arrays", "cooperative_tensors", "live", "tile_pointers", "instructions", "kernels", "members", "block",
                  "atomic_targets",
                 "access_marks", "predicated_blocks"}
 
@@ -305,7 +328,8 @@ def _kernel(data: dict[str, Any]) -> KernelRecord:
     data = dict(data)
     data["params"] = tuple(_param(p) for p in data.get("params", ()))
     for key, cls in (("threadgroup_arrays", ThreadgroupArrayDecl), ("threadgroup_views", ThreadgroupViewDecl),
-                     ("thread_arrays", ThreadArrayDecl), ("tile_pointers", TilePointerDecl)):
+                     ("thread_arrays", ThreadArrayDecl), ("cooperative_tensors", CooperativeTensorDecl),
+                     ("tile_pointers", TilePointerDecl)):
         data[key] = tuple(_record(cls, d) for d in data.get(key, ()))
     return _record(KernelRecord, data)
 
@@ -355,7 +379,7 @@ def strip_artifact(source: str) -> str:
 
 
 __all__ = [
-    "ARTIFACT_VERSION", "ArgStructParam", "ArtifactError", "BufferParam", "KernelArtifact", "KernelRecord", "MARK",
+    "ARTIFACT_VERSION", "ArgStructParam", "ArtifactError", "BufferParam", "CooperativeTensorDecl", "KernelArtifact", "KernelRecord", "MARK",
     "Param", "PositionParam", "STANDARD", "ScalarParam", "TVM_RUNTIME", "ThreadArrayDecl", "ThreadgroupArrayDecl",
     "ThreadgroupViewDecl", "TilePointerDecl", "artifact_of", "decode", "find_artifact", "strip_artifact",
 ]

@@ -19,14 +19,15 @@ from ..host import tir
 from ..errors import CodegenError
 from ..isa import MatrixInstruction
 from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
-from .artifact import ThreadArrayDecl
+from .artifact import CooperativeTensorDecl, ThreadArrayDecl
 from .msl_types import msl_type, scalar_type
 
 
 class MatrixPrinting:
     """Needs from the host printer: `emit`, `expr`, `name_of`, `pointer`, `fresh`, `prelude`,
     `simplify`, `storage` (data var -> MatrixStorage), `mpp_ops` ((instruction key, relaxed) declared so far),
-    `thread_array` (declare a thread array through its record) and `uses_instruction` (record an instruction)."""
+    `thread_array` (declare a thread array through its record), `cooperative_tensors` (record an
+    accumulator's destination tensors) and `uses_instruction` (record an instruction)."""
 
     storage: dict[Any, MatrixStorage]
     mpp_ops: list[tuple[str, bool]]
@@ -62,8 +63,10 @@ class MatrixPrinting:
             f"{op}.get_destination_cooperative_tensor<decltype({op}.get_left_input_cooperative_tensor<{a}, {b}, float>()), "
             f"decltype({op}.get_right_input_cooperative_tensor<{a}, {b}, float>()), float>()"
         )
-        for chunk in range(s.matrices):
-            self.emit(f"auto {name}_ct{chunk} = {dest};")
+        decl = CooperativeTensorDecl(name, "float", s.matrices, inst.dest_elems, inst.name)
+        self.cooperative_tensors(decl)
+        for tensor in decl.tensor_names():
+            self.emit(f"auto {tensor} = {dest};")
         return True
 
     def mpp_op(self, inst: MatrixInstruction, a_dtype: str, b_dtype: str) -> str:

@@ -37,6 +37,7 @@ from .operators import BINARY_OPS, BIT_OPS
 from .warp_printer import WarpPrinting
 from ..host import vocab
 from . import access_marks, artifact, tvm_runtime_args
+from .liveness import live_ranges
 
 # Kernel signatures the printer emits. STANDARD: every parameter at its own `[[ buffer(i) ]]`,
 # scalars as `constant T& NAME` (the plugin's launchers and the emulator). TVM_RUNTIME: TVM's Metal
@@ -115,6 +116,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         # through its record's msl(), so the artifact and the text agree by construction
         self.threadgroup_decls: list[artifact.ThreadgroupArrayDecl | artifact.ThreadgroupViewDecl] = []
         self.thread_array_decls: list[artifact.ThreadArrayDecl] = []
+        self.cooperative_tensor_decls: list[artifact.CooperativeTensorDecl] = []  # metal4 accumulators (matrix_printer)
         self.tile_pointer_decls: dict[str, artifact.TilePointerDecl] = {}
         self.instructions: list[str] = []  # isa names of the matrix instructions the kernel runs
         self.atomic_targets: set[str] = set()  # what the kernel's atomics update
@@ -225,6 +227,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
             threadgroup_arrays=tuple(d for d in self.threadgroup_decls if isinstance(d, artifact.ThreadgroupArrayDecl)),
             threadgroup_views=tuple(d for d in self.threadgroup_decls if isinstance(d, artifact.ThreadgroupViewDecl)),
             thread_arrays=tuple(self.thread_array_decls),
+            cooperative_tensors=tuple(self.cooperative_tensor_decls),
             tile_pointers=tuple(self.tile_pointer_decls.values()),
             instructions=tuple(self.instructions),
             prints=self.prints,
@@ -237,6 +240,7 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
         # the internal form's access marks become the record's (codegen/access_marks.py)
         text, marks, blocks = access_marks.strip("\n".join([sig] + body + ["}", ""]))
         record = dataclasses.replace(record, access_marks=marks, predicated_blocks=blocks)
+        record = _with_live_ranges(record, text)
         return text, headers, self.helpers, record
 
     def note_atomic(self, atomic: Any, *, discarded: bool) -> None:
@@ -340,6 +344,9 @@ class KernelPrinter(MatrixPrinting, WarpPrinting, AtomicPrinting):
     def thread_array(self, decl: artifact.ThreadArrayDecl) -> None:
         self.thread_array_decls.append(decl)
         self.emit(decl.msl())
+
+    def cooperative_tensors(self, decl: artifact.CooperativeTensorDecl) -> None:
+        self.cooperative_tensor_decls.append(decl)
 
     def visit_DeclBuffer(self, stmt: Any) -> None:
         return None
@@ -845,6 +852,16 @@ def print_kernel(func: Any, name: str, signature: str = STANDARD) -> tuple[str, 
     printer = KernelPrinter(func, name, signature)
     text, headers, helpers, record = printer.print_kernel()
     return text, headers, helpers, printer.support_code, record
+
+
+def _with_live_ranges(record: artifact.KernelRecord, text: str) -> artifact.KernelRecord:
+    """The record with the live lines of its thread arrays and cooperative tensors (codegen/liveness.py)."""
+    tokens = {t.name: t.name for t in record.thread_arrays}
+    tokens.update({n: c.name for c in record.cooperative_tensors for n in c.tensor_names()})
+    ranges = live_ranges(text.split("\n"), tokens)
+    return dataclasses.replace(
+        record, thread_arrays=tuple(dataclasses.replace(t, live=ranges.get(t.name)) for t in record.thread_arrays),
+        cooperative_tensors=tuple(dataclasses.replace(c, live=ranges.get(c.name)) for c in record.cooperative_tensors))
 
 
 def _only_statement(stmt: Any) -> Any:

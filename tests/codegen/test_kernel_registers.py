@@ -1,0 +1,95 @@
+"""register_budget.kernel_registers: the register estimate of a printed kernel from its artifact record
+(thread arrays with their live lines, cooperative tensors), agreeing with the GEMM plan estimate where
+both apply, and threadgroups_per_core limited by threads, registers and threadgroup memory in turn.
+Lowering only: no emulator build."""
+
+from __future__ import annotations
+
+import pytest
+import tilelang
+import tilelang.language as T
+
+from tilelang_metal import autotune
+from tilelang_metal import kernels as E
+from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.codegen import artifact as A
+from tilelang_metal.gemm import GemmPlan, recorded_plans
+from tilelang_metal.host import resolve_target
+from tilelang_metal.host.passes import pass_context
+from tilelang_metal.register_budget import (MAX_THREADS_PER_CORE, THREADGROUP_MEMORY_PER_CORE, estimate_registers,
+                                            kernel_occupancy, kernel_registers, msl_registers, threadgroups_per_core)
+
+
+@T.prim_func
+def _known(A_: T.Tensor((512,), "float32"), B: T.Tensor((512,), "float32")):
+    with T.Kernel(1, threads=128):
+        tx = T.get_thread_binding()
+        frag = T.alloc_fragment((512,), "float32")  # 512 over 128 threads: 4 floats each
+        acc = T.alloc_local((8,), "float32")  # 8 floats
+        h = T.alloc_local((16,), "float16")  # 16 halves: 8 registers
+        for i in T.Parallel(512):
+            frag[i] = A_[i] * 2.0
+        for i in T.serial(8):
+            acc[i] = A_[tx * 4 + i % 4]
+        for i in T.serial(16):
+            h[i] = T.cast(acc[i % 8], "float16")
+        for i in T.Parallel(512):  # acc is dead here: the epilogue's cast array does not add to the peak
+            B[i] = frag[i] + T.cast(h[15], "float32")
+
+
+def test_a_kernel_with_known_arrays():
+    record = A.artifact_of(tilelang.lower(_known, target=E.plain_metal_target()).kernel_source).kernels[0]
+    arrays = {t.name: t for t in record.thread_arrays}
+    assert (arrays["frag"].count, arrays["acc"].count, arrays["h"].count) == (4, 8, 16)
+    regs = kernel_registers(record)
+    assert regs.arrays == 4 + 8 + 8 and set(regs.peak) == {"frag", "acc", "h"}
+    assert sum(msl_registers(t.elem_type, t.count) for t in record.thread_arrays) > regs.arrays  # not all live at once
+    assert regs.addresses == 5 + 2 and regs.total == 20 + 7 + 2 and regs.fits
+    occupancy = kernel_occupancy(record)[1]  # 29 registers: 1024 threads per core, 8 threadgroups of 128
+    assert (occupancy.threadgroups, occupancy.limited_by) == (MAX_THREADS_PER_CORE // 128, "threads")
+    # hand-written MSL has no live ranges: every array counts as live everywhere
+    unranged = A.KernelRecord(**{**record.__dict__, "thread_arrays": tuple(A.ThreadArrayDecl(t.name, t.elem_type, t.count)
+                                                                             for t in record.thread_arrays)})
+    assert kernel_registers(unranged).arrays == sum(msl_registers(t.elem_type, t.count) for t in record.thread_arrays)
+
+
+@pytest.mark.parametrize("target_name", ["metal4", "metal"])
+@pytest.mark.parametrize("path", [DIRECT_GLOBAL, SHARED])
+def test_a_gemm_record_agrees_with_the_plan_estimate(target_name, path):
+    """K = 64 with block_k 32: the pipelined loop has no steady state, so no staging array either way;
+    metal4's accumulator lives in cooperative tensors (the record's cooperative_tensors)."""
+    cfg = GemmConfig(path, 64, 128, 128, 32, 2) if path == SHARED else GemmConfig(path, 64, 128, 128)
+    target = resolve_target(E.metal4_target() if target_name == "metal4" else E.plain_metal_target())
+    with recorded_plans() as plans, pass_context(), target:
+        source = tilelang.lower(autotune.build(cfg, 64, 128, 64), target=target).kernel_source
+    record = A.artifact_of(source).kernels[0]
+    plan_estimate = estimate_registers(next(p for p in plans if isinstance(p, GemmPlan)))
+    regs = kernel_registers(record)
+    assert regs.arrays == plan_estimate.accumulator + plan_estimate.operands, regs
+    assert (regs.addresses, regs.total) == (plan_estimate.addresses, plan_estimate.total), regs
+    if target_name == "metal4":
+        (ct,) = record.cooperative_tensors
+        assert ct.count * ct.elements == 64 and ct.live is not None  # 64x128 over 2x2 simdgroups of 32 lanes: 64 floats each
+
+
+def test_threadgroups_per_core_is_limited_by_each_resource_in_turn():
+    few = threadgroups_per_core(256, 0, 40)  # 80 half-registers: the table's 1024 threads
+    assert (few.threadgroups, few.limited_by) == (MAX_THREADS_PER_CORE // 256, "threads")
+    many = threadgroups_per_core(256, 0, 100)  # 200 half-registers: 512 threads per core
+    assert (many.threadgroups, many.limited_by) == (2, "registers")
+    memory = threadgroups_per_core(64, 24 * 1024, 40)  # 16 by threads, 2 by ~60 KB of threadgroup memory
+    assert (memory.threadgroups, memory.limited_by) == (THREADGROUP_MEMORY_PER_CORE // (24 * 1024), "threadgroup memory")
+    alone = threadgroups_per_core(1024, 40 * 1024, 200)  # fits nothing: still one threadgroup, spilling
+    assert alone.threadgroups == 1 and "limited by" in alone.describe()
+
+
+def test_the_performance_doc_example_runs(capsys):
+    """docs/performance.md, "Registers and occupancy": its python block runs as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "performance.md").read_text()
+    section = text.split("## Registers and occupancy", 1)[1]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(block, "performance.md", "exec"), {})
+    assert "registers per thread" in capsys.readouterr().out
