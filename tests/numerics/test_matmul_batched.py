@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tilelang_metal import kernels
+from tilelang_metal.cli import main
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, compile_choice, matmul_config
 
@@ -169,3 +170,17 @@ def test_batched_matmul_with_b_shared_equals_the_unbatched_rows():
     out = kernel(a, b, bias)
     for z in range(3):
         check(out[z], reference(a[z], b, "bias", bias), "float16", 37)
+
+
+def test_cli_explains_and_runs_a_batched_addmm(capsys):
+    """`lower --explain` names the batch and the epilogue; `run` checks the kernel against torch
+    (the same kernel as metal_batched_addmm: emulator cache)."""
+    M, N, K, _, _ = CASES["metal_batched_addmm"]
+    argv = ["--m", str(M), "--n", str(N), "--k", str(K), "--chip", "M4", "--batch", "3", "--epilogue", "alpha_beta",
+            "--alpha", "1.5", "--beta", "-0.5", "--explain"]
+    assert main(["lower", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"// matmul 3x{M}x{N}x{K} float16->float16 on M4 (metal), B batched, epilogue alpha_beta(alpha=1.5, beta=-0.5): gemm threadgroup-staged" in out
+    assert "//   because batch=3 and epilogue alpha_beta: the GEMV and split-K kernels take neither" in out
+    assert main(["run", *argv, "--backend", "emulator"]) == 0
+    assert "OK" in capsys.readouterr().out

@@ -1,0 +1,25 @@
+"""kernels.matmul's elementwise epilogues (relu, gelu_tanh, silu, scale) on batched operands, one
+kernel each, alternating the targets: against torch with NaN / inf in A (relu keeps NaN, as
+torch.relu; Metal's fmax would drop it). The batched routes and addmm / bias / residual run in
+tests/numerics/test_matmul_batched.py."""
+
+import math
+
+import pytest
+import torch
+
+from tests.numerics.test_matmul_batched import batched_kernel, check, operands, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epilogue, chip, alpha", [("relu", "M4", None), ("gelu_tanh", "M5", None), ("silu", "M4", None), ("scale", "M5", -0.75)])
+def test_batched_elementwise_epilogue_matches_torch(epilogue, chip, alpha):
+    M, N, K, batch = 19, 70, 45, 2
+    options = {"batch": batch, "epilogue": epilogue, **({"alpha": alpha} if alpha is not None else {})}
+    choice, kernel = batched_kernel(M, N, K, chip, **options)
+    a, b, _ = operands(batch, M, N, K, "float16", seed=7)
+    a[1, 3, 0] = math.nan  # row 3 of batch 1: NaN through every epilogue
+    a[0, 5, 2] = math.inf
+    out = kernel(a, b)
+    check(out, reference(a, b, epilogue, None, choice.alpha), "float16", K)
+    assert torch.isnan(out[1, 3]).all()
