@@ -1,9 +1,10 @@
-"""kernels.matmul with `batch=` (the grid's z axis) and fused epilogues (kernels.gemm_batched):
-the route and its reasons, one-line refusals, and the kernels in the emulator against torch
-(torch.baddbmm / addmm semantics) on both targets at odd shapes: B batched and shared, NaN in C
-with beta != 0 (propagates) and beta = 0 (C not read), once under the race checker.
+"""kernels.matmul with `batch=` (the grid's z axis, GEMV and tiled routes) and fused epilogues
+(kernels.gemm_batched, the tiled route): the route and its reasons, one-line refusals, and the
+kernels in the emulator against torch (torch.baddbmm / addmm semantics) on both targets at odd
+shapes: B batched and shared, NaN in C with beta != 0 (propagates) and beta = 0 (C not read), NaN in
+A staying in its batch and row, under the race checker once per route.
 
-Four kernels are compiled (two per target, lru_cache); the elementwise activations run in
+Six kernels are compiled (lru_cache); the elementwise activations run in
 tests/slow/test_matmul_batched_slow.py."""
 
 from __future__ import annotations
@@ -64,30 +65,45 @@ def check(out, ref, dtype, K):
 # ----------------------------------------------------------------------------- decisions
 
 
-@pytest.mark.parametrize("shape, unbatched", [((1, 4096, 4096), GEMV), ((64, 4096, 4096), SPLIT_K), ((4096, 4096, 4096), GEMM)])
-@pytest.mark.parametrize("chip", ["M5", "M4"])
-def test_batched_and_epilogued_problems_take_the_tiled_route_with_a_reason(shape, unbatched, chip):
-    assert matmul_config(*shape, chip=chip).route == unbatched
-    for options, named in (({"batch": 4}, "batch=4"), ({"epilogue": "bias"}, "epilogue bias"),
-                           ({"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2, "beta": 0}, "batch=2 and epilogue alpha_beta")):
-        choice = matmul_config(*shape, chip=chip, **options)
-        assert (choice.route, choice.splits, choice.swizzle, choice.run_copies) == (GEMM, 1, 0, ())
-        assert any(r.startswith(f"{named}: the GEMV and split-K kernels take neither") for r in choice.reasons), choice.reasons
-        program = kernels.matmul_program(choice)  # the batched kernel: A (batch, M, K), a third input for bias / C
-        a_shape = [int(d) for d in program.buffer_map[program.params[0]].shape]
-        assert a_shape == ([options["batch"]] if "batch" in options else []) + [shape[0], shape[2]]
-        assert len(program.params) == (4 if "epilogue" in options else 3)
-    summary = matmul_config(*shape, chip=chip, batch=2, shared_B=True, epilogue="alpha_beta", alpha=2, beta=0).summary()
-    assert summary.startswith(f"matmul 2x{shape[0]}x{shape[1]}x{shape[2]} float16->float16") and \
-        ", B shared by the batch, epilogue alpha_beta(alpha=2, beta=0): gemm " in summary
+ROUTES = [  # shape, chip, options, route, the reason that says why
+    ((1, 4096, 4096), "M5", {"batch": 4}, GEMV, "batch=4 on the grid's z axis (B (batch, K, N))"),
+    ((4096, 1, 4096), "M4", {"batch": 2, "shared_B": True}, GEMV, "batch=2 on the grid's z axis (one B (K, N) for every batch)"),
+    ((1, 4096, 4096), "M4", {"epilogue": "bias"}, GEMM, "epilogue bias on the float32 accumulator before the one store: the tiled GEMM"),
+    ((64, 4096, 4096), "M5 Max", {"batch": 2}, GEMM, "batch=2: split-K would share out K here, but takes neither a batch nor an epilogue yet"),
+    ((64, 4096, 4096), "M4", {"epilogue": "silu"}, GEMM, "epilogue silu: split-K would share out K here"),
+    ((4096, 4096, 4096), "M5", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2, "beta": 0}, GEMM,
+     "epilogue alpha_beta on the float32 accumulator"),
+]
+
+
+@pytest.mark.parametrize("shape, chip, options, route, reason", ROUTES)
+def test_batched_and_epilogued_routes_say_why(shape, chip, options, route, reason):
+    """Batches run on GEMV and the tiled GEMM (the grid's z axis); epilogues on the tiled GEMM;
+    neither on split-K yet (the tiled GEMM instead, with the reason)."""
+    choice = matmul_config(*shape, chip=chip, **options)
+    assert (choice.route, choice.splits) == (route, 1) and any(reason in r for r in choice.reasons), choice.describe()
+    program = kernels.matmul_program(choice)  # A (batch, M, K), a third input for bias / C
+    a_shape = [int(d) for d in program.buffer_map[program.params[0]].shape]
+    b_shape = [int(d) for d in program.buffer_map[program.params[1]].shape]
+    lead = [options["batch"]] if "batch" in options else []
+    assert a_shape == lead + [shape[0], shape[2]] and b_shape == ([] if options.get("shared_B") else lead) + [shape[2], shape[1]]
+    assert len(program.params) == (4 if options.get("epilogue") in ("bias", "alpha_beta", "residual") else 3)
+
+
+def test_summary_names_the_batch_and_the_epilogue():
+    summary = matmul_config(4096, 4096, 4096, chip="M5", batch=2, shared_B=True, epilogue="alpha_beta", alpha=2, beta=0).summary()
+    assert summary == ("matmul 2x4096x4096x4096 float16->float16 on M5 (metal4), B shared by the batch, epilogue "
+                       "alpha_beta(alpha=2, beta=0): gemm direct-global, 128x128 tile, 512 threads (16 simdgroups), swizzle off")
+    assert matmul_config(1, 64, 64, chip="M5", batch=3).summary().startswith("matmul 3x1x64x64 float16->float16 on M5 (metal4), B batched: gemv small_m")
 
 
 def test_batch_counts_its_tiles_and_odd_pitches_are_staged_by_t_copy():
     choice = matmul_config(4095, 4097, 4096, chip="M3", batch=2)
     assert choice.run_copies == () and any("copy_runs reads 2-D operands only" in r for r in choice.reasons)
-    # 32 tiles of 64x128 per batch: one batch is too few for M4's 40 threadgroups, two are not
-    assert any("32 output tiles < 40 threadgroups" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=1).reasons)
-    assert not any("output tiles <" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=2).reasons)
+    # 32 tiles of 64x128 per batch: one batch is too few for M4's 40 threadgroups (split-K would be
+    # chosen unbatched), two are not
+    assert any("batch=1: split-K would share out K here" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=1).reasons)
+    assert not any("split-K" in r or "output tiles <" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=2).reasons)
 
 
 @pytest.mark.parametrize(
@@ -122,19 +138,25 @@ CASES = {
     "metal_shared_B_beta0": (37, 70, 45, "M4", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2.0, "beta": 0}),
     "metal4_shared_B_bias": (29, 133, 37, "M5", {"batch": 3, "shared_B": True, "epilogue": "bias"}),
     "metal4_residual": (37, 70, 45, "M5", {"epilogue": "residual"}),
+    # the GEMV route: few rows of A (small_m) or columns of B (small_n), ragged N and prime K
+    "gemv_small_m_batched": (3, 133, 37, "M4", {"batch": 3}),
+    "gemv_small_n_shared_B": (13, 3, 131, "M5", {"batch": 2, "shared_B": True}),
 }
 
 
-def run_case(name, seed=0, nan_in_c=False, race=False):
+def run_case(name, seed=0, nan_in_c=False, race=False, nan_in_a=False):
     M, N, K, chip, options = CASES[name]
     choice, kernel = batched_kernel(M, N, K, chip, **options)
     batch, epilogue = choice.batch, choice.epilogue
-    extra_shape = (N,) if epilogue == "bias" else ((batch,) if batch else ()) + (M, N)
+    extra_shape = None if epilogue == "none" else (N,) if epilogue == "bias" else ((batch,) if batch else ()) + (M, N)
     a, b, extra = operands(batch, M, N, K, "float16", choice.shared_B, extra_shape, seed)
     if nan_in_c:
         extra[(0,) * (extra.dim() - 2) + (M - 1, N - 1)] = math.nan
         extra[(-1,) * (extra.dim() - 2) + (0, 3)] = math.inf
-    out = racecheck(kernel, a, b, extra, seeds=(0, 1)) if race else kernel(a, b, extra)
+    if nan_in_a:
+        a[-1, M - 1, K - 1] = math.nan  # the last row of the last batch only
+    inputs = (a, b) if extra is None else (a, b, extra)
+    out = racecheck(kernel, *inputs, seeds=(0, 1)) if race else kernel(*inputs)
     check(out, reference(a, b, epilogue, extra, choice.alpha, choice.beta), "float16", K)
     return choice, out
 
@@ -181,6 +203,19 @@ def test_cli_explains_and_runs_a_batched_addmm(capsys):
     assert main(["lower", *argv]) == 0
     out = capsys.readouterr().out
     assert f"// matmul 3x{M}x{N}x{K} float16->float16 on M4 (metal), B batched, epilogue alpha_beta(alpha=1.5, beta=-0.5): gemm threadgroup-staged" in out
-    assert "//   because batch=3 and epilogue alpha_beta: the GEMV and split-K kernels take neither" in out
+    assert "//   because batch=3 on the grid's z axis (B (batch, K, N))" in out
+    assert "//   because epilogue alpha_beta on the float32 accumulator before the one store: the tiled GEMM" in out
     assert main(["run", *argv, "--backend", "emulator"]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+def test_batched_gemv_small_m_matches_torch_under_racecheck():
+    choice, out = run_case("gemv_small_m_batched", race=True)
+    assert (choice.route, choice.gemv_variant) == (GEMV, "small_m") and out.shape == (3, 3, 133)
+
+
+@pytest.mark.parametrize("name", ["gemv_small_m_batched", "gemv_small_n_shared_B"])
+def test_batched_gemv_keeps_nan_in_its_batch_and_row(name):
+    choice, out = run_case(name, seed=2, nan_in_a=True)
+    assert choice.route == GEMV and torch.isnan(out[-1, -1]).all()
+    assert torch.isfinite(out[:-1]).all() and torch.isfinite(out[-1, :-1]).all()

@@ -21,6 +21,11 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
+`batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on the
+GEMV and tiled routes; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual,
+activations) on the tiled route (kernels.gemm_batched). Split-K takes neither yet: such problems take
+the tiled route, with the reason.
+
 The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
 heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
 which `python -m tilelang_metal lower --explain` prints.
@@ -268,16 +273,18 @@ def matmul_config(
     common = {"M": M, "N": N, "K": K, "dtype": dtype, "out_dtype": out_dtype, "chip": on.name, "target": target_name,
               "trans_A": trans_A, "trans_B": trans_B, "batch": batch, "shared_B": shared_B, "epilogue": epilogue,
               "alpha": alpha, "beta": beta}
-    # what the GEMV and split-K kernels do not take yet (kernels.gemm_batched, the tiled GEMM, takes them)
+    if batch:
+        reasons.append(f"batch={batch} on the grid's z axis ({'one B (K, N) for every batch' if shared_B else 'B (batch, K, N)'})")
+    if epilogue != "none":
+        reasons.append(f"epilogue {epilogue} on the float32 accumulator before the one store: the tiled GEMM "
+                       "(kernels.gemm_batched); the GEMV and split-K kernels apply no epilogue yet")
+    # what the split-K kernel does not take yet (kernels.gemm_batched, the tiled GEMM, takes both)
     tiled_only = ([f"batch={batch}"] if batch else []) + ([f"epilogue {epilogue}"] if epilogue != "none" else [])
-    if tiled_only:
-        reasons.append(f"{' and '.join(tiled_only)}: the GEMV and split-K kernels take neither a batch nor an epilogue yet, "
-                       "so the tiled GEMM (kernels.gemm_batched: the batch on the grid's z axis, the epilogue on the accumulator)")
     if transposed:
         reasons.append(f"{' and '.join(transposed)} stored transposed: the GEMV and split-K kernels read A (M, K) and "
                        "B (K, N) only, so the tiled GEMM, which reads either layout")
 
-    if min(M, N) <= GEMV_MAX_ROWS and not transposed and not tiled_only:
+    if min(M, N) <= GEMV_MAX_ROWS and not transposed and epilogue == "none":
         small_m = M <= N
         side, value = ("M", M) if small_m else ("N", N)
         variant = "small_m" if small_m else "small_n"
@@ -303,7 +310,11 @@ def matmul_config(
     mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and not tiled_only:
+    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and tiled_only)
+    if split_blocked:
+        reasons.append(f"{' and '.join(tiled_only)}: split-K would share out K here, but takes neither a batch nor an "
+                       "epilogue yet: the tiled GEMM (kernels.gemm_batched)")
+    elif (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
         splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
@@ -329,10 +340,9 @@ def matmul_config(
                        f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
         return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=block_k,
                             splits=splits, stages=stages, run_copies=run_copies, reasons=tuple(reasons))
-    if few_tiles and (transposed or tiled_only):
-        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed, unbatched operands "
-                       "without an epilogue only")
-    elif few_tiles:
+    if few_tiles and transposed:
+        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed operands only")
+    elif few_tiles and not split_blocked:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
@@ -358,7 +368,7 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
     if (trans_A or trans_B) and choice.route != GEMM:
         raise ValueError(f"matmul: the {choice.route} route takes A (M, K) and B (K, N) only; transpose the operands "
                          "with .t().contiguous() first, or build kernels.gemm_staged / gemm_direct_global with trans_A / trans_B")
-    if choice.batch or choice.epilogue != "none":
+    if choice.route == GEMM and (choice.batch or choice.epilogue != "none"):
         if trans_A or trans_B:
             raise ValueError("matmul: a transposed operand with batch= or an epilogue is not supported yet; transpose "
                              "the operand with .transpose(-1, -2).contiguous() first")
@@ -368,7 +378,7 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
                             alpha=choice.alpha, beta=choice.beta)
     if choice.route == GEMV:
         build = gemv_small_m if choice.gemv_variant == "small_m" else gemv_small_n
-        return build(M, N, K, dtype=dtype, out_dtype=out_dtype)
+        return build(M, N, K, dtype=dtype, out_dtype=out_dtype, batch=choice.batch or None, shared_B=choice.shared_B)
     if choice.route == SPLIT_K:
         return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
                             out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages,
