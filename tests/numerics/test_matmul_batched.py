@@ -219,3 +219,18 @@ def test_batched_gemv_keeps_nan_in_its_batch_and_row(name):
     choice, out = run_case(name, seed=2, nan_in_a=True)
     assert choice.route == GEMV and torch.isnan(out[-1, -1]).all()
     assert torch.isfinite(out[:-1]).all() and torch.isfinite(out[-1, :-1]).all()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: kernels.gemv_small_m(2, 64, 64, batch=-1), r"GEMV needs 1 <= batch <= 2147483647 \(got batch=-1\)"),
+        (lambda: kernels.gemv_small_n(64, 2, 64, shared_B=True), r"GEMV shared_B=True needs batch="),
+        (lambda: kernels.gemm_batched(64, 64, 64, batch=2.5), r"gemm_batched batch=2.5 must be an integer"),
+        (lambda: kernels.gemm_batched(64, 64, 64, epilogue="tanh"), r"gemm_batched epilogue='tanh' is not one of none, relu"),
+    ],
+)
+def test_builders_check_their_batch_arguments(call, message):
+    with pytest.raises(ValueError, match=message) as err:
+        call()
+    assert "\n" not in str(err.value)

@@ -26,9 +26,24 @@ from typing import Any, Optional
 import tilelang.language as T
 
 from .gemm import gelu_tanh
+from .sizes import integer_sizes
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu", "residual")
 EXTRA_INPUT = {"bias": "bias", "alpha_beta": "C", "residual": "C"}  # the epilogue's third argument
+
+
+def check_batch(what: str, batch: Any, shared_B: Any) -> Optional[int]:
+    """`batch` as a Python int (None: not batched) once it and `shared_B` are valid; one-line errors
+    naming `what` (matmul, GEMV, gemm_batched)."""
+    if batch is not None:
+        (batch,) = integer_sizes(what, batch=batch)
+        if not 1 <= batch <= 2**31 - 1:
+            raise ValueError(f"{what} needs 1 <= batch <= {2**31 - 1} (got batch={batch}); pass batch=None for one A (M, K)")
+    if not isinstance(shared_B, bool):
+        raise ValueError(f"{what} shared_B={shared_B!r} must be True or False")
+    if shared_B and batch is None:
+        raise ValueError(f"{what} shared_B=True needs batch=: it says B (K, N) is shared by every batch of A (batch, M, K)")
+    return batch
 
 
 def _epilogue(epilogue: str, alpha: float, beta: float) -> Any:
@@ -75,6 +90,7 @@ def gemm_batched(
     `kernels.matmul_config`."""
     if epilogue not in EPILOGUES:
         raise ValueError(f"gemm_batched epilogue={epilogue!r} is not one of {', '.join(EPILOGUES)}")
+    batch = check_batch("gemm_batched", batch, shared_B)
     batched = batch is not None
     lead = (batch,) if batched else ()
     a_shape, c_shape = (*lead, M, K), (*lead, M, N)

@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 import tilelang.language as T
 
+from .gemm_batched import check_batch
+
 ACCUM = "float32"
 GEMV_MAX_ROWS = 8  # rows of the small side the GEMV kernels accept (and kernels.matmul routes to them)
 DTYPES = ("float16", "bfloat16", "float32")
@@ -41,6 +43,7 @@ def _check(small_name: str, small: int, dtype: str, out_dtype: str, vec: int) ->
 def _batched(batch: Optional[int], shared_B: bool, M: int, N: int, K: int, block_grid: Any) -> tuple[Any, ...]:
     """Shapes, grid and index functions of a GEMV with an optional batch on the grid's z axis:
     A (batch, M, K), B (batch, K, N) or shared (K, N), C (batch, M, N)."""
+    batch = check_batch("GEMV", batch, shared_B)
     lead = (batch,) if batch else ()
     b_lead = () if shared_B else lead
 

@@ -44,7 +44,7 @@ from ..register_budget import estimate_registers
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
-from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, gemm_batched
+from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
 from .sizes import integer_sizes
 from .split_k import effective_splits, gemm_split_k
@@ -170,14 +170,7 @@ def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
 def _check_batch_epilogue(batch: Any, shared_B: Any, epilogue: Any, alpha: Any, beta: Any,
                           transposed: list[str]) -> tuple[int, float, float]:
     """(batch or 0, alpha, beta) once the batch and epilogue arguments are valid; one-line errors."""
-    if batch is not None:
-        (batch,) = integer_sizes("matmul", batch=batch)
-        if not 1 <= batch <= INT32_MAX:
-            raise ValueError(f"matmul needs 1 <= batch <= {INT32_MAX} (got batch={batch}); pass batch=None for one A (M, K)")
-    if not isinstance(shared_B, bool):
-        raise ValueError(f"matmul shared_B={shared_B!r} must be True or False")
-    if shared_B and batch is None:
-        raise ValueError("matmul shared_B=True needs batch=: it says B (K, N) is shared by every batch of A (batch, M, K)")
+    batch = check_batch("matmul", batch, shared_B)
     if epilogue not in BATCHED_EPILOGUES:
         raise ValueError(f"matmul epilogue={epilogue!r} is not supported; use one of {', '.join(BATCHED_EPILOGUES)}")
     for name, value, uses in (("alpha", alpha, ("scale", "alpha_beta")), ("beta", beta, ("alpha_beta",))):
