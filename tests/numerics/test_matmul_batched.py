@@ -137,7 +137,7 @@ CASES = {
     "metal_batched_addmm": (37, 133, 45, "M4", {"batch": 3, **ADDMM}),
     "metal_shared_B_beta0": (37, 70, 45, "M4", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2.0, "beta": 0}),
     "metal4_shared_B_bias": (29, 133, 37, "M5", {"batch": 3, "shared_B": True, "epilogue": "bias"}),
-    "metal4_residual": (37, 70, 45, "M5", {"epilogue": "residual"}),
+    "metal4_residual": (37, 70, 45, "M5", {"batch": 2, "epilogue": "residual"}),  # B batched: T.gemm on 3-D device tiles
     # the GEMV route: few rows of A (small_m) or columns of B (small_n), ragged N and prime K
     "gemv_small_m_batched": (3, 133, 37, "M4", {"batch": 3}),
     "gemv_small_n_shared_B": (13, 3, 131, "M5", {"batch": 2, "shared_B": True}),

@@ -1,4 +1,4 @@
-"""kernels.matmul's elementwise epilogues (relu, gelu_tanh, silu, scale) on batched operands, one
+"""kernels.matmul's elementwise epilogues (relu, gelu_tanh, silu, scale), batched and not, one
 kernel each, alternating the targets: against torch with NaN / inf in A (relu keeps NaN, as
 torch.relu; Metal's fmax would drop it). The batched routes and addmm / bias / residual run in
 tests/numerics/test_matmul_batched.py."""
@@ -12,14 +12,16 @@ from tests.numerics.test_matmul_batched import batched_kernel, check, operands, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("epilogue, chip, alpha", [("relu", "M4", None), ("gelu_tanh", "M5", None), ("silu", "M4", None), ("scale", "M5", -0.75)])
-def test_batched_elementwise_epilogue_matches_torch(epilogue, chip, alpha):
-    M, N, K, batch = 19, 70, 45, 2
-    options = {"batch": batch, "epilogue": epilogue, **({"alpha": alpha} if alpha is not None else {})}
+@pytest.mark.parametrize("epilogue, chip, batch, alpha", [("relu", "M4", 2, None), ("gelu_tanh", "M5", 2, None), ("silu", "M4", None, None),
+                                                    ("scale", "M5", None, -0.75)])
+def test_elementwise_epilogue_matches_torch(epilogue, chip, batch, alpha):
+    """Batched (B batched) and unbatched (2-D operands) on both targets."""
+    M, N, K = 19, 70, 45
+    options = {"epilogue": epilogue, **({"batch": batch} if batch else {}), **({"alpha": alpha} if alpha is not None else {})}
     choice, kernel = batched_kernel(M, N, K, chip, **options)
     a, b, _ = operands(batch, M, N, K, "float16", seed=7)
-    a[1, 3, 0] = math.nan  # row 3 of batch 1: NaN through every epilogue
-    a[0, 5, 2] = math.inf
+    a[..., 3, 0] = math.nan  # row 3 (of every batch): NaN through every epilogue
+    a[..., 5, 2] = math.inf
     out = kernel(a, b)
     check(out, reference(a, b, epilogue, None, choice.alpha), "float16", K)
-    assert torch.isnan(out[1, 3]).all()
+    assert torch.isnan(out[..., 3, :]).all()
