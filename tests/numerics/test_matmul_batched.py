@@ -1,10 +1,10 @@
 """kernels.matmul with `batch=` (the grid's z axis, GEMV and tiled routes) and fused epilogues
-(kernels.gemm_batched, the tiled route): the route and its reasons, one-line refusals, and the
+(kernels.gemm_batched, the tiled route; split-K and GEMV take the batch too): the route and its reasons, one-line refusals, and the
 kernels in the emulator against torch (torch.baddbmm / addmm semantics) on both targets at odd
 shapes: B batched and shared, NaN in C with beta != 0 (propagates) and beta = 0 (C not read), NaN in
 A staying in its batch and row, under the race checker once per route.
 
-Six kernels are compiled (lru_cache); the elementwise activations run in
+Seven kernels are compiled (lru_cache); the elementwise activations run in
 tests/slow/test_matmul_batched_slow.py."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ ROUTES = [  # shape, chip, options, route, the reason that says why
     ((1, 4096, 4096), "M5", {"batch": 4}, GEMV, "batch=4 on the grid's z axis (B (batch, K, N))"),
     ((4096, 1, 4096), "M4", {"batch": 2, "shared_B": True}, GEMV, "batch=2 on the grid's z axis (one B (K, N) for every batch)"),
     ((1, 4096, 4096), "M4", {"epilogue": "bias"}, GEMM, "epilogue bias on the float32 accumulator before the one store: the tiled GEMM"),
-    ((64, 4096, 4096), "M5 Max", {"batch": 2}, GEMM, "batch=2: split-K would share out K here, but takes neither a batch nor an epilogue yet"),
+    ((64, 4096, 4096), "M5 Max", {"batch": 2}, SPLIT_K, "batch=2 on the grid's z axis (B (batch, K, N))"),
     ((64, 4096, 4096), "M4", {"epilogue": "silu"}, GEMM, "epilogue silu: split-K would share out K here"),
     ((4096, 4096, 4096), "M5", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2, "beta": 0}, GEMM,
      "epilogue alpha_beta on the float32 accumulator"),
@@ -78,10 +78,10 @@ ROUTES = [  # shape, chip, options, route, the reason that says why
 
 @pytest.mark.parametrize("shape, chip, options, route, reason", ROUTES)
 def test_batched_and_epilogued_routes_say_why(shape, chip, options, route, reason):
-    """Batches run on GEMV and the tiled GEMM (the grid's z axis); epilogues on the tiled GEMM;
-    neither on split-K yet (the tiled GEMM instead, with the reason)."""
+    """Batches run on every route (the grid's z axis); epilogues on the tiled GEMM only (GEMV and
+    split-K shapes take it, with the reason)."""
     choice = matmul_config(*shape, chip=chip, **options)
-    assert (choice.route, choice.splits) == (route, 1) and any(reason in r for r in choice.reasons), choice.describe()
+    assert choice.route == route and (choice.splits > 1) == (route == SPLIT_K) and any(reason in r for r in choice.reasons), choice.describe()
     program = kernels.matmul_program(choice)  # A (batch, M, K), a third input for bias / C
     a_shape = [int(d) for d in program.buffer_map[program.params[0]].shape]
     b_shape = [int(d) for d in program.buffer_map[program.params[1]].shape]
@@ -100,10 +100,10 @@ def test_summary_names_the_batch_and_the_epilogue():
 def test_batch_counts_its_tiles_and_odd_pitches_are_staged_by_t_copy():
     choice = matmul_config(4095, 4097, 4096, chip="M3", batch=2)
     assert choice.run_copies == () and any("copy_runs reads 2-D operands only" in r for r in choice.reasons)
-    # 32 tiles of 64x128 per batch: one batch is too few for M4's 40 threadgroups (split-K would be
-    # chosen unbatched), two are not
-    assert any("batch=1: split-K would share out K here" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=1).reasons)
-    assert not any("split-K" in r or "output tiles <" in r for r in matmul_config(64, 4096, 600, chip="M4", batch=2).reasons)
+    # 32 tiles of 64x128 per batch: one batch is too few for M4's 40 threadgroups (split-K), two are not
+    assert matmul_config(64, 4096, 600, chip="M4", batch=1).route == SPLIT_K
+    two = matmul_config(64, 4096, 600, chip="M4", batch=2)
+    assert two.route == GEMM and not any("output tiles <" in r for r in two.reasons)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +141,8 @@ CASES = {
     # the GEMV route: few rows of A (small_m) or columns of B (small_n), ragged N and prime K
     "gemv_small_m_batched": (3, 133, 37, "M4", {"batch": 3}),
     "gemv_small_n_shared_B": (13, 3, 131, "M5", {"batch": 2, "shared_B": True}),
+    # split-K: one 64x128 tile per batch, K = 600 in 2 slices (the second ragged)
+    "split_k_batched": (16, 40, 600, "M4", {"batch": 2}),
 }
 
 
@@ -209,6 +211,15 @@ def test_cli_explains_and_runs_a_batched_addmm(capsys):
     assert "OK" in capsys.readouterr().out
 
 
+def test_batched_split_k_matches_torch_under_racecheck():
+    """Each batch's slices go to their own rows of the workspace (z * splits + slice) and are summed
+    for that batch only."""
+    choice, out = run_case("split_k_batched", race=True)
+    assert (choice.route, choice.splits) == (SPLIT_K, 2) and out.shape == (2, 16, 40)
+    _, out = run_case("split_k_batched", seed=3, nan_in_a=True)
+    assert torch.isnan(out[-1, -1]).all() and torch.isfinite(out[:-1]).all() and torch.isfinite(out[-1, :-1]).all()
+
+
 def test_batched_gemv_small_m_matches_torch_under_racecheck():
     choice, out = run_case("gemv_small_m_batched", race=True)
     assert (choice.route, choice.gemv_variant) == (GEMV, "small_m") and out.shape == (3, 3, 133)
@@ -228,6 +239,8 @@ def test_batched_gemv_keeps_nan_in_its_batch_and_row(name):
         (lambda: kernels.gemv_small_n(64, 2, 64, shared_B=True), r"GEMV shared_B=True needs batch="),
         (lambda: kernels.gemm_batched(64, 64, 64, batch=2.5), r"gemm_batched batch=2.5 must be an integer"),
         (lambda: kernels.gemm_batched(64, 64, 64, epilogue="tanh"), r"gemm_batched epilogue='tanh' is not one of none, relu"),
+        (lambda: kernels.gemm_split_k(64, 64, 64, 2, batch=0), r"split-K needs 1 <= batch <= 2147483647 \(got batch=0\)"),
+        (lambda: kernels.gemm_split_k(64, 64, 64, 2, batch=2, copy_in_runs=("A",)), r"split-K copy_in_runs reads 2-D operands only"),
     ],
 )
 def test_builders_check_their_batch_arguments(call, message):

@@ -21,10 +21,10 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
-`batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on the
-GEMV and tiled routes; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual,
-activations) on the tiled route (kernels.gemm_batched). Split-K takes neither yet: such problems take
-the tiled route, with the reason.
+`batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on every
+route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, activations) on the
+tiled route (kernels.gemm_batched): GEMV and split-K apply none yet, so such problems take the tiled
+route, with the reason.
 
 The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
 heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
@@ -271,7 +271,7 @@ def matmul_config(
     if epilogue != "none":
         reasons.append(f"epilogue {epilogue} on the float32 accumulator before the one store: the tiled GEMM "
                        "(kernels.gemm_batched); the GEMV and split-K kernels apply no epilogue yet")
-    # what the split-K kernel does not take yet (kernels.gemm_batched, the tiled GEMM, takes both)
+    # kernels.gemm_batched (the tiled GEMM) and split-K take a batch; an epilogue only the tiled GEMM
     tiled_only = ([f"batch={batch}"] if batch else []) + ([f"epilogue {epilogue}"] if epilogue != "none" else [])
     if transposed:
         reasons.append(f"{' and '.join(transposed)} stored transposed: the GEMV and split-K kernels read A (M, K) and "
@@ -303,10 +303,10 @@ def matmul_config(
     mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and tiled_only)
+    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
     if split_blocked:
-        reasons.append(f"{' and '.join(tiled_only)}: split-K would share out K here, but takes neither a batch nor an "
-                       "epilogue yet: the tiled GEMM (kernels.gemm_batched)")
+        reasons.append(f"epilogue {epilogue}: split-K would share out K here, but applies no epilogue yet: the tiled GEMM "
+                       "(kernels.gemm_batched)")
     elif (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
         splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
@@ -314,8 +314,8 @@ def matmul_config(
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
     run_copies = tuple(operand for operand, is_odd in zip("AB", odd_pitch) if is_odd) if stages else ()
     if run_copies and tiled_only:
-        reasons.append(f"row pitch of {' and '.join(run_copies)} is not a multiple of 16 bytes, but kernels.gemm_batched stages "
-                       "with T.copy (copy_runs reads 2-D operands only): one element per thread")
+        reasons.append(f"row pitch of {' and '.join(run_copies)} is not a multiple of 16 bytes, but batched or epilogued operands "
+                       "are staged with T.copy (copy_runs reads 2-D operands only): one element per thread")
         run_copies = ()
     if run_copies:
         odd = sorted({f"{name}={value}" for (name, value), is_odd in zip(pitches, odd_pitch) if is_odd})
@@ -375,7 +375,7 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
     if choice.route == SPLIT_K:
         return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
                             out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages,
-                            copy_in_runs=choice.run_copies)
+                            copy_in_runs=choice.run_copies, batch=choice.batch or None, shared_B=choice.shared_B)
     if choice.stages:
         return gemm_staged(M, N, K, choice.block_m, choice.block_n, choice.block_k, dtype=dtype, out_dtype=out_dtype,
                            threads=choice.threads, trans_A=trans_A, trans_B=trans_B, num_stages=choice.stages,
