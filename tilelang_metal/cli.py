@@ -23,6 +23,8 @@ from typing import Any, NoReturn
 
 DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "relu", "bias", "scale", "gelu_tanh", "silu")
+AUTO_EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu", "residual")  # kernels.matmul's
+AUTO_ONLY = ("--batch", "--shared-b", "--alpha", "--beta")
 EXIT_MISMATCH, EXIT_USAGE = 1, 2
 
 
@@ -79,7 +81,13 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
                    help="T.use_swizzle(PANEL, order='mlx'), a power of two, 0 = off; --path direct_global or shared (default: 0)")
     p.add_argument("--trans-a", action="store_true", help="A is stored K x M (default: off)")
     p.add_argument("--trans-b", action="store_true", help="B is stored N x K (default: off)")
-    p.add_argument("--epilogue", default=None, choices=EPILOGUES, help="T.Parallel epilogue on the accumulator; --path shared only (default: none)")
+    p.add_argument("--epilogue", default=None, choices=AUTO_EPILOGUES,
+                   help="epilogue on the accumulator: with --path auto kernels.matmul's (alpha_beta: alpha * A @ B + beta * C, residual: "
+                        "A @ B + C, scale: alpha * A @ B), with --path shared the shared kernel's (not alpha_beta or residual) (default: none)")
+    p.add_argument("--batch", type=_positive_int, default=None, help="A (batch, M, K), B (batch, K, N): kernels.matmul's batch; --path auto only (default: none)")
+    p.add_argument("--shared-b", action="store_true", help="with --batch: one B (K, N) for every batch; --path auto only (default: off)")
+    p.add_argument("--alpha", type=float, default=None, help="the factor of A @ B for --epilogue scale (required there) / alpha_beta; --path auto only (default: 1)")
+    p.add_argument("--beta", type=float, default=None, help="the factor of C for --epilogue alpha_beta; --path auto only (default: 1)")
     p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason (default: off)")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
     p.add_argument("--verbose", action="store_true", help="keep TileLang's INFO log lines (compile start / end) in the output (default: off)")
@@ -144,6 +152,11 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     if args.target is None:
         args.target = _chip_target(args.chip) if args.command == "profile" and args.chip else "metal4"
     shared = args.path == "shared"
+    auto_only = [flag for flag, value in zip(AUTO_ONLY, (args.batch, args.shared_b or None, args.alpha, args.beta)) if value is not None]
+    if auto_only:
+        raise UsageError(f"{auto_only[0]} applies to --path auto only (kernels.matmul's batched / epilogue kernel); drop --path {args.path}")
+    if args.epilogue is not None and args.epilogue not in EPILOGUES:
+        raise UsageError(f"--epilogue {args.epilogue} is kernels.matmul's (--path auto) only; drop --path {args.path}")
     if not shared:
         if args.epilogue is not None:
             raise UsageError(f"--epilogue {args.epilogue} applies to --path shared only (the direct-global kernel has no accumulator fragment); add --path shared")
@@ -168,17 +181,18 @@ def _choose(args: argparse.Namespace) -> argparse.Namespace:
     """--path auto: refuse the flags that pin one kernel (the choice would ignore them), then ask
     kernels.matmul; its target becomes --target."""
     pinned = [flag for flag, value in (("--block-m", args.block_m), ("--block-n", args.block_n), ("--block-k", args.block_k),
-                                       ("--threads", args.threads), ("--swizzle", args.swizzle), ("--epilogue", args.epilogue))
+                                       ("--threads", args.threads), ("--swizzle", args.swizzle))
               if value is not None]
     if pinned:
-        path = "shared" if {"--block-k", "--epilogue"} & set(pinned) else "direct_global"
+        path = "shared" if "--block-k" in pinned else "direct_global"
         raise UsageError(f"{pinned[0]} pins one kernel, but --path auto picks the kernel by shape and chip; add --path {path} to use {pinned[0]}")
     from .host import resolve_target
     from .kernels.matmul import matmul_config
 
     target = resolve_target("metal") if args.target == "auto" else args.target
     args.choice = matmul_config(args.m, args.n, args.k, args.dtype, args.out_dtype, chip=args.chip, target=target,
-                                trans_A=args.trans_a, trans_B=args.trans_b)
+                                trans_A=args.trans_a, trans_B=args.trans_b, batch=args.batch, shared_B=args.shared_b,
+                                epilogue=args.epilogue or "none", alpha=args.alpha, beta=args.beta)
     args.target = args.choice.target
     return args
 
@@ -271,6 +285,8 @@ def _inputs(args: argparse.Namespace) -> tuple[list[Any], Any]:
 
     torch.manual_seed(0)
     dt = getattr(torch, args.dtype)
+    if args.path == "auto" and (args.choice.batch or args.choice.epilogue != "none"):
+        return _matmul_inputs(args.choice, dt)
     a = torch.randn((args.k, args.m) if args.trans_a else (args.m, args.k)).to(dt)
     b = torch.randn((args.n, args.k) if args.trans_b else (args.k, args.n)).to(dt)
     ref = (a.float().T if args.trans_a else a.float()) @ (b.float().T if args.trans_b else b.float())
@@ -279,6 +295,26 @@ def _inputs(args: argparse.Namespace) -> tuple[list[Any], Any]:
         ref = _epilogue_reference(ref, bias, args.epilogue)
         return [a, b, bias], ref
     return [a, b], ref
+
+
+def _matmul_inputs(choice: Any, dt: Any) -> tuple[list[Any], Any]:
+    """Inputs and torch's result for a batched or epilogued kernels.matmul choice (baddbmm / addmm semantics)."""
+    import torch
+
+    lead = (choice.batch,) if choice.batch else ()
+    a = torch.randn(*lead, choice.M, choice.K).to(dt)
+    b = torch.randn(*(() if choice.shared_B else lead), choice.K, choice.N).to(dt)
+    ref = torch.matmul(a.float(), b.float())
+    if choice.epilogue in ("bias", "alpha_beta", "residual"):
+        extra = torch.randn(choice.N).to(dt) if choice.epilogue == "bias" else torch.randn(*lead, choice.M, choice.N).to(dt)
+        if choice.epilogue == "alpha_beta":
+            ref = choice.alpha * ref + (choice.beta * extra.float() if choice.beta else 0)
+        else:
+            ref = ref + extra.float()
+        return [a, b, extra], ref
+    if choice.epilogue == "scale":
+        return [a, b], choice.alpha * ref
+    return [a, b], _epilogue_reference(ref, None, choice.epilogue)
 
 
 def _epilogue_reference(x: Any, bias: Any, epilogue: str) -> Any:

@@ -38,7 +38,11 @@ def _error_line(capsys, argv):
         (["lower", "--swizzle", "-1"], "--swizzle: -1 must be 0"),
         (["run", "--dtype", "int8"], "invalid choice: 'int8'"),
         (["run", "--out-dtype", "float64"], "invalid choice: 'float64'"),
-        (["lower", "--epilogue", "gelu_tanh"], "add --path shared"),
+        (["lower", "--path", "direct_global", "--epilogue", "gelu_tanh"], "add --path shared"),
+        # --epilogue with --path auto is kernels.matmul's epilogue (it was refused as pinning the shared kernel)
+        (["lower", "--path", "shared", "--epilogue", "residual"], "--epilogue residual is kernels.matmul's (--path auto) only"),
+        (["lower", "--path", "shared", "--batch", "2"], "--batch applies to --path auto only"),
+        (["lower", *SMALL, "--epilogue", "scale"], "matmul epilogue='scale' needs alpha="),
         (["lower", "--block-k", "16"], "--block-k pins one kernel, but --path auto picks the kernel by shape and chip; add --path shared"),
         (["lower", "--path", "direct_global", "--block-k", "16"], "--block-k applies to --path shared only"),
         (["run", "--threads", "256"], "--threads pins one kernel, but --path auto picks the kernel by shape and chip; add --path direct_global"),

@@ -18,6 +18,7 @@ from .attention import (
     flash_decoding_program,
 )
 from .gemm import ALPHA, BETA, EPILOGUES, gelu_tanh, gemm_bias_gelu, gemm_direct_global, gemm_shared, gemm_staged
+from .gemm_batched import gemm_batched
 from .gemv import GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
 from .matmul import MatmulChoice, matmul, matmul_config, matmul_program
 from .reduce_rows import reduce_rows, row_max, row_sum
@@ -41,6 +42,7 @@ __all__ = [
     "flash_decoding_program",
     "gelu_tanh",
     "gemm_bias_gelu",
+    "gemm_batched",
     "gemm_direct_global",
     "gemm_shared",
     "gemm_split_k",

@@ -19,10 +19,11 @@ them element loads where the start is not provably aligned). K = 0 gives C = 0, 
 No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 import tilelang.language as T
 
+from .gemm_batched import check_batch
 from .sizes import integer_sizes
 
 ACCUM = "float32"
@@ -50,6 +51,26 @@ def _check(what: str, small_name: str, dtype: str, out_dtype: str, vec: int, **s
     return (M, N, K, vec, *integer_sizes(what, minimum=1, **sizes))
 
 
+def _batched(batch: Optional[int], shared_B: bool, M: int, N: int, K: int, block_grid: Any) -> tuple[Any, ...]:
+    """Shapes, grid and index functions of a GEMV with an optional batch on the grid's z axis:
+    A (batch, M, K), B (batch, K, N) or shared (K, N), C (batch, M, N)."""
+    batch = check_batch("GEMV", batch, shared_B)
+    lead = (batch,) if batch else ()
+    b_lead = () if shared_B else lead
+
+    def at(lead_shape):
+        return lambda z, *index: (z, *index) if lead_shape else index
+
+    grid = (block_grid, 1, batch) if batch else (block_grid,)
+    return (*lead, M, K), (*b_lead, K, N), (*lead, M, N), grid, at(lead), at(b_lead)
+
+
+def launch_ids(blocks: Any) -> tuple[Any, Any]:
+    """(block along the grid's x axis, batch: z) of `T.Kernel(...) as blocks`; unbatched, the batch
+    is never read (the index functions drop it)."""
+    return (blocks[0], blocks[2]) if isinstance(blocks, (list, tuple)) else (blocks, 0)
+
+
 def gemv_small_m(
     M: int,
     N: int,
@@ -61,6 +82,8 @@ def gemv_small_m(
     n_lanes: int = 4,
     rows: int = 4,
     simdgroups: int = 4,
+    batch: Optional[int] = None,
+    shared_B: bool = False,
 ) -> Any:
     """C (M, N) = A (M, K) @ B (K, N) for M <= GEMV_MAX_ROWS; returns a `T.prim_func`.
 
@@ -69,7 +92,8 @@ def gemv_small_m(
     K per step (and the matching `rows` elements of each row of A, one vector load), so the
     simdgroup covers `32 // n_lanes * rows` rows of K per step. The lanes of a column then add their
     partial sums with a `simd_shuffle_xor` butterfly: no threadgroup memory, no barrier. A
-    threadgroup holds `simdgroups` of them side by side along N."""
+    threadgroup holds `simdgroups` of them side by side along N. `batch`: A (batch, M, K), B
+    (batch, K, N) or with `shared_B` (K, N), C (batch, M, N), the batch on the grid's z axis."""
     out_dtype = out_dtype or dtype
     M, N, K, vec, n_lanes, rows, simdgroups = _check("gemv_small_m", "M", dtype, out_dtype, vec, M=M, N=N, K=K, n_lanes=n_lanes,
                                                      rows=rows, simdgroups=simdgroups)
@@ -82,10 +106,12 @@ def gemv_small_m(
     sg_n = n_lanes * vec
     block_n = simdgroups * sg_n
     levels = k_lanes.bit_length() - 1  # butterfly steps across the K lanes of a column (lane masks n_lanes << s)
+    a_shape, b_shape, c_shape, grid, ac, bi = _batched(batch, shared_B, M, N, K, T.ceildiv(N, block_n))
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_n), threads=(32, simdgroups)) as bx:
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor(c_shape, out_dtype)):
+        with T.Kernel(*grid, threads=(32, simdgroups)) as blocks:
+            bx, bz = T.meta_var(launch_ids(blocks))
             lane = T.get_thread_binding(0)
             sg = T.get_thread_binding(1)
             acc = T.alloc_local((M, vec), ACCUM)
@@ -99,19 +125,19 @@ def gemv_small_m(
                     if k0 + rows <= K:
                         for m in T.serial(M):
                             for r in T.vectorized(rows):
-                                a[m, r] = A[m, k0 + r]
+                                a[m, r] = A[ac(bz, m, k0 + r)]
                     else:
                         for m in T.serial(M):
                             for r in T.serial(rows):
-                                a[m, r] = T.if_then_else(k0 + r < K, A[m, T.min(k0 + r, K - 1)], T.cast(0, dtype))
+                                a[m, r] = T.if_then_else(k0 + r < K, A[ac(bz, m, T.min(k0 + r, K - 1))], T.cast(0, dtype))
                     for r in T.unroll(rows):
                         if k0 + r < K:
                             if n0 + vec <= N:
                                 for v in T.vectorized(vec):
-                                    b[v] = B[k0 + r, n0 + v]
+                                    b[v] = B[bi(bz, k0 + r, n0 + v)]
                             else:
                                 for v in T.serial(vec):
-                                    b[v] = T.if_then_else(n0 + v < N, B[k0 + r, T.min(n0 + v, N - 1)], T.cast(0, dtype))
+                                    b[v] = T.if_then_else(n0 + v < N, B[bi(bz, k0 + r, T.min(n0 + v, N - 1))], T.cast(0, dtype))
                             for m in T.serial(M):
                                 for v in T.serial(vec):
                                     acc[m, v] += T.cast(a[m, r], ACCUM) * T.cast(b[v], ACCUM)
@@ -123,11 +149,11 @@ def gemv_small_m(
                 for m in T.serial(M):
                     if n0 + vec <= N:
                         for v in T.vectorized(vec):
-                            C[m, n0 + v] = T.cast(acc[m, v], out_dtype)
+                            C[ac(bz, m, n0 + v)] = T.cast(acc[m, v], out_dtype)
                     else:
                         for v in T.serial(vec):
                             if n0 + v < N:
-                                C[m, n0 + v] = T.cast(acc[m, v], out_dtype)
+                                C[ac(bz, m, n0 + v)] = T.cast(acc[m, v], out_dtype)
 
     return main
 
@@ -141,19 +167,23 @@ def gemv_small_n(
     out_dtype: str | None = None,
     vec: int = 4,
     rows: int = 4,
+    batch: Optional[int] = None,
+    shared_B: bool = False,
 ) -> Any:
     """C (M, N) = A (M, K) @ B (K, N) for N <= GEMV_MAX_ROWS: `rows` simdgroups per threadgroup,
-    one row of A each; returns a `T.prim_func`."""
+    one row of A each; returns a `T.prim_func`. `batch` / `shared_B` as in `gemv_small_m`."""
     out_dtype = out_dtype or dtype
     M, N, K, vec, rows = _check("gemv_small_n", "N", dtype, out_dtype, vec, M=M, N=N, K=K, rows=rows)
     if rows * 32 > 1024:
         raise ValueError(f"gemv_small_n rows={rows} is {rows} simdgroups ({rows * 32} threads), over Metal's 1024 per threadgroup; use 4")
     lanes = 32
     step = lanes * vec
+    a_shape, b_shape, c_shape, grid, ac, bi = _batched(batch, shared_B, M, N, K, T.ceildiv(M, rows))
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(M, rows), threads=(lanes, rows)) as bx:
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor(c_shape, out_dtype)):
+        with T.Kernel(*grid, threads=(lanes, rows)) as blocks:
+            bx, bz = T.meta_var(launch_ids(blocks))
             lane = T.get_thread_binding(0)
             m = bx * rows + T.get_thread_binding(1)
             acc = T.alloc_local((N,), ACCUM)
@@ -164,17 +194,17 @@ def gemv_small_n(
                 if m < M and k0 < K:
                     if k0 + vec <= K:
                         for v in T.vectorized(vec):
-                            a[v] = A[m, k0 + v]
+                            a[v] = A[ac(bz, m, k0 + v)]
                     else:
                         for v in T.serial(vec):
-                            a[v] = T.if_then_else(k0 + v < K, A[m, T.min(k0 + v, K - 1)], T.cast(0, dtype))
+                            a[v] = T.if_then_else(k0 + v < K, A[ac(bz, m, T.min(k0 + v, K - 1))], T.cast(0, dtype))
                     for n in T.serial(N):
                         for v in T.serial(vec):
                             if k0 + v < K:
-                                acc[n] += T.cast(a[v], ACCUM) * T.cast(B[k0 + v, n], ACCUM)
+                                acc[n] += T.cast(a[v], ACCUM) * T.cast(B[bi(bz, k0 + v, n)], ACCUM)
             for n in T.serial(N):
                 total = T.warp_reduce_sum(acc[n])
                 if lane == 0 and m < M:
-                    C[m, n] = T.cast(total, out_dtype)
+                    C[ac(bz, m, n)] = T.cast(total, out_dtype)
 
     return main

@@ -21,6 +21,11 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
 
+`batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on every
+route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, activations) on the
+tiled route (kernels.gemm_batched): GEMV and split-K apply none yet, so such problems take the tiled
+route, with the reason.
+
 The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
 heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
 which `python -m tilelang_metal lower --explain` prints.
@@ -28,6 +33,8 @@ which `python -m tilelang_metal lower --explain` prints.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +44,7 @@ from ..register_budget import estimate_registers
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
+from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
 from .sizes import flags, integer_sizes
 from .split_k import effective_splits, gemm_split_k
@@ -82,6 +90,11 @@ class MatmulChoice:
     trans_A: bool = False  # A stored (K, M)
     trans_B: bool = False  # B stored (N, K)
     reasons: tuple[str, ...] = ()
+    batch: int = 0  # A (batch, M, K), out (batch, M, N) on the grid's z axis; 0: not batched
+    shared_B: bool = False  # batched with one B (K, N) for every batch
+    epilogue: str = "none"  # kernels.gemm_batched.EPILOGUES, fused on the accumulator
+    alpha: float = 1.0  # the factor of A @ B (epilogues scale and alpha_beta)
+    beta: float = 1.0  # the factor of C (epilogue alpha_beta)
 
     @property
     def simdgroups(self) -> int:
@@ -90,7 +103,13 @@ class MatmulChoice:
     def summary(self) -> str:
         layout = "".join(("T" if self.trans_A else "N", "T" if self.trans_B else "N"))
         layout = "" if layout == "NN" else f" {layout}"
-        shape = f"{self.M}x{self.N}x{self.K}{layout} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
+        batch = f"{self.batch}x" if self.batch else ""
+        shape = f"{batch}{self.M}x{self.N}x{self.K}{layout} {self.dtype}->{self.out_dtype} on {self.chip} ({self.target})"
+        if self.batch:
+            shape += ", B shared by the batch" if self.shared_B else ", B batched"
+        if self.epilogue != "none":
+            factors = {"scale": f"(alpha={self.alpha:g})", "alpha_beta": f"(alpha={self.alpha:g}, beta={self.beta:g})"}
+            shape += f", epilogue {self.epilogue}{factors.get(self.epilogue, '')}"
         if self.route == GEMV:
             return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
         size = f"{self.block_m}x{self.block_n}" + (f"x{self.block_k}" if self.stages else "")
@@ -148,6 +167,27 @@ def _check(M: int, N: int, K: int, dtype: str, out_dtype: str) -> None:
             raise ValueError(f"matmul {name}={value!r} is not supported; use one of {', '.join(DTYPES)}")
 
 
+def _check_batch_epilogue(batch: Any, shared_B: Any, epilogue: Any, alpha: Any, beta: Any,
+                          transposed: list[str]) -> tuple[int, float, float]:
+    """(batch or 0, alpha, beta) once the batch and epilogue arguments are valid; one-line errors."""
+    batch = check_batch("matmul", batch, shared_B)
+    if epilogue not in BATCHED_EPILOGUES:
+        raise ValueError(f"matmul epilogue={epilogue!r} is not supported; use one of {', '.join(BATCHED_EPILOGUES)}")
+    for name, value, uses in (("alpha", alpha, ("scale", "alpha_beta")), ("beta", beta, ("alpha_beta",))):
+        if value is None:
+            continue
+        if epilogue not in uses:
+            raise ValueError(f"matmul {name}= applies to epilogue={' or '.join(map(repr, uses))} only (got epilogue={epilogue!r}); drop {name}=")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"matmul {name}={value!r} must be a finite real number")
+    if epilogue == "scale" and alpha is None:
+        raise ValueError("matmul epilogue='scale' needs alpha= (out = alpha * (A @ B))")
+    if transposed and (batch is not None or epilogue != "none"):
+        raise ValueError(f"matmul: {' and '.join(transposed)} stored transposed with batch= or an epilogue is not supported yet; "
+                         "transpose the operand with .transpose(-1, -2).contiguous() first")
+    return batch or 0, float(1.0 if alpha is None else alpha), float(1.0 if beta is None else beta)
+
+
 def _chip_tile(on: Chip, target: str) -> tuple[int, int, int, str]:
     """(block_m, block_n, threads, reason) of the gemm route for the chip class."""
     if target == "metal4" and on.generation >= 5:
@@ -196,28 +236,48 @@ def matmul_config(
     target: Any = None,
     trans_A: bool = False,
     trans_B: bool = False,
+    batch: int | None = None,
+    shared_B: bool = False,
+    epilogue: str = "none",
+    alpha: float | None = None,
+    beta: float | None = None,
 ) -> MatmulChoice:
     """The kernel `matmul` builds for C (M, N) = A (M, K) @ B (K, N), with its reasons. `chip`: a
     name of `roofline.CHIPS` or a `Chip` (default: this Mac's, else M5); `target`: "metal4",
     "metal" or a Target (default: metal4 on M5 and newer, else metal). `trans_A`: A is stored
-    (K, M); `trans_B`: B is stored (N, K); such problems take the tiled GEMM route."""
+    (K, M); `trans_B`: B is stored (N, K); such problems take the tiled GEMM route.
+
+    `batch`: A is (batch, M, K), B (batch, K, N) or with `shared_B` one (K, N), the output
+    (batch, M, N), the batch on the grid's z axis. `epilogue` (kernels.gemm_batched.EPILOGUES) is
+    fused on the accumulator: bias (N,), alpha * (A @ B) (scale), alpha * (A @ B) + beta * C
+    (alpha_beta: torch.addmm / baddbmm; beta defaults to 1, beta=0 does not read C), A @ B + C
+    (residual), relu, gelu_tanh, silu. Batched or epilogued problems take the tiled GEMM route."""
     out_dtype = out_dtype or dtype
     M, N, K = integer_sizes("matmul", M=M, N=N, K=K)
     _check(M, N, K, dtype, out_dtype)
     for name, flag in (("trans_A", trans_A), ("trans_B", trans_B)):
         if not isinstance(flag, bool):
             raise ValueError(f"matmul {name}={flag!r} must be True or False")
+    transposed = [name for name, flag in (("A", trans_A), ("B", trans_B)) if flag]
+    batch, alpha, beta = _check_batch_epilogue(batch, shared_B, epilogue, alpha, beta, transposed)
     on, chip_reason = _resolve_chip(chip)
     target_name, target_reason = _resolve_target(target, on)
     reasons = [chip_reason, target_reason]
     common = {"M": M, "N": N, "K": K, "dtype": dtype, "out_dtype": out_dtype, "chip": on.name, "target": target_name,
-              "trans_A": trans_A, "trans_B": trans_B}
-    transposed = [name for name, flag in (("A", trans_A), ("B", trans_B)) if flag]
+              "trans_A": trans_A, "trans_B": trans_B, "batch": batch, "shared_B": shared_B, "epilogue": epilogue,
+              "alpha": alpha, "beta": beta}
+    if batch:
+        reasons.append(f"batch={batch} on the grid's z axis ({'one B (K, N) for every batch' if shared_B else 'B (batch, K, N)'})")
+    if epilogue != "none":
+        reasons.append(f"epilogue {epilogue} on the float32 accumulator before the one store: the tiled GEMM "
+                       "(kernels.gemm_batched); the GEMV and split-K kernels apply no epilogue yet")
+    # kernels.gemm_batched (the tiled GEMM) and split-K take a batch; an epilogue only the tiled GEMM
+    tiled_only = ([f"batch={batch}"] if batch else []) + ([f"epilogue {epilogue}"] if epilogue != "none" else [])
     if transposed:
         reasons.append(f"{' and '.join(transposed)} stored transposed: the GEMV and split-K kernels read A (M, K) and "
                        "B (K, N) only, so the tiled GEMM, which reads either layout")
 
-    if min(M, N) <= GEMV_MAX_ROWS and not transposed:
+    if min(M, N) <= GEMV_MAX_ROWS and not transposed and epilogue == "none":
         small_m = M <= N
         side, value = ("M", M) if small_m else ("N", N)
         variant = "small_m" if small_m else "small_n"
@@ -237,18 +297,26 @@ def matmul_config(
         stages = STAGES
         reasons.append(k_reason)
 
-    tiles = -(-M // block_m) * -(-N // block_n)
+    tiles = -(-M // block_m) * -(-N // block_n) * max(batch, 1)
     wanted = THREADGROUPS_PER_CORE * on.gpu_cores
     largest = max(M, N)
     mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    if (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
+    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
+    if split_blocked:
+        reasons.append(f"epilogue {epilogue}: split-K would share out K here, but applies no epilogue yet: the tiled GEMM "
+                       "(kernels.gemm_batched)")
+    elif (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
         splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
     run_copies = tuple(operand for operand, is_odd in zip("AB", odd_pitch) if is_odd) if stages else ()
+    if run_copies and tiled_only:
+        reasons.append(f"row pitch of {' and '.join(run_copies)} is not a multiple of 16 bytes, but batched or epilogued operands "
+                       "are staged with T.copy (copy_runs reads 2-D operands only): one element per thread")
+        run_copies = ()
     if run_copies:
         odd = sorted({f"{name}={value}" for (name, value), is_odd in zip(pitches, odd_pitch) if is_odd})
         verb = "are not multiples" if len(odd) > 1 else "is not a multiple"
@@ -267,12 +335,15 @@ def matmul_config(
                             splits=splits, stages=stages, run_copies=run_copies, reasons=tuple(reasons))
     if few_tiles and transposed:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed operands only")
-    elif few_tiles:
+    elif few_tiles and not split_blocked:
         reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
 
     tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
-    swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES else 0
-    if swizzle:
+    swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES and not tiled_only else 0
+    if tiled_only:
+        reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles{f' per batch' if batch else ''}: no swizzle (kernels.gemm_batched "
+                       "launches tiles in grid order)")
+    elif swizzle:
         reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles: swizzle in panels of {swizzle}, so threadgroups running together "
                        "share rows of A and columns of B in cache")
     else:
@@ -293,13 +364,21 @@ def matmul_program(choice: MatmulChoice, *, trans_A: bool = False, trans_B: bool
     if (trans_A or trans_B) and choice.route != GEMM:
         raise ValueError(f"matmul: the {choice.route} route takes A (M, K) and B (K, N) only; transpose the operands "
                          "with .t().contiguous() first, or build kernels.gemm_staged / gemm_direct_global with trans_A / trans_B")
+    if choice.route == GEMM and (choice.batch or choice.epilogue != "none"):
+        if trans_A or trans_B:
+            raise ValueError("matmul: a transposed operand with batch= or an epilogue is not supported yet; transpose "
+                             "the operand with .transpose(-1, -2).contiguous() first")
+        return gemm_batched(M, N, K, choice.block_m, choice.block_n, choice.block_k or SPLIT_BLOCK_K,
+                            batch=choice.batch or None, shared_B=choice.shared_B, dtype=dtype, out_dtype=out_dtype,
+                            threads=choice.threads, num_stages=choice.stages, epilogue=choice.epilogue,
+                            alpha=choice.alpha, beta=choice.beta)
     if choice.route == GEMV:
         build = gemv_small_m if choice.gemv_variant == "small_m" else gemv_small_n
-        return build(M, N, K, dtype=dtype, out_dtype=out_dtype)
+        return build(M, N, K, dtype=dtype, out_dtype=out_dtype, batch=choice.batch or None, shared_B=choice.shared_B)
     if choice.route == SPLIT_K:
         return gemm_split_k(M, N, K, choice.splits, choice.block_m, choice.block_n, choice.block_k, dtype=dtype,
                             out_dtype=out_dtype, threads=choice.threads, num_stages=choice.stages,
-                            copy_in_runs=choice.run_copies)
+                            copy_in_runs=choice.run_copies, batch=choice.batch or None, shared_B=choice.shared_B)
     if choice.stages:
         return gemm_staged(M, N, K, choice.block_m, choice.block_n, choice.block_k, dtype=dtype, out_dtype=out_dtype,
                            threads=choice.threads, trans_A=trans_A, trans_B=trans_B, num_stages=choice.stages,
@@ -324,10 +403,17 @@ def matmul(
     execution_backend: str | None = None,
     trans_A: bool = False,
     trans_B: bool = False,
+    batch: int | None = None,
+    shared_B: bool = False,
+    epilogue: str = "none",
+    alpha: float | None = None,
+    beta: float | None = None,
 ) -> Any:
     """The compiled kernel `matmul_config` chooses, called as `kernel(A, B) -> C` (A (K, M) with
-    `trans_A`, B (N, K) with `trans_B`)."""
-    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip, target=target, trans_A=trans_A, trans_B=trans_B)
+    `trans_A`, B (N, K) with `trans_B`), `kernel(A, B, bias)` with epilogue "bias", `kernel(A, B, C)`
+    with "alpha_beta" or "residual"; batched operands with `batch` (see `matmul_config`)."""
+    choice = matmul_config(M, N, K, dtype, out_dtype, chip=chip, target=target, trans_A=trans_A, trans_B=trans_B,
+                           batch=batch, shared_B=shared_B, epilogue=epilogue, alpha=alpha, beta=beta)
     return compile_choice(choice, execution_backend)
 
 

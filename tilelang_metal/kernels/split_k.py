@@ -15,11 +15,12 @@ empty (K = 100 in 8 slices of 16 is 7 slices).
 No `from __future__ import annotations` here: TileLang evaluates the T.Tensor annotations.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 import tilelang.language as T
 
 from .gemm import check_gemm_arguments, copy_runs
+from .gemm_batched import check_batch
 from .sizes import integer_sizes
 
 ACCUM = "float32"
@@ -65,9 +66,13 @@ def gemm_split_k(
     num_stages: int = 0,
     reduce_threads: int = 128,
     copy_in_runs: tuple = (),
+    batch: Optional[int] = None,
+    shared_B: bool = False,
 ) -> Any:
     """The split-K module as a `T.prim_func` (compile with `out_idx=[-1]`). `copy_in_runs`: as in
-    kernels.gemm_staged (operands whose row pitch is not a multiple of 16 bytes)."""
+    kernels.gemm_staged (operands whose row pitch is not a multiple of 16 bytes). `batch`: A
+    (batch, M, K), B (batch, K, N) or with `shared_B` (K, N), C (batch, M, N); kernel 1's z axis
+    runs batch x slices, kernel 2's z axis the batch."""
     out_dtype = out_dtype or dtype
     integer_sizes("gemm_split_k", M=M, N=N, K=K)  # no T.dynamic: the slices of K are planned here
     M, N, K, splits, block_m, block_n, block_k, threads, _, num_stages = check_gemm_arguments(
@@ -77,6 +82,9 @@ def gemm_split_k(
     if reduce_threads > 1024:
         raise ValueError(f"gemm_split_k reduce_threads={reduce_threads} is over Metal's 1024 threads per threadgroup; use 128")
     check_split_k(M, N, K, splits, block_k, dtype, out_dtype)
+    batch = check_batch("split-K", batch, shared_B)
+    if batch and copy_in_runs:
+        raise ValueError("split-K copy_in_runs reads 2-D operands only; pass copy_in_runs=() with batch=")
     splits = effective_splits(K, splits, block_k)
     per_slice = slice_k(K, splits, block_k)
     steps = per_slice // block_k
@@ -87,10 +95,23 @@ def gemm_split_k(
     copy_a = copy_runs((M, K), (block_m, block_k), dtype, threads) if "A" in copy_in_runs else None
     copy_b = copy_runs((K, N), (block_k, block_n), dtype, threads) if "B" in copy_in_runs else None
 
+    batches = batch or 1
+    lead = (batch,) if batch else ()
+    b_per_batch = bool(batch) and not shared_B
+    reduce_grid = (T.ceildiv(N, reduce_cols), M, batch) if batch else (T.ceildiv(N, reduce_cols), M)
+
+    def slice_and_batch(bzs: Any) -> tuple[Any, Any]:  # unbatched: the z axis is the slice (the batch is never read)
+        return (bzs % splits, bzs // splits) if batch else (bzs, 0)
+
+    def reduce_ids(blocks: Any) -> tuple[Any, Any, Any]:
+        return tuple(blocks) if batch else (blocks[0], blocks[1], 0)
+
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        partials = T.alloc_global((splits, M, N), ACCUM)
-        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), splits, threads=threads) as (bx, by, bz):
+    def main(A: T.Tensor((*lead, M, K), dtype), B: T.Tensor((*(lead if b_per_batch else ()), K, N), dtype),
+             C: T.Tensor((*lead, M, N), out_dtype)):
+        partials = T.alloc_global((batches * splits, M, N), ACCUM)  # slice s of batch z at z * splits + s
+        with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), batches * splits, threads=threads) as (bx, by, bzs):
+            bz, z = T.meta_var(slice_and_batch(bzs))
             A_s = T.alloc_shared((block_m, block_k), dtype)
             B_s = T.alloc_shared((block_k, block_n), dtype)
             acc = T.alloc_fragment((block_m, block_n), ACCUM)
@@ -99,22 +120,30 @@ def gemm_split_k(
                 k0 = bz * per_slice + ko * block_k
                 if copy_a is not None:
                     copy_a(A, A_s, by * block_m, k0)
+                elif batch:
+                    T.copy(A[z, by * block_m : (by + 1) * block_m, k0 : k0 + block_k], A_s)
                 else:
                     T.copy(A[by * block_m, k0], A_s)
                 if copy_b is not None:
                     copy_b(B, B_s, k0, bx * block_n)
+                elif b_per_batch:
+                    T.copy(B[z, k0 : k0 + block_k, bx * block_n : (bx + 1) * block_n], B_s)
                 else:
                     T.copy(B[k0, bx * block_n], B_s)
                 T.gemm(A_s, B_s, acc)
-            T.copy(acc, partials[bz, by * block_m, bx * block_n])
+            T.copy(acc, partials[bzs, by * block_m, bx * block_n])
 
-        with T.Kernel(T.ceildiv(N, reduce_cols), M, threads=reduce_threads) as (bx, m):
+        with T.Kernel(*reduce_grid, threads=reduce_threads) as blocks:
+            bx, m, zr = T.meta_var(reduce_ids(blocks))
             n = bx * reduce_cols + T.get_thread_binding()
             if n < N:
                 total = T.alloc_local((1,), ACCUM)
-                total[0] = partials[0, m, n]
+                total[0] = partials[zr * splits, m, n]
                 for s in T.serial(1, splits):
-                    total[0] += partials[s, m, n]
-                C[m, n] = T.cast(total[0], out_dtype)
+                    total[0] += partials[zr * splits + s, m, n]
+                if batch:
+                    C[zr, m, n] = T.cast(total[0], out_dtype)
+                else:
+                    C[m, n] = T.cast(total[0], out_dtype)
 
     return main
