@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .host import Target
-from .isa import METAL4_FEATURE
+from .isa import METAL4_FEATURE, SIMD_WIDTH
+from .limits import MAX_THREADS_PER_THREADGROUP
 
 METAL4_KEY = METAL4_FEATURE  # the registry filters instructions by it (isa.py)
 MIN_MACOS_MAJOR = 26
@@ -98,6 +99,17 @@ def metal_target_keys(facts: HostFacts | None = None) -> list[str]:
     return keys
 
 
+# TVM's metal kind defaults to 16-lane warps and 256 threads; the plugin launches 32-lane simdgroups and
+# up to 1024 threads per threadgroup. Said on the targets it makes (the MSL is the same either way).
+APPLE_GPU_ATTRS = {"thread_warp_size": SIMD_WIDTH, "max_num_threads": MAX_THREADS_PER_THREADGROUP,
+                   "max_threads_per_block": MAX_THREADS_PER_THREADGROUP}
+
+
+def make_metal_target(keys: list[str]) -> Any:
+    """A Metal target with these keys and the Apple GPU's simdgroup width and threadgroup size."""
+    return Target({"kind": "metal", "keys": keys, **APPLE_GPU_ATTRS})
+
+
 def _kind(target: object) -> str | None:
     """The target kind a normalizer is asked about: a Target's kind, a dict's "kind", a bare name."""
     if isinstance(target, Target):
@@ -113,8 +125,8 @@ def normalize_metal_target(target: object, facts: HostFacts | None = None) -> Ta
     if _kind(target) != "metal":
         return None
     if isinstance(target, str):
-        return Target({"kind": "metal", "keys": metal_target_keys(facts)})
-    return target if isinstance(target, Target) else Target(target)
+        return make_metal_target(metal_target_keys(facts))
+    return target if isinstance(target, Target) else Target({**APPLE_GPU_ATTRS, **target})
 
 
 def detect_metal_target() -> Target | None:
@@ -122,7 +134,7 @@ def detect_metal_target() -> Target | None:
     facts = _local_facts()
     if not metal_available(facts):
         return None
-    return Target({"kind": "metal", "keys": metal_target_keys(facts)})
+    return make_metal_target(metal_target_keys(facts))
 
 
 def is_metal(target: Target) -> bool:
@@ -140,9 +152,9 @@ def target_features(target: Target) -> frozenset[str]:
 
 def metal4_target() -> Any:
     """An explicit Metal 4 target: cooperative-tensor MSL on any host (source-only on Linux)."""
-    return Target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]})
+    return make_metal_target(["metal", "gpu", "metal4"])
 
 
 def plain_metal_target() -> Any:
     """Metal without the metal4 key: simdgroup-matrix MSL, what `target="metal"` gives before M5."""
-    return Target({"kind": "metal", "keys": ["metal", "gpu"]})
+    return make_metal_target(["metal", "gpu"])

@@ -46,3 +46,11 @@ def test_no_chip_is_detected_off_macos():
 
     if platform.system() != "Darwin":
         assert roofline.detect_chip() is None
+
+
+def test_chips_are_listed_by_generation_then_tier():
+    """The CLI's --chip choices and performance.md's table follow this order (M3 Ultra came out
+    after M4 Max but belongs with the M3s)."""
+    tiers = ("", "Pro", "Max", "Ultra")
+    order = [(c.generation, tiers.index(c.name.partition(" ")[2])) for c in roofline.CHIPS.values()]
+    assert order == sorted(order)

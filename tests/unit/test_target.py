@@ -60,3 +60,28 @@ def test_apple_gpu_generation_reads_the_brand_string():
     assert apple_gpu_generation("Apple M1") == 1
     for brand in (None, "", "Intel(R) Core(TM) i9", "Apple M", "Apple Mx", "AppleM5"):
         assert apple_gpu_generation(brand) == 0, brand
+
+
+def test_plugin_targets_say_32_lane_simdgroups_and_1024_threads():
+    """TVM's metal kind defaults to thread_warp_size 16 and 256 threads; Apple GPUs (and the MSL the
+    plugin prints) have 32-lane simdgroups and up to 1024 threads per threadgroup."""
+    from tilelang_metal.target import metal4_target, plain_metal_target
+
+    linux = HostFacts("", "x86_64", None, None)
+    for target in (metal4_target(), plain_metal_target(), normalize_metal_target("metal", linux),
+                   normalize_metal_target({"kind": "metal", "keys": ["metal", "gpu"]}, linux)):
+        attrs = {k: int(target.attrs[k]) for k in ("thread_warp_size", "max_num_threads", "max_threads_per_block")}
+        assert attrs == {"thread_warp_size": 32, "max_num_threads": 1024, "max_threads_per_block": 1024}, target
+    given = normalize_metal_target({"kind": "metal", "keys": ["metal", "gpu"], "max_num_threads": 512}, linux)
+    assert int(given.attrs["max_num_threads"]) == 512  # what the user wrote stays
+
+
+def test_msl_does_not_depend_on_the_warp_size_attribute():
+    import tilelang
+
+    from tilelang_metal import kernels
+
+    tvm_defaults = tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu"]})  # a Target object is kept as given
+    assert int(tvm_defaults.attrs["thread_warp_size"]) == 16
+    func = kernels.softmax(8, 128)
+    assert tilelang.lower(func, target=tvm_defaults).kernel_source == tilelang.lower(func, target="metal").kernel_source
