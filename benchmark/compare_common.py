@@ -13,7 +13,7 @@ CLASSES = {"nax": ("metal4", "M5"), "steel": ("metal", "M3")}
 @dataclass(frozen=True)
 class Problem:
     name: str
-    kind: str  # gemm | attention | decode | softmax | row_sum
+    kind: str  # gemm | attention | decode | softmax | row_sum | qmv | qmm
     classes: tuple[str, ...]
     dims: dict[str, Any] = field(hash=False)
 
@@ -23,7 +23,7 @@ class Problem:
 
     def flops(self) -> float:
         d = self.dims
-        if self.kind == "gemm":
+        if self.kind in ("gemm", "qmv", "qmm"):  # a quantized product: the same multiply-adds as its dense one
             return 2.0 * d["M"] * d["N"] * d["K"]
         if self.kind == "attention":
             full = 4.0 * d["heads"] * d["seq"] * d["seq"] * d["head_dim"]
@@ -39,6 +39,12 @@ def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "f
     return Problem(name, "gemm", ("nax", "steel"), {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype})
 
 
+def quantized_problem(kind: str, M: int, N: int, K: int, bits: int, group_size: int = 64) -> Problem:
+    """x (M x K) @ dequant(w)^T with w N x K in MLX's affine format (transposed, as nn.Linear stores it)."""
+    return Problem(f"{kind}-b{bits}-gs{group_size}-{M}x{N}x{K}", kind, ("steel",),
+                   {"M": M, "N": N, "K": K, "bits": bits, "group_size": group_size, "dtype": "float16"})
+
+
 PROBLEMS: tuple[Problem, ...] = (
     *(_gemm(f"gemm-{lay}-{'bf16' if dt == 'bfloat16' else 'fp16'}-4096", 4096, 4096, 4096, lay, dt)
       for lay in ("nn", "nt", "tn") for dt in ("float16", "bfloat16")),
@@ -50,6 +56,9 @@ PROBLEMS: tuple[Problem, ...] = (
     Problem("decode-d128-4k", "decode", ("steel",), {"heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "dtype": "float16"}),
     Problem("softmax-4096", "softmax", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
     Problem("row-sum-4096", "row_sum", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
+    # decoding's matrix-vector products (MLX: qmv_fast at these shapes) and a prefill's (MLX: affine_qmm_t)
+    *(quantized_problem("qmv", 1, n, 4096, bits) for bits in (4, 8) for n in (4096, 14336)),
+    quantized_problem("qmm", 512, 4096, 4096, 4),
 )
 
 
@@ -102,3 +111,18 @@ def gemm_operands(M: int, N: int, K: int, layout: str, dtype: str, seed: int = 0
     a_s = a.t().contiguous() if layout == "tn" else a
     b_s = b.t().contiguous() if layout == "nt" else b
     return a_s.to(dt), b_s.to(dt), ref
+
+
+def quantized_operands(M: int, N: int, K: int, bits: int, group_size: int, dtype: str, seed: int = 0) -> tuple[Any, ...]:
+    """(x, w_q, scales, biases, fp32 reference x @ dequant(w)^T): w (N x K) quantized by kernels.quantize,
+    which writes MLX's affine format (mx.quantize's)."""
+    import torch
+
+    from tilelang_metal import kernels
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch_dtype(dtype)
+    w_q, scales, biases = kernels.quantize(torch.randn(N, K, generator=g).to(dt), bits=bits, group_size=group_size)
+    x = (torch.randn(M, K, generator=g) / math.sqrt(K)).to(dt)
+    w = kernels.dequantize(w_q, scales, biases, bits=bits, group_size=group_size).float()
+    return x, w_q, scales, biases, x.float() @ w.T

@@ -1,7 +1,7 @@
 """The plugin's kernels and MLX's, side by side, for one fixed set of problems (issue: MLX reference).
 
 For each problem and chip class, the plugin's kernel (the kernels package: `kernels.matmul`'s choice,
-flash attention, flash decoding, row softmax and reductions) and the kernel MLX's own dispatch picks
+flash attention, flash decoding, row softmax and reductions, `kernels.quantized_matmul`) and the kernel MLX's own dispatch picks
 (NAX kernels against the plugin's metal4 kernels on the "nax" class, steel kernels against plain metal
 on the "steel" class; MLX's host logic for 0.32.x in tests/mlx_reference/mlx_*.py) run in the emulator,
 are checked against torch, and their counters are scaled to the full problem from proxies
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 
 import count_models  # noqa: E402
-from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, gemm_operands, torch_dtype  # noqa: E402
+from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, gemm_operands, quantized_operands, torch_dtype  # noqa: E402
 
 # device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
 # the GPU-level columns after them count what a GPU would issue (docs/emulator.md, "GPU-level counts").
@@ -214,8 +214,43 @@ def plugin_rows(p: Problem, klass: str) -> Measured:
     return Measured(f"kernels.{'softmax' if p.kind == 'softmax' else 'reduce_rows'}", errors.worst, total)
 
 
+def plugin_quantized(p: Problem, klass: str) -> Measured:
+    """kernels.quantized_matmul on MLX's affine weights: the vector kernel on a whole 1 x N launch
+    (small enough for the emulator), the tiled kernel (route "tiled") from GEMM proxies of its tile."""
+    import functools
+
+    from tilelang_metal import kernels
+    qm = importlib.import_module("tilelang_metal.kernels.quantized_matmul")
+
+    d = p.dims
+    errors = ErrorTracker()
+    layout = {"bits": d["bits"], "group_size": d["group_size"], "dtype": p.dtype}
+
+    @functools.lru_cache(maxsize=None)
+    def compiled(n: int) -> Any:  # one kernel per proxy width; M dynamic for the tiled route
+        if p.kind == "qmv":
+            return kernels.quantized_matmul(d["M"], n, d["K"], **layout, execution_backend="emulator")
+        return kernels.quantized_matmul(None, n, d["K"], **layout, route=qm.TILED, execution_backend="emulator")
+
+    def measure(m: int, n: int) -> dict[str, float]:
+        x, w_q, scales, biases, ref = quantized_operands(m, n, d["K"], d["bits"], d["group_size"], p.dtype)
+        kern = compiled(n)
+        errors.check(kern(x, w_q, scales, biases), ref)
+        return plugin_counts(kern, x, w_q, scales, biases)
+
+    if p.kind == "qmv":
+        total = measure(d["M"], d["N"])
+        config = (f"quantized_matmul vector: {qm.SIMDGROUPS} simdgroups x {qm.COLUMNS} columns, "
+                  f"{qm.WORDS_PER_LANE} words a lane and step, {d['bits']}-bit gs{d['group_size']}")
+    else:
+        total = count_models.gemm_counts(d["M"], d["N"], qm.TILE_M, qm.TILE_N, measure)
+        config = f"quantized_matmul tiled {qm.TILE_M}x{qm.TILE_N}x{qm.TILE_K}, {qm.TILE_THREADS} threads, {d['bits']}-bit gs{d['group_size']}"
+    return Measured(config, errors.worst, total)
+
+
 PLUGIN: dict[str, Callable[[Problem, str], Measured]] = {
     "gemm": plugin_gemm, "attention": plugin_attention, "decode": plugin_decode, "softmax": plugin_rows, "row_sum": plugin_rows,
+    "qmv": plugin_quantized, "qmm": plugin_quantized,
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import count_models
 import mlx_registers as families
-from compare_common import ErrorTracker, Measured, Problem, gemm_operands, torch_dtype
+from compare_common import ErrorTracker, Measured, Problem, gemm_operands, quantized_operands, torch_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -203,4 +203,35 @@ def mlx_rows(p: Problem, klass: str) -> Measured:
     return Measured(config, errors.worst, {k: v * d["rows"] / PROXY_ROWS for k, v in counts.items()}, _occupancy(est))
 
 
-MLX = {"gemm": mlx_gemm, "attention": mlx_attention, "decode": mlx_decode, "softmax": mlx_rows, "row_sum": mlx_rows}
+def mlx_quantized(p: Problem, klass: str) -> Measured:
+    """The affine kernel quantized.cpp picks (mlx_quantized.route on an M3): qmv_fast on the whole 1 x N
+    launch, affine_qmm_t (unsplit at the full size: mlx_quantized.qmm checks) from GEMM proxies of its
+    32 x 32 tile."""
+    import mlx_quantized as Q
+
+    d = p.dims
+    errors = ErrorTracker()
+    K, bits, gs = d["K"], d["bits"], d["group_size"]
+    if p.kind == "qmv":
+        x, w_q, scales, biases, ref = quantized_operands(d["M"], d["N"], K, bits, gs, p.dtype)
+        family, launch = Q.qmv(x, w_q, scales, biases, group_size=gs, bits=bits, include=include())
+        errors.check(launch.output, ref)
+        if family != "qmv_fast":
+            raise ValueError(f"{p.name}: MLX routes {family}; the estimate below is qmv_fast's")
+        return Measured("affine_qmv_fast, 2 simdgroups x 4 rows (M3)", errors.worst, _counts(launch),
+                        _occupancy(families.affine_qmv_fast(bits, p.dtype)))
+    M, N = d["M"], d["N"]
+
+    def measure(m: int, n: int) -> dict[str, float]:
+        x, w_q, scales, biases, ref = quantized_operands(m, n, K, bits, gs, p.dtype)
+        # dispatched as the full M x N is (unsplit), one proxy tile doing a full-size tile's work
+        _, launch = Q.qmm(x, w_q, scales, biases, group_size=gs, bits=bits, include=include(), dispatch_shape=(M, N))
+        errors.check(launch.output, ref)
+        return _counts(launch)
+
+    total = count_models.gemm_counts(M, N, Q.QMM_TILE, Q.QMM_TILE, measure)
+    return Measured("affine_qmm_t bm32 bn32 bk32 wm2 wn2 (M3)", errors.worst, total, _occupancy(families.affine_qmm_t(p.dtype)))
+
+
+MLX = {"gemm": mlx_gemm, "attention": mlx_attention, "decode": mlx_decode, "softmax": mlx_rows, "row_sum": mlx_rows,
+       "qmv": mlx_quantized, "qmm": mlx_quantized}

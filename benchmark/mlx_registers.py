@@ -24,13 +24,18 @@ one for the stores) and 2 reserved. Estimates, not what Apple's compiler allocat
   BM (SN TN + TN) floats when BM > 1; 32 BN BM threads.
 - block softmax (softmax.h softmax_single_row, N_READS = 4): ld[4] float, the running max and
   normalizer; threadgroup local_max[32], local_normalizer[32] float.
+- affine qmv_fast (quantized.h qmv_fast_impl, 2 simdgroups of 4 rows): x_thread[values_per_thread]
+  (16 at 4 bits, 8 at 8: 2 packs of a word's values a lane, 1 at 2 bits) and result[4], float; five
+  device buffers (w, scales, biases, x, y); no threadgroup memory.
+- affine qmm_t (quantized.h qmm_t_impl, BM = BN = BK = 32, WM = WN = 2): the steel GEMM estimate of that
+  tile with the weights' side transposed (BlockMMA, Xs and Ws BM x (BK + pad)), five device buffers.
 - row reduce (reduction/reduce_row.h, N_READS = 4, N_WRITES = 1): totals[1] and the 4 values a step
   reads, float; threadgroup shared_vals[32] float.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilelang_metal.register_budget import Occupancy, registers, threadgroups_per_core
 
@@ -112,3 +117,13 @@ def block_softmax(threads: int) -> FamilyEstimate:
 
 def row_reduce(threads: int) -> FamilyEstimate:
     return FamilyEstimate("row_reduce", registers(1 + 4, "float32"), 2, 1, threads, 32 * 4)
+
+
+def affine_qmv_fast(bits: int, dtype: str) -> FamilyEstimate:
+    per_word = 32 // bits if 32 % bits == 0 else 8  # get_pack_factor<bits, 32>: 3 and 5 bits pack 8 per 3 / 5 bytes
+    values = per_word * (1 if bits == 2 else 2)
+    return FamilyEstimate("affine_qmv_fast", registers(values + 4, "float32"), 5, 0, 64, 0)
+
+
+def affine_qmm_t(dtype: str) -> FamilyEstimate:
+    return replace(steel_gemm(32, 32, 32, 2, 2, dtype, transpose_b=True, family="affine_qmm_t"), device_buffers=5)

@@ -1,5 +1,5 @@
 """MLX's affine quantized matrix-vector kernels (`affine_qmv_fast`, `affine_qmv`, `affine_qvm` of
-kernels/quantized.h), unmodified, launched in the emulator the way MLX's host code launches them.
+kernels/quantized.h) and its matrix-matrix kernel for transposed weights (`affine_qmm_t`), unmodified, launched in the emulator the way MLX's host code launches them.
 Reused by tests/mlx_reference/test_mlx_quantized.py.
 
 Layout (MLX's affine quantization): a weight matrix quantized along its last axis in groups of
@@ -10,7 +10,7 @@ halves); `scales` and `biases` hold one value per group in the activation dtype,
 y = x @ W^T; without it `w` is K x N, quantized along N, and y = x @ W.
 
 Source of every launch value: `mlx/backend/metal/quantized.cpp` (QuantizedMatmul::eval_gpu,
-dispatch_qmv, qmv, qvm, get_qmv_batch_limit, qmv_fast_k_alignment) and the instantiations of
+dispatch_qmv, qmv, qvm, qmm, qmm_splitk, get_qmv_batch_limit, qmv_fast_k_alignment) and the instantiations of
 `mlx/backend/metal/kernels/quantized.metal`, both of ml-explore/mlx main at 846d17622 (version.h
 0.32.2: the newest host code available here). The kernels come from the mlx-metal 0.32.4 wheel, whose
 `quantized.h` is newer: `affine_qmv_fast` gained a `partial_rows` template parameter (rows past N
@@ -18,7 +18,8 @@ reuse the last row's weights and are not stored; 1-bit weights; a K tail for 1-b
 host code never sets. `qmv(..., partial_rows=True)` launches that variant on an N that is not a
 multiple of 8, which the 0.32.2 host sends to `affine_qmv`; the 0.32.4 host's choice is not known here.
 
-Modelled: one unbatched product (x is M x K with M below MLX's vector limit, w / scales / biases 2-D),
+Modelled: one unbatched product (x is M x K, w / scales / biases 2-D; from MLX's vector limit on, the
+transposed product whose split-K count comes out at 1, which quantized.cpp hands to the plain qmm),
 affine mode, no global scale. Each entry point returns `(kernel_family, launch)`; `launch.output` is y.
 """
 
@@ -108,9 +109,14 @@ def _compile(host_name: str, callee: str, include: str) -> ForeignKernel:
 
 
 def kernel(family: str, dtype: torch.dtype, group_size: int, bits: int, include: str,
-           partial_rows: bool = False) -> ForeignKernel:
-    """One instantiation, named as quantized.metal's instantiate_quantized_batched names it (batch 0)."""
+           partial_rows: bool = False, aligned_n: bool = True) -> ForeignKernel:
+    """One instantiation, named as quantized.metal's instantiate_quantized_batched (and, for qmm_t,
+    instantiate_quantized_aligned_batched) names it (batch 0)."""
     t = TYPE_STRING[dtype]
+    if family == "qmm_t":  # BM = BK = BN = 32: the template's defaults, which quantized.metal keeps
+        aligned = "true" if aligned_n else "false"
+        return _compile(f"affine_qmm_t_{t}_gs_{group_size}_b_{bits}_alN_{aligned}_batch_0",
+                        f"affine_qmm_t<{t}, {group_size}, {bits}, {aligned}, false>", include)
     if partial_rows:  # not instantiated by the 0.32.2 quantized.metal; the name is ours
         assert family == "qmv_fast"
         return _compile(f"affine_qmv_fast_partial_rows_{t}_gs_{group_size}_b_{bits}_batch_0",
@@ -141,7 +147,7 @@ def _check(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, biases: torch
 
 
 def _unbatched_tail() -> tuple[Any, ...]:
-    """Buffers 7-14 (x / w batch shapes and strides): add_strides_and_shapes skips them when there is
+    """Buffers 7-14 (qmm: 8-15; x / w batch shapes and strides): add_strides_and_shapes skips them when there is
     one batch, so MLX leaves them unset and the unbatched kernels never read them. The emulator binds
     every index: zero counts and empty-looking shapes that would show if they were read."""
     i32, i64 = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int64)
@@ -191,3 +197,44 @@ def qvm(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, biases: torch.Te
     launch = Launch.of(y, (k, (w, scales, biases, x, y, K, N, *_unbatched_tail()), grid, block))
     launch.run()
     return family, launch
+
+
+QMM_TILE = 32  # qmm's bm = bn (and the kernel's BK): 2 x 2 simdgroups of 32 lanes per threadgroup
+
+
+def qmm_split_k(M: int, N: int, K: int, group_size: int) -> int:
+    """qmm_splitk's partition count: about 512 threadgroups, each partition whole groups and whole
+    32-wide K tiles, K divisible by the partitions; 1 means quantized.cpp runs the plain qmm."""
+    tiles = -(-N // QMM_TILE) * -(-M // QMM_TILE)
+    k_align = max(group_size, QMM_TILE)
+    split = min(max(1, 512 // tiles), K // k_align)
+    while split > 1 and K % (split * k_align):
+        split -= 1
+    return split
+
+
+def qmm(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, *, group_size: int,
+        bits: int, include: str, device: Device = DEFAULT_DEVICE,
+        dispatch_shape: tuple[int, int] | None = None) -> tuple[str, Launch]:
+    """y = x @ dequant(w)^T (w N x K) with `affine_qmm_t`, launched as quantized.cpp's qmm does for a
+    transposed product of at least get_qmv_batch_limit vectors whose split-K count is 1 (on a device
+    without neural accelerators: the NAX branch of qmm is not modelled). `dispatch_shape` (M, N): the
+    product whose dispatch is checked when x and w are a proxy of it (one tile's work is the same;
+    the proxy alone, with fewer tiles, would be split along K)."""
+    M, N, K = _check(x, w, scales, biases, group_size, bits, True)
+    routed_m, routed_n = dispatch_shape or (M, N)
+    family = route(routed_m, routed_n, K, bits, True, device)
+    if family != "qmm_splitk":
+        raise NotImplementedError(f"MLX dispatches M={routed_m}, N={routed_n}, K={K}, {bits}-bit to {family}, not to qmm")
+    split = qmm_split_k(routed_m, routed_n, K, group_size)
+    if split > 1:
+        raise NotImplementedError(f"MLX splits M={routed_m}, N={routed_n}, K={K} into {split} K partitions "
+                                  "(affine_qmm_t_splitk), not modelled here")
+    # grid (ceil(N / bn), ceil(M / bm), B), threadgroup (32, wn, wm) = (32, 2, 2); aligned_N when N % 32 == 0
+    grid, block = (-(-N // QMM_TILE), -(-M // QMM_TILE), 1), (32, 2, 2)
+    k = kernel("qmm_t", x.dtype, group_size, bits, include, aligned_n=N % QMM_TILE == 0)  # the launched N's
+    y = torch.full((M, N), float("nan"), dtype=x.dtype)
+    # buffers: 0 w, 1 scales, 2 biases, 3 x, 4 y, 5 K, 6 N, 7 M, 8-15 batch shapes and strides (unset)
+    launch = Launch.of(y, (k, (w, scales, biases, x, y, K, N, M, *_unbatched_tail()), grid, block))
+    launch.run()
+    return "qmm_t", launch

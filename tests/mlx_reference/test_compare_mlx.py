@@ -4,6 +4,7 @@ one CSV row each, ratios on the plugin rows where both counted, and a failure is
 from __future__ import annotations
 
 import csv
+import importlib
 
 import pytest
 
@@ -82,3 +83,26 @@ def test_mlx_steel_gemm_estimate_is_the_plugin_rule_on_the_same_tile():
     fp32 = families.steel_gemm(64, 32, 32, 2, 2, "float32")  # MLX's fp32 tile: 13.5 KB of padded tiles, 41 registers
     assert fp32.threadgroup_bytes == (64 * 36 + 32 * 36) * 4 and fp32.registers == 16 + 12 + 11 + 2
     assert (fp32.occupancy().threadgroups, fp32.occupancy().limited_by) == (60 * 1024 // fp32.threadgroup_bytes, "threadgroup memory")
+
+
+def test_dry_run_counts_quantized_products(mlx_include, tmp_path, monkeypatch):
+    """The qmv and qmm rows at reduced sizes (same kernels and routes as the full problems: qmv_fast for
+    1 x 512 x 1024, the unsplit affine_qmm_t for 64 x 128 x 64 against the plugin's tiled kernel from
+    proxies), both sides verified; where MLX's traffic is traced, the vector kernel's device bytes per
+    FLOP are at most MLX's and its load instructions at most 1.05x (issue #36: the quantized proof)."""
+    compare = load_benchmark("compare_mlx")
+    common = importlib.import_module("compare_common")  # the module compare_mlx imported (benchmark/ on sys.path)
+    problems = (common.quantized_problem("qmv", 1, 512, 1024, 4), common.quantized_problem("qmm", 64, 128, 64, 4))
+    monkeypatch.setattr(compare, "PROBLEMS", problems)
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", ",".join(p.name for p in problems)]) == 0
+    rows = {(r["problem"].split("-")[0], r["implementation"]): r for r in _rows(tmp_path)}
+    assert sorted(rows) == sorted((k, impl) for k in ("qmv", "qmm") for impl in ("plugin", "mlx"))
+    assert rows["qmv", "mlx"]["config"].startswith("affine_qmv_fast") and rows["qmm", "mlx"]["config"].startswith("affine_qmm_t")
+    for r in rows.values():
+        assert r["verified"] == "True" and float(r["max_rel_err"]) < 1e-2, r
+        assert int(r["registers_estimate"]) > 2 and int(r["threadgroups_per_core"]) >= 1, r
+    assert float(rows["qmm", "plugin"]["matrix_ops"]) > 0 and float(rows["qmm", "mlx"]["barriers"]) > 0
+    if memory_counts_unavailable() is None:
+        qmv = rows["qmv", "plugin"]
+        assert float(qmv["device_bytes_vs_mlx"]) <= 1 and float(qmv["load_instructions_vs_mlx"]) <= 1.05, qmv
+        assert float(rows["qmm", "plugin"]["load_instructions_vs_mlx"]) > 0

@@ -195,3 +195,16 @@ def test_qmv_passes_the_race_check_and_counts_its_reductions(mlx_include):
         tail = 8 * (8 * 2 + 4 * 2 * 4 + 4 * 2)
         assert counts["device_load_instructions"] == counts["narrow_device_loads"] == 10 * (block + tail)
         assert counts["device_load_bytes"] == 2 * 10 * (block + tail)
+
+
+def test_qmm_t_matches_torch(mlx_include):
+    # affine_qmm_t, where quantized.cpp sends 13+ vectors on an M3 (K, N <= 4096) when its split-K count
+    # is 1: 80 x 96 is 3 x 3 tiles of 32, so 512 // 9 = 56 partitions, capped at K / 64 = 1 for K = 64.
+    # M = 40 leaves a partial row tile (load_safe of x, store_result_safe); N = 96 keeps aligned_N.
+    M, N, K = 40, 96, 64
+    assert mq.route(M, N, K, 4, True, M3) == "qmm_splitk" and mq.qmm_split_k(M, N, K, 64) == 1
+    assert mq.qmm_split_k(512, 4096, 4096, 64) == 1  # 2048 tiles: compare_mlx's qmm problem runs the plain qmm
+    x, w, scales, biases, ref = _operands(M, N, K, 64, 4, torch.float16, True, seed=6)
+    family, launch = mq.qmm(x, w, scales, biases, group_size=64, bits=4, include=mlx_include, device=M3)
+    assert family == "qmm_t"
+    _assert_matches(launch.output, ref)
