@@ -219,3 +219,16 @@ def test_decoding_fully_masked_row_is_zero():
 def test_new_arguments_are_refused_in_one_line(build, message):
     with pytest.raises(ValueError, match=message):
         build()
+
+
+@pytest.mark.slow
+def test_guide_attention_inputs_snippet():
+    """The mask / sinks example of docs/guide.md runs as written."""
+    import pathlib
+    import re
+
+    guide = (pathlib.Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    marker = "<!-- tested: tests/numerics/test_attention_inputs.py::test_guide_attention_inputs_snippet -->"
+    block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", guide, re.S)
+    assert block, "the guide's attention inputs snippet is missing"
+    exec(compile(block.group(1), "docs/guide.md", "exec"), {})

@@ -323,6 +323,18 @@ def flash_attention_program(
         return T.cast(mask_tensor[query0 + i, key], ACCUM) * math.sqrt(head_dim)  # in q.k units
 
     softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None)
+    # causal, query q sees keys below q + 1 + kv_offset (the mask aligned to the end of the keys); the
+    # expressions stay those of equal lengths when seq_len_kv is not given (lowering cost: Simplify)
+    kv_offset = 0 if seq_len_kv is None else seq_kv - seq
+
+    def row_key_end(query: Any) -> Any:
+        end = (T.min(query + 1 + kv_offset, seq_kv) if seq_len_kv is not None else T.min(query + 1, seq)) if causal else seq_kv
+        return end if mask is None else T.if_then_else(query < seq, end, 0)  # rows past the end read no mask
+
+    def causal_key_blocks(kv_blocks: Any, queries_end: Any) -> Any:
+        if seq_len_kv is None:
+            return T.min(kv_blocks, T.ceildiv(queries_end, block_n))
+        return T.max(T.min(kv_blocks, T.ceildiv(queries_end + kv_offset, block_n)), 0)  # <= 0: no key at all
 
     @T.macro
     def body(Q, K, V, Mask, Sinks, O):
@@ -356,16 +368,11 @@ def flash_attention_program(
                 T.fill(denominator, 0)
                 T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
-                if causal:
-                    key_end[i] = T.min(bx * block_m + i + 1 + (seq_kv - seq), seq_kv)
-                else:
-                    key_end[i] = seq_kv
-                if mask is not None:
-                    key_end[i] = T.if_then_else(bx * block_m + i < seq, key_end[i], 0)
+                key_end[i] = row_key_end(bx * block_m + i)
             limit = (key_end, Mask, bx * block_m)
             kv_blocks = T.ceildiv(seq_kv, block_n)
-            if causal:  # the last key of the block's last row, + 1
-                kv_blocks = T.max(T.min(kv_blocks, T.ceildiv((bx + 1) * block_m + (seq_kv - seq), block_n)), 0)
+            if causal:  # up to the last key the block's last row sees
+                kv_blocks = causal_key_blocks(kv_blocks, (bx + 1) * block_m)
             if direct:
                 K_rows = heads_major(K, batch, seq_kv, kv_heads, head_dim, bshd)
                 V_rows = heads_major(V, batch, seq_kv, kv_heads, head_dim, bshd)
