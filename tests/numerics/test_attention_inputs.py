@@ -52,11 +52,11 @@ def causal_keep(n, nk):
 
 # name: (target, dtype, heads, kv_heads, seq_len_kv, dim, causal, mask, sinks, layout, block_m, block_n, threads)
 FORWARD = {
-    # staged; runtime query count against 33 keys, causal aligned to the end, boolean mask, sinks in fp16
-    "staged-bool-sinks": ("metal", "float16", 2, 2, 33, 32, True, "bool", True, "bshd", 32, 32, 64),
-    # direct; GQA, bhsd, more keys than queries, additive mask, float32 sinks
-    "direct-additive-sinks32": ("metal4", "bfloat16", 2, 1, 40, 32, False, "additive", "float32", "bhsd", 32, 32, 64),
-    "staged-fp32-additive-causal": ("metal", "float32", 2, 1, 24, 32, True, "additive", False, "bshd", 32, 32, 64),
+    # staged; runtime query count against 33 keys, causal aligned to the end, additive mask, sinks in fp16
+    "staged-additive-sinks": ("metal", "float16", 2, 2, 33, 32, True, "additive", True, "bshd", 32, 32, 64),
+    # direct; GQA, bhsd, more keys than queries, boolean mask, float32 sinks
+    "direct-bool-sinks32": ("metal4", "bfloat16", 2, 1, 40, 32, False, "bool", "float32", "bhsd", 32, 32, 64),
+    "staged-fp32-bool-causal": ("metal", "float32", 2, 1, 24, 32, True, "bool", False, "bshd", 32, 32, 64),
     "direct-fp16-sinks-causal": ("metal4", "float16", 2, 2, 33, 32, True, None, True, "bshd", 32, 32, 64),
 }
 
@@ -111,9 +111,9 @@ def run_forward(name, lengths, check=None):
 # query counts against the kernel's seq_len_kv: 1, odd, fewer and more queries than keys (with more,
 # the first queries of a causal kernel see no key at all: rows of 0, as torch gives)
 @pytest.mark.parametrize("name,lengths", [
-    ("staged-bool-sinks", (1, 7, 33, 40)),
-    ("direct-additive-sinks32", (7, 33)),
-    pytest.param("staged-fp32-additive-causal", (1, 7, 33), marks=pytest.mark.slow),
+    ("staged-additive-sinks", (1, 7, 33, 40)),
+    ("direct-bool-sinks32", (7, 33)),
+    pytest.param("staged-fp32-bool-causal", (1, 7, 33), marks=pytest.mark.slow),
     pytest.param("direct-fp16-sinks-causal", (7, 40), marks=pytest.mark.slow),
 ])
 def test_forward_mask_sinks_and_key_count_match_torch(name, lengths):
@@ -122,16 +122,16 @@ def test_forward_mask_sinks_and_key_count_match_torch(name, lengths):
 
 def test_forward_new_inputs_under_racecheck():
     """The staged kernel (threadgroup K / V tiles, barriers) with a mask and sinks: race-free."""
-    run_forward("staged-bool-sinks", (33,), check=racecheck)
+    run_forward("staged-additive-sinks", (33,), check=racecheck)
 
 
 def test_causal_aligns_to_the_end_and_rows_without_keys_are_zero():
     """40 queries on 33 keys, end-aligned causal: queries 0-6 see no key (torch's is_causal, aligned
     to the start, would let query 0 see key 0) and the last query sees all 33. A row without keys is
     0, as torch gives, with sinks too (the sink takes the whole weight and has no value)."""
-    args, _, _ = forward_inputs("staged-bool-sinks", 40, seed=40)
-    args[3] = torch.ones_like(args[3])  # the boolean mask keeps every key: only causality masks
-    out = forward_kernel("staged-bool-sinks")(*args).float()
+    args, _, _ = forward_inputs("staged-additive-sinks", 40, seed=40)
+    args[3] = torch.zeros_like(args[3])  # the additive mask adds nothing: only causality masks
+    out = forward_kernel("staged-additive-sinks")(*args).float()
     q, k, v = (x.transpose(1, 2) for x in args[:3])
     want = reference(q, k, v, causal_keep(40, 33), None, args[4]).transpose(1, 2)
     assert (out[:, :7] == 0).all() and (out[:, 7:].abs().sum(-1) > 0).all()
