@@ -22,7 +22,9 @@ Two dataflows, chosen by the target (`attention_dataflow`):
 
 Sequence tails are masked (keys past the end get probability 0 by position, queries past the end
 are not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime
-value. The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
+value. What callers pass besides Q, K, V (a (seq_len, seq_len_kv) additive or boolean mask, one sink
+logit per head, more keys than queries with the causal mask aligned to the end) enters through
+`key_visible` / `score_bias` of the softmax step and the starting maximum and denominator. The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
 MASKED_SCORE); no score, however low, is mistaken for a masked key.
 
 No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
