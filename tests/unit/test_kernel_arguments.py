@@ -107,8 +107,13 @@ def _cases():
 
 
 def _call_with(builder, args, kwargs, name, value):
-    params = list(inspect.signature(builder).parameters)
+    signature = inspect.signature(builder).parameters
+    params = list(signature)
     args, kwargs = list(args), dict(kwargs)
+    if name not in params:  # an option passed through **options (row_sum's threads), else a row naming no argument
+        # not a ValueError: `params.index` of a missing name passed as a refusal that names it
+        assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values()), f"{builder.__name__} has no argument {name}"
+        return builder(*args, **kwargs, **{name: value})
     position = params.index(name)
     if position < len(args):
         args[position] = value
