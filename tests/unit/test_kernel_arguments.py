@@ -73,7 +73,7 @@ BUILDERS = {
                                           "mask": ("causal", True, "float16"), "sinks": (1, "float16", None)}),
     "flash_attention_forward": row(kernels.flash_attention_forward, (1, 2, 64, 64), ("batch", "heads", "seq_len", "head_dim", "block_m",
                                                                                        "block_n", "threads"),
-                                   fixed={"causal": (0,)}),
+                                   fixed={"causal": (0,), "seq_len_kv": (0, 2.5), "mask": ("causal",), "sinks": (1,)}),
     "flash_decoding_program": row(kernels.flash_decoding_program, (1, 4, 2, 64, 64),
                                   ("batch", "heads", "kv_heads", "seq_len_kv", "head_dim", "block_h", "block_n", "threads", "num_split"),
                                   fixed={"kv_heads": (3,), "head_dim": (36,), "dataflow": ("tiled",), "mask": ("causal", False),
