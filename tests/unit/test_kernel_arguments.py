@@ -68,16 +68,18 @@ BUILDERS = {
     "row_sum": row(kernels.row_sum, (4, 8), ("rows", "cols", "threads")),
     "row_max": row(kernels.row_max, (4, 8), ("rows", "cols", "threads")),
     "flash_attention_program": row(kernels.flash_attention_program, (1, 2, 64, 64),
-                                   ("batch", "heads", "seq_len", "head_dim", "kv_heads", "block_m", "block_n", "threads"),
+                                   ("batch", "heads", "seq_len", "head_dim", "kv_heads", "seq_len_kv", "block_m", "block_n", "threads"),
                                    options=("num_stages",),
                                    fixed={"head_dim": (36,), "block_n": (20,), "block_m": (12,), "threads": (48,), "kv_heads": (3,),
-                                          "causal": (1, "yes"), "layout": ("sbhd",), "dtype": ("float64",), "dataflow": ("vector",)}),
+                                          "causal": (1, "yes"), "layout": ("sbhd",), "dtype": ("float64",), "dataflow": ("vector",),
+                                          "mask": ("causal", True, "float16"), "sinks": (1, "float16", None)}),
     "flash_attention_forward": row(kernels.flash_attention_forward, (1, 2, 64, 64), ("batch", "heads", "seq_len", "head_dim", "block_m",
                                                                                        "block_n", "threads"),
-                                   fixed={"causal": (0,)}),
+                                   fixed={"causal": (0,), "seq_len_kv": (0, 2.5), "mask": ("causal",), "sinks": (1,)}),
     "flash_decoding_program": row(kernels.flash_decoding_program, (1, 4, 2, 64, 64),
                                   ("batch", "heads", "kv_heads", "seq_len_kv", "head_dim", "block_h", "block_n", "threads", "num_split"),
-                                  fixed={"kv_heads": (3,), "head_dim": (36,), "dataflow": ("tiled",)}),
+                                  fixed={"kv_heads": (3,), "head_dim": (36,), "dataflow": ("tiled",), "mask": ("causal", False),
+                                         "sinks": (1, "bfloat16")}),
     # the GEMM dataflows read block_h (the vector one does not): block_h 0 was a ZeroDivisionError there
     "flash_decoding_program[staged]": row(kernels.flash_decoding_program, (1, 4, 2, 64, 64), ("block_h", "block_n", "threads"),
                                           kwargs={"dataflow": "staged"}, fixed={"block_h": (12,), "block_n": (20,), "threads": (48,)}),
@@ -117,8 +119,13 @@ def _cases():
 
 
 def _call_with(builder, args, kwargs, name, value):
-    params = list(inspect.signature(builder).parameters)
+    signature = inspect.signature(builder).parameters
+    params = list(signature)
     args, kwargs = list(args), dict(kwargs)
+    if name not in params:  # an option passed through **options (row_sum's threads), else a row naming no argument
+        # not a ValueError: `params.index` of a missing name passed as a refusal that names it
+        assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values()), f"{builder.__name__} has no argument {name}"
+        return builder(*args, **kwargs, **{name: value})
     position = params.index(name)
     if position < len(args):
         args[position] = value

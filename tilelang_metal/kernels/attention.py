@@ -22,7 +22,9 @@ Two dataflows, chosen by the target (`attention_dataflow`):
 
 Sequence tails are masked (keys past the end get probability 0 by position, queries past the end
 are not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime
-value. The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
+value. What callers pass besides Q, K, V (a (seq_len, seq_len_kv) additive or boolean mask, one sink
+logit per head, more keys than queries with the causal mask aligned to the end) enters through
+`key_visible` / `score_bias` of the softmax step and the starting maximum and denominator. The kernels hold no infinity anywhere: Metal's fast-math mode may assume there are none (see
 MASKED_SCORE); no score, however low, is mistaken for a masked key.
 
 No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` annotations.
@@ -37,7 +39,7 @@ import tilelang.language as T
 from ..errors import MetalLoweringError
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..target import has_metal4, normalize_metal_target
-from .sizes import flags, integer_sizes, optional_size
+from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
@@ -181,7 +183,10 @@ def _check_gqa(heads: int, kv_heads: int) -> None:
         )
 
 
-def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float, key_visible: Callable[[Any, Any, Any], Any]) -> Any:
+def online_softmax_step(
+    rows: int, cols: int, head_dim: int, scale: float, key_visible: Callable[[Any, Any, Any], Any],
+    score_bias: Callable[[Any, Any, Any], Any] | None = None,
+) -> Any:
     """A `T.macro` for one block of keys of the online softmax, shared by both kernels: mask the
     scores `S` (rows x cols, fp32) of keys `first_key + j` that row i may not see
     (`key_visible(i, key, limit)`, with the caller's `limit`: a fragment of per-row key bounds or
@@ -195,12 +200,17 @@ def online_softmax_step(rows: int, cols: int, head_dim: int, scale: float, key_v
     zeros. A NaN score makes its row sum NaN (Metal's max ignores NaN, the exp2 does not), so a NaN
     in q, K or V reaches the output as in torch.
     `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale); the differences are
-    taken before scaling, so the maximum's own term is exactly exp2(0) whatever its size."""
+    taken before scaling, so the maximum's own term is exactly exp2(0) whatever its size.
+    `score_bias(i, key, limit)`: an additive mask, in the units of S (q.k, before the 1/sqrt(d)),
+    added to the visible keys' scores only (it is read only where the key is visible)."""
+
+    def visible_score(i: Any, key: Any, limit: Any, score: Any) -> Any:
+        return score if score_bias is None else score + score_bias(i, key, limit)
 
     @T.macro
     def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first_key, limit):
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), S[i, j], MASKED_SCORE)
+            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), visible_score(i, first_key + j, limit, S[i, j]), MASKED_SCORE)
         T.copy(row_max, row_max_prev)
         T.reduce_max(S, row_max, dim=1, clear=False)
         for i in T.Parallel(rows):
@@ -234,6 +244,9 @@ def flash_attention_program(
     *,
     causal: bool = False,
     kv_heads: int | None = None,
+    seq_len_kv: int | None = None,
+    mask: str | None = None,
+    sinks: bool | str = False,
     layout: str = "bshd",
     dtype: str = "float16",
     block_m: int = 64,
@@ -243,9 +256,23 @@ def flash_attention_program(
     target: Any = None,
     dataflow: str | None = None,
 ) -> Any:
-    """O = softmax(Q K^T / sqrt(d)) V per (batch, head). Q, K, V, O in `layout` ("bshd": (batch, seq,
-    heads, dim); "bhsd": (batch, heads, seq, dim)); K and V have `kv_heads` heads (GQA: query head h
-    reads kv head h // (heads // kv_heads)). `seq_len=None`: a runtime sequence length.
+    """O = softmax(Q K^T / sqrt(d) [+ mask]) V per (batch, head), called as
+    `kernel(Q, K, V[, mask][, sinks], O)`. Q, O in `layout` ("bshd": (batch, seq_len, heads, dim);
+    "bhsd": (batch, heads, seq_len, dim)); K and V likewise with `seq_len_kv` keys (default seq_len)
+    and `kv_heads` heads (GQA: query head h reads kv head h // (heads // kv_heads)).
+    `seq_len=None`: a runtime query count (and key count, unless seq_len_kv is given).
+
+    - `causal`: query i sees keys up to i + seq_len_kv - seq_len, the causal mask aligned to the
+      *end* of the keys (FlashAttention 2, MLX; what a query block appended to a KV cache needs).
+      torch's `is_causal` aligns it to the start: the two agree when seq_len_kv == seq_len.
+    - `mask`: a (seq_len, seq_len_kv) tensor shared by every batch and head, as torch's `attn_mask`:
+      "additive" (the kernel's dtype, added to the scaled scores; -inf removes a key) or "bool"
+      (True keeps the key). It combines with `causal` and the sequence ends.
+    - `sinks`: one logit per query head, a (heads,) tensor in the kernel's dtype (True) or in
+      float32 ("float32"), used as float32: it joins each row's softmax denominator and takes no
+      value (MLX's `scaled_dot_product_attention(..., sinks=)`).
+
+    A row with no visible key (every key masked or -inf) is 0, as in torch 2.13.
     `dataflow` ("direct" or "staged", module doc) defaults to the one of `target` (the target the
     program is compiled for); `num_stages` pipelines the staged K / V copies."""
     what = "flash_attention_program"
@@ -254,8 +281,10 @@ def flash_attention_program(
         threads=threads)
     seq_len = optional_size(what, "seq_len", seq_len, none_means="a length given at run time", error=MetalLoweringError)
     kv_heads = optional_size(what, "kv_heads", kv_heads, none_means="kv_heads = heads", error=MetalLoweringError) or heads
+    seq_len_kv = optional_size(what, "seq_len_kv", seq_len_kv, none_means="seq_len_kv = seq_len", error=MetalLoweringError)
     (num_stages,) = integer_sizes(what, minimum=0, error=MetalLoweringError, num_stages=num_stages)
     flags(what, error=MetalLoweringError, causal=causal)
+    _check_mask_and_sinks(what, mask, sinks, dtype)
     _check_gqa(heads, kv_heads)
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
@@ -265,31 +294,52 @@ def flash_attention_program(
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
     group = heads // kv_heads
     seq = T.dynamic("seq_len") if seq_len is None else seq_len
+    seq_kv = seq if seq_len_kv is None else seq_len_kv
     scale = LOG2_E / math.sqrt(head_dim)  # exp(x / sqrt(d)) == exp2(x * scale)
     bshd = layout == "bshd"
     q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
-    kv_shape = (batch, seq, kv_heads, head_dim) if bshd else (batch, kv_heads, seq, head_dim)
+    kv_shape = (batch, seq_kv, kv_heads, head_dim) if bshd else (batch, kv_heads, seq_kv, head_dim)
+    mask_shape, mask_dtype = (seq, seq_kv), _mask_dtype(mask, dtype)
+    sinks_shape, sinks_dtype = (heads,), _sinks_dtype(sinks, dtype)
+    has_sinks = bool(sinks)  # a Python bool: TileLang warns on a string as a condition
+    # with a mask, every row has a bound key_end (0 for rows past the end) that guards the mask's reads
+    bounded_rows = causal or mask is not None
 
     def rows(tensor: Any, b: Any, h: Any, start: Any, count: int) -> Any:
         if bshd:
             return tensor[b, start : start + count, h, :]
         return tensor[b, h, start : start + count, :]
 
-    def key_visible(i: Any, key: Any, key_end: Any) -> Any:
-        """Key `key` is a real key (and, causal, not after query row i): below the row's key_end."""
-        if causal:
-            return key < key_end[i]
-        return key < seq
+    def key_visible(i: Any, key: Any, limit: Any) -> Any:
+        """Key `key` is a real key (and, causal, not after query row i; with a boolean mask, kept by
+        it): below the row's key_end. `limit` is (key_end, Mask, first query of the block)."""
+        key_end, mask_tensor, query0 = limit
+        if not bounded_rows:
+            return key < seq_kv
+        if mask == "bool":
+            return T.And(key < key_end[i], mask_tensor[query0 + i, key])
+        return key < key_end[i]
 
-    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible)
+    def mask_bias(i: Any, key: Any, limit: Any) -> Any:
+        _, mask_tensor, query0 = limit
+        return T.cast(mask_tensor[query0 + i, key], ACCUM) * math.sqrt(head_dim)  # in q.k units
 
-    @T.prim_func
-    def main(
-        Q: T.Tensor(q_shape, dtype),
-        K: T.Tensor(kv_shape, dtype),
-        V: T.Tensor(kv_shape, dtype),
-        O: T.Tensor(q_shape, dtype),
-    ):
+    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None)
+    # causal, query q sees keys below q + 1 + kv_offset (the mask aligned to the end of the keys); the
+    # expressions stay those of equal lengths when seq_len_kv is not given (lowering cost: Simplify)
+    kv_offset = 0 if seq_len_kv is None else seq_kv - seq
+
+    def row_key_end(query: Any) -> Any:
+        end = (T.min(query + 1 + kv_offset, seq_kv) if seq_len_kv is not None else T.min(query + 1, seq)) if causal else seq_kv
+        return end if mask is None else T.if_then_else(query < seq, end, 0)  # rows past the end read no mask
+
+    def causal_key_blocks(kv_blocks: Any, queries_end: Any) -> Any:
+        if seq_len_kv is None:
+            return T.min(kv_blocks, T.ceildiv(queries_end, block_n))
+        return T.max(T.min(kv_blocks, T.ceildiv(queries_end + kv_offset, block_n)), 0)  # <= 0: no key at all
+
+    @T.macro
+    def body(Q, K, V, Mask, Sinks, O):
         with T.Kernel(T.ceildiv(seq, block_m), heads, batch, threads=threads) as (bx, by, bz):
             Q_frag = T.alloc_fragment((block_m, head_dim), dtype)
             S = T.alloc_fragment((block_m, block_n), ACCUM)
@@ -300,29 +350,39 @@ def flash_attention_program(
             row_rescale = T.alloc_fragment((block_m,), ACCUM)
             row_sum = T.alloc_fragment((block_m,), ACCUM)
             denominator = T.alloc_fragment((block_m,), ACCUM)
-            # the keys row i may see end at key_end[i] = min(query + 1, seq) if causal: one compare with a
-            # loaded bound (written inline, the unrolled lane arithmetic costs TVM's Simplify ~10 s per kernel)
+            # the keys row i may see end at key_end[i] = min(query + 1 + seq_kv - seq, seq_kv) if causal: one
+            # compare with a loaded bound (written inline, the unrolled lane arithmetic costs TVM's Simplify
+            # ~10 s per kernel)
             key_end = T.alloc_fragment((block_m,), "int32")
 
             kv_head = by // group
             # Q once, into the registers the first GEMM reads as its A operand (rows past the end read 0)
             T.copy(rows(Q, bz, by, bx * block_m, block_m), Q_frag)
             T.fill(acc_o, 0)
-            T.fill(denominator, 0)
-            T.fill(row_max, MASKED_SCORE)
+            if has_sinks:
+                # the sink is a key of score sinks[h] (q.k units: * sqrt(d)) and value 0: the running
+                # maximum starts at it and the denominator at its exp2(0) = 1 (0 for a -inf sink)
+                for i in T.Parallel(block_m):
+                    row_max[i] = T.max(T.cast(Sinks[by], ACCUM) * math.sqrt(head_dim), MASKED_SCORE)
+                for i in T.Parallel(block_m):
+                    denominator[i] = T.exp2((T.cast(Sinks[by], ACCUM) * math.sqrt(head_dim) - row_max[i]) * scale)
+            else:
+                T.fill(denominator, 0)
+                T.fill(row_max, MASKED_SCORE)
             for i in T.Parallel(block_m):
-                key_end[i] = T.min(bx * block_m + i + 1, seq)
-            kv_blocks = T.ceildiv(seq, block_n)
-            if causal:
-                kv_blocks = T.min(kv_blocks, T.ceildiv((bx + 1) * block_m, block_n))
+                key_end[i] = row_key_end(bx * block_m + i)
+            limit = (key_end, Mask, bx * block_m)
+            kv_blocks = T.ceildiv(seq_kv, block_n)
+            if causal:  # up to the last key the block's last row sees
+                kv_blocks = causal_key_blocks(kv_blocks, (bx + 1) * block_m)
             if direct:
-                K_rows = heads_major(K, batch, seq, kv_heads, head_dim, bshd)
-                V_rows = heads_major(V, batch, seq, kv_heads, head_dim, bshd)
+                K_rows = heads_major(K, batch, seq_kv, kv_heads, head_dim, bshd)
+                V_rows = heads_major(V, batch, seq_kv, kv_heads, head_dim, bshd)
                 for kb in T.serial(kv_blocks):
                     # K^T and V straight from device memory (keys past the end read 0 and are masked)
                     T.gemm(Q_frag, K_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], S, transpose_B=True,
                            clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, limit)
                     T.gemm(P, V_rows[bz, kv_head, kb * block_n : (kb + 1) * block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
             else:
                 K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
@@ -332,13 +392,62 @@ def flash_attention_program(
                     T.copy(rows(K, bz, kv_head, kb * block_n, block_n), K_shared[:, 0:head_dim])
                     T.copy(rows(V, bz, kv_head, kb * block_n, block_n), V_shared[:, 0:head_dim])
                     T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, key_end)
+                    softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, kb * block_n, limit)
                     T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_m, head_dim):
                 acc_o[i, j] = T.if_then_else(denominator[i] == 0, 0, acc_o[i, j] / denominator[i])
             T.copy(acc_o, rows(O, bz, by, bx * block_m, block_m))
 
+    # one signature per combination of the optional inputs: kernel(Q, K, V[, Mask][, Sinks], O)
+    if mask is not None and sinks:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Mask: T.Tensor(mask_shape, mask_dtype), Sinks: T.Tensor(sinks_shape, sinks_dtype), O: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Mask, Sinks, O)
+
+    elif mask is not None:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Mask: T.Tensor(mask_shape, mask_dtype), O: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Mask, None, O)
+
+    elif sinks:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Sinks: T.Tensor(sinks_shape, sinks_dtype), O: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, None, Sinks, O)
+
+    else:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype), O: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, None, None, O)
+
     return main
+
+
+MASKS = (None, "additive", "bool")
+
+
+def _check_mask_and_sinks(what: str, mask: Any, sinks: Any, dtype: str) -> None:
+    one_of(what, "mask", mask, MASKS, error=MetalLoweringError)
+    one_of(what, "sinks", sinks, (False, True, "float32"), error=MetalLoweringError)
+
+
+def _mask_dtype(mask: str | None, dtype: str) -> str:
+    return "bool" if mask == "bool" else dtype  # torch's attn_mask: bool, or the query's dtype
+
+
+def _sinks_dtype(sinks: bool | str, dtype: str) -> str:
+    return "float32" if sinks == "float32" else dtype
+
+
+def _optional_inputs(mask: str | None, sinks: bool | str) -> int:
+    """How many of the optional inputs (mask, sinks) a kernel takes after Q, K, V."""
+    return (mask is not None) + bool(sinks)
 
 
 def flash_decoding_program(
@@ -349,6 +458,8 @@ def flash_decoding_program(
     head_dim: int,
     *,
     num_split: int | None = None,
+    mask: str | None = None,
+    sinks: bool | str = False,
     dtype: str = "float16",
     block_h: int = 16,
     block_n: int = 32,
@@ -366,13 +477,19 @@ def flash_decoding_program(
       key, each lane reads its run of head_dim / 32 elements of K and V in one vector load, the score
       is a simd sum, the online softmax runs on scalars (block_h, block_n, threads do not apply);
     - "direct" / "staged", as for flash_attention_program: each threadgroup handles `block_h` query
-      heads of one KV group as the rows of two GEMMs, K and V from device memory or staged."""
+      heads of one KV group as the rows of two GEMMs, K and V from device memory or staged.
+
+    `mask` and `sinks` as in flash_attention_program, for the one query row of the step: the mask is
+    a (1, seq_len_kv) tensor (a (seq_len_kv,) row is passed as `row[None]`), the sinks (heads,); the
+    sink joins the combine kernel's denominator once, as a split of log-sum-exp sinks[h] and output 0.
+    Called as `kernel(q, K, V[, mask][, sinks]) -> (partial_out, partial_lse, out)`."""
     what = "flash_decoding_program"
     batch, heads, kv_heads, seq_len_kv, head_dim, block_h, block_n, threads = integer_sizes(
         what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, kv_heads=kv_heads, seq_len_kv=seq_len_kv,
         head_dim=head_dim, block_h=block_h, block_n=block_n, threads=threads)
     num_split = optional_size(what, "num_split", num_split, none_means=f"{decoding_splits(seq_len_kv)} for {seq_len_kv} keys",
                               error=MetalLoweringError)
+    _check_mask_and_sinks(what, mask, sinks, dtype)
     _check_gqa(heads, kv_heads)
     group = heads // kv_heads
     if dataflow is None:
@@ -403,17 +520,23 @@ def flash_decoding_program(
     kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
     partial_shape = (batch, heads, num_split, head_dim)
     lse_shape = (batch, heads, num_split)
-    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale, lambda i, key, key_end: key < key_end)
+    mask_shape, mask_dtype = (1, seq_len_kv), _mask_dtype(mask, dtype)
+    sinks_shape, sinks_dtype = (heads,), _sinks_dtype(sinks, dtype)
+    has_sinks = bool(sinks)  # a Python bool: TileLang warns on a string as a condition
 
-    @T.prim_func
-    def main(
-        Q: T.Tensor(q_shape, dtype),
-        K: T.Tensor(kv_shape, dtype),
-        V: T.Tensor(kv_shape, dtype),
-        partial_out: T.Tensor(partial_shape, ACCUM),
-        partial_lse: T.Tensor(lse_shape, ACCUM),
-        Out: T.Tensor(q_shape, dtype),
-    ):
+    def key_visible(i: Any, key: Any, limit: Any) -> Any:
+        key_end, mask_tensor = limit  # key_end <= seq_len_kv: the mask is read only below it
+        if mask == "bool":
+            return T.And(key < key_end, mask_tensor[0, key])
+        return key < key_end
+
+    def mask_bias(i: Any, key: Any, limit: Any) -> Any:
+        return T.cast(limit[1][0, key], ACCUM) * math.sqrt(head_dim)  # in q.k units
+
+    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None)
+
+    @T.macro
+    def body(Q, K, V, Mask, Sinks, partial_out, partial_lse, Out):
         if vector:
             with T.Kernel(batch, kv_heads, num_split, threads=group * SIMD_WIDTH) as (bb, kv_group, split):
                 thread = T.get_thread_binding()
@@ -456,9 +579,15 @@ def flash_decoding_program(
                         score += q_run[d] * T.cast(k_run[d], ACCUM)
                     # scaled after the sum, as torch does: a q.k that overflows float32 is -inf there too
                     score = T.warp_reduce_sum(score) * scale  # log2 units
+                    if mask == "additive":
+                        score = score + T.cast(Mask[0, key], ACCUM) * LOG2_E
+                    if mask == "bool":  # a masked key leaves the maximum alone and weighs 0
+                        score = T.if_then_else(Mask[0, key], score, MASKED_SCORE)
                     new_max = T.max(running_max, score)
                     rescale = T.exp2(running_max - new_max)
                     weight = T.exp2(score - new_max)
+                    if mask == "bool":
+                        weight = T.if_then_else(Mask[0, key], weight, 0)
                     running_sum = running_sum * rescale + weight
                     running_max = new_max
                     for d in T.unroll(per_lane):
@@ -495,7 +624,7 @@ def flash_decoding_program(
                         first = key0 + kb * block_n  # keys past the cache read 0; past the split, masked
                         T.gemm(Q_frag, K_rows[bb, kv_head, first : first + block_n, :], S, transpose_B=True, clear_accum=True,
                                policy=T.GemmWarpPolicy.FullRow)
-                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first, key_end)
+                        softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first, (key_end, Mask))
                         T.gemm(P, V_rows[bb, kv_head, first : first + block_n, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
                 else:
                     K_shared = T.alloc_shared((block_n, head_dim + pad), dtype)
@@ -505,7 +634,7 @@ def flash_decoding_program(
                         T.copy(V[bb, key0 + kb * block_n : key0 + (kb + 1) * block_n, kv_head, :], V_shared[:, 0:head_dim])
                         T.gemm(Q_frag, K_shared[:, 0:head_dim], S, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                         softmax_step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, key0 + kb * block_n,
-                                     key_end)
+                                     (key_end, Mask))
                         T.gemm(P, V_shared[:, 0:head_dim], acc_o, policy=T.GemmWarpPolicy.FullRow)
                 for i, d in T.Parallel(block_h, head_dim):
                     if i < heads_per_block:
@@ -524,9 +653,13 @@ def flash_decoding_program(
             # a split with no key has lse MASKED_SCORE, below every real one (its weight exp2(MASKED_SCORE - m)
             # is exactly 0); when every split is empty each weighs 1 and adds its zero partial
             lse_max = MASKED_SCORE
+            if has_sinks:  # the sink: one more split, of log-sum-exp sinks[h] (log2 units) and output 0
+                lse_max = T.max(lse_max, T.cast(Sinks[h], ACCUM) * LOG2_E)
             for s in T.serial(num_split):
                 lse_max = T.max(lse_max, partial_lse[bb, h, s])
             lse_total = 0
+            if has_sinks:
+                lse_total = T.exp2(T.cast(Sinks[h], ACCUM) * LOG2_E - lse_max)
             for s in T.serial(num_split):
                 lse_total += T.exp2(partial_lse[bb, h, s] - lse_max)
             acc = T.alloc_var(ACCUM)
@@ -534,6 +667,38 @@ def flash_decoding_program(
             for s in T.serial(num_split):
                 acc += partial_out[bb, h, s, tx] * T.exp2(partial_lse[bb, h, s] - lse_max) / lse_total
             Out[bb, h, tx] = T.cast(acc, dtype)
+
+    # one signature per combination of the optional inputs: kernel(Q, K, V[, Mask][, Sinks], outputs...)
+    if mask is not None and sinks:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Mask: T.Tensor(mask_shape, mask_dtype), Sinks: T.Tensor(sinks_shape, sinks_dtype),
+                 partial_out: T.Tensor(partial_shape, ACCUM), partial_lse: T.Tensor(lse_shape, ACCUM), Out: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Mask, Sinks, partial_out, partial_lse, Out)
+
+    elif mask is not None:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Mask: T.Tensor(mask_shape, mask_dtype),
+                 partial_out: T.Tensor(partial_shape, ACCUM), partial_lse: T.Tensor(lse_shape, ACCUM), Out: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Mask, None, partial_out, partial_lse, Out)
+
+    elif sinks:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 Sinks: T.Tensor(sinks_shape, sinks_dtype),
+                 partial_out: T.Tensor(partial_shape, ACCUM), partial_lse: T.Tensor(lse_shape, ACCUM), Out: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, None, Sinks, partial_out, partial_lse, Out)
+
+    else:
+
+        @T.prim_func
+        def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                 partial_out: T.Tensor(partial_shape, ACCUM), partial_lse: T.Tensor(lse_shape, ACCUM), Out: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, None, None, partial_out, partial_lse, Out)
 
     return main
 
@@ -552,9 +717,10 @@ def flash_attention_forward(
     execution_backend: str | None = None,
     **options: Any,
 ) -> Any:
-    """The compiled flash-attention forward kernel, called as `kernel(q, k, v) -> out` with
-    (batch, seq, heads, dim) tensors (`options`: kv_heads, layout, num_stages, dataflow); the dataflow
-is the target's unless `dataflow` says otherwise."""
+    """The compiled flash-attention forward kernel, called as `kernel(q, k, v[, mask][, sinks]) -> out`
+    with (batch, seq, heads, dim) tensors (`options`: kv_heads, seq_len_kv, mask, sinks, layout,
+    num_stages, dataflow: see flash_attention_program, which also says how the causal mask aligns
+    when seq_len_kv != seq_len); the dataflow is the target's unless `dataflow` says otherwise."""
     import tilelang
 
     target = target or "metal"
@@ -563,4 +729,5 @@ is the target's unless `dataflow` says otherwise."""
         target=target, **options
     )
     kwargs = {"execution_backend": execution_backend} if execution_backend else {}
-    return tilelang.compile(program, out_idx=[3], target=target, **kwargs)
+    out = 3 + _optional_inputs(options.get("mask"), options.get("sinks", False))
+    return tilelang.compile(program, out_idx=[out], target=target, **kwargs)
