@@ -1,7 +1,8 @@
 """`python -m tilelang_metal {lower,run,demo,profile,cache}`: inspect and execute the plugin's Metal GEMMs.
 
 lower    print the MSL of a GEMM (default: 4096^3 fp16, the kernel kernels.matmul picks for the shape and
-         chip: GEMV, split-K or a direct-global GEMM tile; --explain says which and why)
+         chip: GEMV, split-K or a direct-global GEMM tile; --explain says which and why); with --bits, of
+         kernels.quantized_matmul (x @ dequantize(w).T in MLX's affine format; --explain: vector or tiled)
 run      lower, execute (torch MPS on a Mac, else the emulator) and compare with torch
 demo     the main job: print the default kernel's MSL, then run it at a size that takes seconds
 profile  run a GEMM once in the emulator and print what it did (memory traffic, barriers, matrix
@@ -25,6 +26,8 @@ DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "relu", "bias", "scale", "gelu_tanh", "silu")
 AUTO_EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu", "residual")  # kernels.matmul's
 AUTO_ONLY = ("--batch", "--shared-b", "--alpha", "--beta")
+QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
+QUANTIZED_GROUPS = (32, 64, 128)
 EXIT_MISMATCH, EXIT_USAGE = 1, 2
 
 
@@ -88,6 +91,11 @@ def _add_kernel_flags(p: argparse.ArgumentParser, big: bool) -> None:
     p.add_argument("--shared-b", action="store_true", help="with --batch: one B (K, N) for every batch; --path auto only (default: off)")
     p.add_argument("--alpha", type=float, default=None, help="the factor of A @ B for --epilogue scale (required there) / alpha_beta; --path auto only (default: 1)")
     p.add_argument("--beta", type=float, default=None, help="the factor of C for --epilogue alpha_beta; --path auto only (default: 1)")
+    p.add_argument("--bits", type=int, default=None, choices=QUANTIZED_BITS,
+                   help="B is the transpose of an MLX-quantized weight w (N, K) with this many bits: kernels.quantized_matmul "
+                        "(lower and run only; default: off, an fp GEMM)")
+    p.add_argument("--group-size", type=int, default=None, choices=QUANTIZED_GROUPS,
+                   help="with --bits: the quantization group along K (default: 64)")
     p.add_argument("--explain", action="store_true", help="print the path-selection decision and its reason (default: off)")
     p.add_argument("--debug", action="store_true", help="on an error, print the full traceback instead of one line (default: off)")
     p.add_argument("--verbose", action="store_true", help="keep TileLang's INFO log lines (compile start / end) in the output (default: off)")
@@ -147,6 +155,8 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
                          "not have; use --backend emulator (or auto) to run it on the CPU")
     if args.out_dtype is None:
         args.out_dtype = args.dtype
+    if args.bits is not None or args.group_size is not None:
+        return _choose_quantized(args)
     if args.path == "auto":
         return _choose(args)
     if args.target is None:
@@ -197,6 +207,34 @@ def _choose(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def _choose_quantized(args: argparse.Namespace) -> argparse.Namespace:
+    """--bits: kernels.quantized_matmul's kernel for the shape (vector or tiled, quantized_matmul_route);
+    the flags of the fp GEMMs do not apply and are refused."""
+    if args.bits is None:
+        raise UsageError("--group-size applies with --bits only (a quantized weight); add --bits 4 or drop --group-size")
+    if args.command not in ("lower", "run"):
+        raise UsageError(f"--bits applies to lower and run only; drop it for {args.command}")
+    fp_only = [flag for flag, value in (("--path", None if args.path == "auto" else args.path), ("--block-m", args.block_m),
+                                        ("--block-n", args.block_n), ("--block-k", args.block_k), ("--threads", args.threads),
+                                        ("--swizzle", args.swizzle), ("--trans-a", args.trans_a or None), ("--trans-b", args.trans_b or None),
+                                        ("--epilogue", args.epilogue), ("--batch", args.batch), ("--shared-b", args.shared_b or None),
+                                        ("--alpha", args.alpha), ("--beta", args.beta))
+               if value is not None]
+    if fp_only:
+        raise UsageError(f"{fp_only[0]} applies to the fp GEMMs, not to --bits (kernels.quantized_matmul picks its own kernel); drop {fp_only[0]}")
+    if args.out_dtype != args.dtype:
+        raise UsageError("--out-dtype must equal --dtype with --bits (kernels.quantized_matmul writes x's dtype); drop --out-dtype")
+    from .kernels.quantized_matmul import quantized_matmul_route
+
+    if args.group_size is None:
+        args.group_size = 64
+    if args.target is None:
+        args.target = "metal4"
+    args.path = "quantized"
+    args.route, args.route_reason = quantized_matmul_route(args.m)
+    return args
+
+
 def _chip_target(name: str) -> str:
     """The target the plugin gives `target="metal"` on that chip: the metal4 key from M5 on (with
     macOS 26 and its SDK; the plugin's host policy), plain metal before."""
@@ -243,6 +281,9 @@ def _build(args: argparse.Namespace) -> Any:
 
     if args.path == "auto":
         return examples.matmul_program(args.choice)
+    if args.path == "quantized":
+        return examples.quantized_matmul_program(args.m, args.n, args.k, bits=args.bits, group_size=args.group_size,
+                                                 dtype=args.dtype, route=args.route)
     if args.path == "direct_global":
         return examples.gemm_direct_global(
             args.m, args.n, args.k, args.block_m, args.block_n, dtype=args.dtype, out_dtype=args.out_dtype,
@@ -277,6 +318,8 @@ def lower_source(args: argparse.Namespace) -> tuple[str, list[str]]:
     decisions = lowered_decisions(artifact)
     if args.path == "auto":
         decisions = args.choice.describe() + decisions
+    if args.path == "quantized":
+        decisions = [f"quantized_matmul {args.bits}-bit, group {args.group_size}: {args.route} kernel ({args.route_reason})"] + decisions
     return artifact.kernel_source, decisions
 
 
@@ -285,6 +328,13 @@ def _inputs(args: argparse.Namespace) -> tuple[list[Any], Any]:
 
     torch.manual_seed(0)
     dt = getattr(torch, args.dtype)
+    if args.path == "quantized":
+        from .kernels import dequantize, quantize
+
+        x, w = torch.randn(args.m, args.k).to(dt), torch.randn(args.n, args.k).to(dt)
+        w_q, scales, biases = quantize(w, bits=args.bits, group_size=args.group_size)
+        ref = x.double() @ dequantize(w_q, scales, biases, bits=args.bits, group_size=args.group_size).double().T
+        return [x, w_q, scales, biases], ref.float()
     if args.path == "auto" and (args.choice.batch or args.choice.epilogue != "none"):
         return _matmul_inputs(args.choice, dt)
     a = torch.randn((args.k, args.m) if args.trans_a else (args.m, args.k)).to(dt)

@@ -66,3 +66,15 @@ def test_auto_path_runs_transposed_operands(capsys):
     assert main(["lower", *problem, "--explain"]) == 0
     explained = capsys.readouterr().out
     assert "matmul 3x72x40 TT float16->float16 on M4 (metal): gemm" in explained and "stored transposed" in explained, explained
+
+
+def test_quantized_lower_explains_the_route_and_run_matches_torch(capsys):
+    """--bits: kernels.quantized_matmul's kernel for the shape, its choice in --explain (vector for
+    decoding's few rows, tiled for prefill), checked against x @ dequantize(w).T."""
+    assert main(["lower", "--bits", "4", "--m", "40", "--n", "64", "--k", "128", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "// quantized_matmul 4-bit, group 64: tiled kernel (M=40 > 8" in out and "mpp::tensor_ops::matmul2d" in out  # metal4
+    code = main(["run", "--bits", "8", "--group-size", "32", "--m", "3", "--n", "40", "--k", "96", "--explain", "--backend", "emulator"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "// quantized_matmul 8-bit, group 32: vector kernel (M=3 <= 8" in out and "OK" in out
