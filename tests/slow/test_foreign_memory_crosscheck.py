@@ -73,7 +73,7 @@ def test_plugin_kernel_traced_as_foreign_msl_counts_the_same(case, monkeypatch):
             assert foreign[k] > plugin[k], (k, foreign[k], plugin[k])
         compared.append(plugin)
 
-    _launches(_adapter(kern), args, one)
+    _launches(_adapter(kern, "counters"), args, one)
     assert compared and all(c["device_load_bytes"] > 0 and c["device_store_bytes"] > 0 for c in compared)
     if case.startswith(("shared", "ragged", "row", "softmax")):
         assert any(c["threadgroup_load_bytes"] > 0 for c in compared)

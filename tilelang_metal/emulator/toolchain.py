@@ -289,14 +289,19 @@ def _starts_with_stdlib(text: str) -> bool:
     return bool(_LEADING_RE.match(text))
 
 
-def prelude_header(instrument: str | None = None) -> Path | None:
+def prelude_header(instrument: str | None = None, unit_flags: tuple[str, ...] = ()) -> Path | None:
     """The shim prelude with its precompiled header (`.gch`, built once per shim directory and sources, compiler and
-    flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built."""
+    flags; g++ parses the text instead if it ever rejects the `.gch`). None if it cannot be built. `unit_flags`: a
+    foreign unit's own flags (predefines, -O0 memory tracing); the PCH is built with them, since a macro or
+    optimization level that differs makes the compiler refuse it, except their include directories, which come
+    after the shim's and cannot change what the prelude's `#include <metal_stdlib>` finds (a PCH per directory
+    would cost a foreign build more than it saves)."""
     cxx = compiler()
+    unit_flags = tuple(f for f in unit_flags if not f.startswith("-I"))
     # clang records each input's mtime and refuses the PCH when one changes; the key covers the
     # shim's content, so a checkout that restores content built before must find its PCH valid.
     no_timestamps = ["-Xclang", "-fno-pch-timestamp"] if "clang" in compiler_identity(cxx) else []
-    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *no_timestamps]
+    flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *_defines(), *INSTRUMENT_DEFINES[instrument], *no_timestamps, *unit_flags]
     # The shim's path is in the key too: a PCH names the headers it holds by path, and a kernel that
     # includes the same headers from another checkout would get both copies (redefinitions).
     key = _key("prelude", sources_hash(), str(SHIM_DIR), compiler_identity(cxx), " ".join(flags), PRELUDE_TEXT)
@@ -381,9 +386,8 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
         src.write_text(unit.text)
         unit.write_extra_files(tmp)
         lib = tmp / "kernel.so"
-        # Foreign units carry predefines the precompiled prelude was not built with: they parse the shim.
-        use_prelude = _starts_with_stdlib(unit.text) and not unit.extra_flags
-        prelude = prelude_header(instrument) if use_prelude else None
+        # Foreign units' predefines (and tracing flags) are in their prelude's flags: one PCH per flag set.
+        prelude = prelude_header(instrument, unit.extra_flags) if _starts_with_stdlib(unit.text) else None
         link = [*unit.extra_flags, "-shared", *_linker_flags(cxx), "-o", str(lib), "-x", "none", str(rt)]
         cmd = _kernel_cmd(cxx, src, link, instrument, prelude)
         r = _run(cmd, tmp)
