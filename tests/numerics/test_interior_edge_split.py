@@ -38,6 +38,17 @@ def _inputs(path: str, m: int, n: int, k: int) -> list:
     return [a, b, torch.randn(n)] if path == "shared" else [a, b]
 
 
+# Segments per simdgroup access depend on where rows start: at the ragged pitch (200 halves, 400
+# bytes, not a multiple of the 128-byte segment) rows straddle more segments than at 256. The same
+# work is every other count; the segments may only grow.
+PITCH_DEPENDENT = "device_transactions"
+
+
+def _same_work(interior: dict, aligned: dict) -> None:
+    assert {k: v for k, v in interior.items() if k != PITCH_DEPENDENT} == {k: v for k, v in aligned.items() if k != PITCH_DEPENDENT}
+    assert interior[PITCH_DEPENDENT] >= aligned[PITCH_DEPENDENT]
+
+
 def _checked_counts(path: str, m: int, n: int, k: int, bypass: str = "1"):
     kern = _kernel(path, m, n, k, bypass)
     args = _inputs(path, m, n, k)
@@ -56,7 +67,7 @@ def test_interior_threadgroup_counts_equal_aligned_kernel(path):
     assert sorted(ragged) == [(x, y, 0) for x in range(2) for y in range(4)]
     interior = [pos for pos in ragged if pos[0] < 1 and pos[1] < 3]
     for pos in interior:
-        assert ragged[pos] == aligned[(0, 0, 0)], pos
+        _same_work(ragged[pos], aligned[(0, 0, 0)])
     assert aligned[(0, 0, 0)]["predicated_device_loads"] == 0
     # edge threadgroups still guard their accesses (they cross the buffer edge)
     for pos in ((1, 0, 0), (0, 3, 0), (1, 3, 0)):
@@ -82,7 +93,7 @@ def test_shared_staging_interior_threadgroups_match_aligned_kernel(bypass, monke
     assert len(ragged) == 16  # 64x64 tiles: 3 whole + 8 rows / columns
     for x in range(3):
         for y in range(3):
-            assert ragged[(x, y, 0)] == aligned[(0, 0, 0)], (x, y)
+            _same_work(ragged[(x, y, 0)], aligned[(0, 0, 0)])
     assert aligned[(0, 0, 0)]["predicated_device_loads"] == 0
     assert (aligned[(0, 0, 0)]["threadgroup_barriers"] > 0) == (bypass == "0")
     for pos in ((3, 0, 0), (0, 3, 0), (3, 3, 0)):
