@@ -32,7 +32,7 @@ from typing import Any
 
 import tilelang.language as T
 
-from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, SIMD_WIDTH, _ELEMENT_BYTES
+from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, SIMD_WIDTH, _ELEMENT_BYTES, run_loader
 from .sizes import integer_sizes
 
 KINDS = ("rms_norm", "layer_norm")
@@ -78,19 +78,7 @@ def norm_program(kind: str, rows: Any, cols: int, *, dtype: str, eps: float, thr
     is_layer = kind == "layer_norm"
     n_rows = T.dynamic("rows") if rows is None else rows
 
-    @T.macro
-    def load_run(src, row, c, dst):
-        """dst[v] = src[row, c + v] for a run starting in the row; past its end a copy of the last element (never summed)."""
-        if c + run <= cols:
-            if vector_runs:
-                for v in T.vectorized(run):
-                    dst[v] = src[row, c + v]
-            else:
-                for v in T.unroll(run):
-                    dst[v] = src[row, c + v]
-        else:
-            for v in T.unroll(run):
-                dst[v] = src[row, T.min(c + v, cols - 1)]
+    load_run = run_loader(run, cols, vector_runs)  # past the row's end a copy of the last element, never summed
 
     @T.macro
     def load_params(src, c, dst):

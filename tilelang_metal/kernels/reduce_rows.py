@@ -120,6 +120,28 @@ def reduce_rows(rows: int, cols: int, kind: str = "sum", *, dtype: str = "float3
     return main
 
 
+def run_loader(run: int, cols: int, vector_runs: bool) -> Any:
+    """A `T.macro` load_run(src, row, c, dst): dst[v] = src[row, c + v] for the `run` elements of a
+    run starting in the row (one vector load when `vector_runs`: the row pitch keeps runs 16-byte
+    aligned); a run the row's end cuts reads a copy of the last element past it (callers never fold
+    those in). Shared by the row reductions and the norms."""
+
+    @T.macro
+    def load_run(src, row, c, dst):
+        if c + run <= cols:
+            if vector_runs:
+                for v in T.vectorized(run):
+                    dst[v] = src[row, c + v]
+            else:
+                for v in T.unroll(run):
+                    dst[v] = src[row, c + v]
+        else:
+            for v in T.unroll(run):
+                dst[v] = src[row, T.min(c + v, cols - 1)]
+
+    return load_run
+
+
 def _reduce_rows_per_simdgroup(rows: int, cols: int, kind: str, dtype: str, out_dtype: str, threads: int, run: int) -> Any:
     """One simdgroup per row: each lane reads runs of 16 bytes, `run` elements, at a stride of 32 runs
     (one vector load each where the row pitch keeps them 16-byte aligned), folds them into a float32
@@ -130,6 +152,7 @@ def _reduce_rows_per_simdgroup(rows: int, cols: int, kind: str, dtype: str, out_
     rounds = -(-cols // (SIMD_WIDTH * run))
     vector_runs = cols * _ELEMENT_BYTES[dtype] % RUN_BYTES == 0  # else runs are not provably aligned: elements
     is_sum = kind == "sum"
+    load_run = run_loader(run, cols, vector_runs)
 
     @T.prim_func
     def main(X: T.Tensor((rows, cols), dtype), Out: T.Tensor((rows,), out_dtype)):
@@ -145,16 +168,7 @@ def _reduce_rows_per_simdgroup(rows: int, cols: int, kind: str, dtype: str, out_
                 nans = 0
                 for i in T.serial(rounds):
                     c = (i * SIMD_WIDTH + lane) * run
-                    if c + run <= cols:
-                        if vector_runs:
-                            for v in T.vectorized(run):
-                                values[v] = X[row, c + v]
-                        else:
-                            for v in T.unroll(run):
-                                values[v] = X[row, c + v]
-                    else:
-                        for v in T.unroll(run):
-                            values[v] = X[row, T.min(c + v, cols - 1)]
+                    load_run(X, row, c, values)
                     if not is_sum and i == 0:
                         total = T.cast(values[0], ACCUM)  # round 0's runs are whole (cols >= 32 runs): a max starts from one
                     for v in T.unroll(run):
