@@ -19,7 +19,9 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
   enough for neighbouring threadgroups to share panels of A and B.
 
-On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
+On plain metal the split-K slices are staged the same way (its block_k and 2 stages). An M (or N)
+from 9 to 48 gets a small-side tile on both routes (kernels/small_m.py: the small side rounded up to
+16 rows, one tile, 4 simdgroups), which keeps matrix operations per FLOP at most MLX's.
 
 `batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on every
 route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, activations) on the
