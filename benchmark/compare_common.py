@@ -50,7 +50,7 @@ PROBLEMS: tuple[Problem, ...] = (
       for lay in ("nn", "nt", "tn") for dt in ("float16", "bfloat16")),
     _gemm("gemm-nn-fp16-ragged-4000", 4000, 4000, 4000),
     _gemm("gemm-nn-fp16-odd-pitch-4095x4097x4096", 4095, 4097, 4096),
-    *(_gemm(f"gemm-nn-fp16-skinny-m{m}", m, 4096, 4096) for m in (1, 16, 64)),
+    *(_gemm(f"gemm-nn-fp16-skinny-m{m}", m, 4096, 4096) for m in (1, 2, 4, 16, 32, 64)),
     *(Problem(f"attention-d{d}{'-causal' if c else ''}-4k", "attention", ("nax", "steel"),
               {"heads": 32, "seq": 4096, "head_dim": d, "causal": c, "dtype": "float16"}) for d in (64, 128) for c in (False, True)),
     Problem("decode-d128-4k", "decode", ("steel",), {"heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "dtype": "float16"}),

@@ -398,7 +398,7 @@ def test_plain_metal_gemm_reads_each_tile_once_in_16_byte_loads():
 def test_lower_explain_prints_the_route_and_its_reasons(capsys):
     assert main(["lower", "--m", "16", "--n", "40", "--k", "600", "--chip", "M5 Max", "--explain"]) == 0
     out = capsys.readouterr().out
-    assert "// matmul 16x40x600 float16->float16 on M5 Max (metal4): split_k in 2 slices of K, 64x128 tile, 256 threads (8 simdgroups)" in out
+    assert "// matmul 16x40x600 float16->float16 on M5 Max (metal4): split_k in 2 slices of K, 16x128 tile, 128 threads (4 simdgroups)" in out  # the small-M tile
     assert "//   because 1 output tiles < 160 threadgroups (4 per core of 40)" in out
     assert "main_kernel, main_kernel_1" in out  # the partial-products kernel and the reduction kernel
     assert main(["lower", "--m", "1", "--n", "64", "--k", "32", "--explain"]) == 0

@@ -106,3 +106,19 @@ def test_plain_metal_staged_gemm_propagates_nan_and_inf(layout):
     ref = a.float() @ b.float()
     assert torch.isnan(out[3]).all()
     torch.testing.assert_close(out.float(), ref.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2 * math.sqrt(K), equal_nan=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chip, tile_m, ms, layout, dtype", [("M4", 48, (33,), "tn", "float32"), ("M5", 32, (31, 32), "tn", "float16")])
+def test_small_m_tiles_match_torch_other_classes(chip, tile_m, ms, layout, dtype):
+    """The small-M tile classes tests/numerics/test_matmul_small_m.py leaves to this tier."""
+    from tests.numerics import test_matmul_small_m as small_m
+
+    small_m.test_small_m_tiles_match_torch(chip, tile_m, ms, layout, dtype)
+
+
+@pytest.mark.slow
+def test_small_m_ends_on_metal4_match_torch():
+    from tests.numerics import test_matmul_small_m as small_m
+
+    small_m.test_m_2_and_63_keep_their_routes_and_match_torch("M5")

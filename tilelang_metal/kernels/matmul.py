@@ -19,7 +19,9 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
   enough for neighbouring threadgroups to share panels of A and B.
 
-On plain metal the split-K slices are staged the same way (its block_k and 2 stages).
+On plain metal the split-K slices are staged the same way (its block_k and 2 stages). An M (or N)
+from 9 to 48 gets a small-side tile on both routes (kernels/small_m.py: the small side rounded up to
+16 rows, one tile, 4 simdgroups), which keeps matrix operations per FLOP at most MLX's.
 
 `batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on every
 route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, activations) on the
@@ -46,6 +48,7 @@ from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
 from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
+from .small_m import small_side_tile
 from .sizes import flags, integer_sizes
 from .split_k import effective_splits, gemm_split_k
 
@@ -288,7 +291,11 @@ def matmul_config(
 
     block_m, block_n, threads, tile_reason = _chip_tile(on, target_name)
     reasons.append(tile_reason)
-    if M <= block_m // 2 and block_m > 64:
+    small = small_side_tile(M, N, block_m, block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
+    if small is not None:
+        block_m, block_n, threads, small_reason = small
+        reasons.append(small_reason)
+    elif M <= block_m // 2 and block_m > 64:
         block_m, threads = 64, threads // 2
         reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
     block_k, stages = SPLIT_BLOCK_K, 0
