@@ -16,7 +16,7 @@ from ..isa import SIMD_WIDTH
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
 from ..target import has_metal4, target_features
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
 

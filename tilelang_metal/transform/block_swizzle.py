@@ -29,7 +29,7 @@ from ..host import tir, tvm
 from ..errors import MetalLoweringError
 from ..ir_attrs import POSITION_NAMES_ATTR  # position attribute -> parameter name
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
 from ..host import vocab
 

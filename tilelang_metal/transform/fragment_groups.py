@@ -50,7 +50,7 @@ from ..selection import (
     warp_partition,
 )
 from ..target import has_metal4, target_features
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from ..host import vocab
 
 

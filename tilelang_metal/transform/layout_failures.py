@@ -19,7 +19,7 @@ from ..host import THREAD_EXTENT_ATTR, tir, tvm
 from ..host import vocab
 from ..isa import SIMD_WIDTH
 from ..limits import MAX_THREADS_PER_THREADGROUP
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from .kernel_launches import ThreadLaunch, kernels, rewrite_kernels
 
 REDUCER_SCOPE = "local.reducer"

@@ -21,10 +21,9 @@ from typing import Any
 
 from .. import intrinsics
 from ..host import tir
-from ..ir_attrs import COOPERATIVE, MATRIX_STORAGE_ATTR, SIMDGROUP, MatrixStorage
+from ..ir_attrs import COOPERATIVE, MATRIX_STORAGE_ATTR, SIMDGROUP, MatrixStorage, find_nodes
 from ..isa import REGISTRY, MatrixInstruction
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
 from ..host import vocab
 
 

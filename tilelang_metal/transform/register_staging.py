@@ -40,11 +40,10 @@ from ..selection import select_inst, warp_partition
 from ..target import has_metal4
 from .kernel_launches import kernels
 from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
-from ..ir_attrs import with_decisions
+from ..ir_attrs import find_nodes, with_decisions
 from ..options import LoweringOptions
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
 from ..host import vocab
 
 PIPELINE_STAGES_ATTR = "tl_pipelined_num_stages"  # loop annotation InjectSoftwarePipeline leaves

@@ -28,14 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir_attrs import STAGING_KEPT_ATTR, with_decisions
+from ..ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
 from ..options import LoweringOptions
 from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..target import has_metal4
 from ..gemm.problem import tile_view_refusal
-from .ir_query import find_nodes
 from ..host import vocab
 
 # A PrimFunc attribute: keep this kernel's shared staging as written, whatever the bypass setting

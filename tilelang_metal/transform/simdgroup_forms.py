@@ -28,7 +28,7 @@ from .. import intrinsics
 from ..host import tir, tvm
 from ..isa import REGISTRY, SIMD_WIDTH
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from .kernel_prelude import prelude_vars
 from .integer_bits import bits_as_arithmetic, fold_constant_bits, has_division
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR

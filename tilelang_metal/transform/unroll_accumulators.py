@@ -16,7 +16,7 @@ from typing import Any
 from ..host import tir, tvm
 from .. import intrinsics
 from .function_pass import per_function_pass
-from .ir_query import find_nodes
+from ..ir_attrs import find_nodes
 from ..host import vocab
 
 MAX_UNROLLED_ITERATIONS = 256
