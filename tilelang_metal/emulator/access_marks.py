@@ -15,6 +15,7 @@ Lines keep their numbers.
 from __future__ import annotations
 
 from ..codegen.artifact import KernelRecord
+from ..dtypes import msl_type_bytes
 from .errors import EmulatorCompileError
 
 SUFFIXES = {"w": ".w()", "wp": ".wp()", "p": ".p()", "s": ".s()", "ps": ".p().s()"}
@@ -36,9 +37,7 @@ def marked_names(record: KernelRecord) -> set[str]:
     """Every name a mark may spell, what either flavour instruments: device buffers, threadgroup
     arrays and views, tile pointers, and the thread arrays racecheck tracks (of a known element
     size, not simdgroup matrices)."""
-    from .signature import type_bytes  # signature.py applies the marks
-
-    tracked = {t.name for t in record.thread_arrays if type_bytes(t.elem_type) is not None and not t.elem_type.startswith("simdgroup_")}
+    tracked = {t.name for t in record.thread_arrays if msl_type_bytes(t.elem_type) is not None and not t.elem_type.startswith("simdgroup_")}
     return ({p.name for p in record.buffers} | {a.name for a in record.threadgroup_arrays} | {v.name for v in record.threadgroup_views}
             | tracked | {t.name for t in record.tile_pointers})
 

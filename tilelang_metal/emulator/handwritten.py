@@ -34,12 +34,12 @@ from ..codegen.artifact import (
 )
 from ..codegen import access_marks as codegen_marks
 from ..codegen.kernel_text import matching_bracket
-from ..dtypes import DTYPE_OF_MSL
+from ..dtypes import DTYPE_OF_MSL, MSL_SCALAR_BYTES, msl_type_bytes
 from .access_marks import marked_names
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
 from .foreign import _KERNEL_DEF_RE, _mask, _matching, _param_attributes
-from .signature import SCALAR_BYTES, _check_position, _fail, _int_literal, _line_of, type_bytes
+from .signature import _check_position, _fail, _int_literal, _line_of
 
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _TG_DECL_RE = re.compile(
@@ -268,7 +268,7 @@ def _arg_struct_size(msl: str, struct_type: str) -> int | None:
     size = 0
     for member in filter(None, members):
         mm = _STRUCT_MEMBER_RE.match(member)
-        bytes_ = SCALAR_BYTES.get(mm.group("type")) if mm else None
+        bytes_ = MSL_SCALAR_BYTES.get(mm.group("type")) if mm else None
         if bytes_ is None or bytes_ * (2 if mm.group("array") else 1) != 8:
             return None
         size += 8
@@ -318,7 +318,7 @@ def _check_redeclaration(msl: str, lineno: int, decl: object, reading: _Reading)
 def _thread_array(content: str) -> tuple[ThreadArrayDecl, str] | None:
     am = _THREAD_ARRAY_RE.match(content)
     count = _int_literal(am.group("count")) if am else None
-    if not (am and count is not None and type_bytes(am.group("type")) is not None):
+    if not (am and count is not None and msl_type_bytes(am.group("type")) is not None):
         return None
     decl = ThreadArrayDecl(am.group("name"), am.group("type"), count, int(am.group("align") or 0))
     return decl, decl.msl()

@@ -25,7 +25,7 @@ from ..codegen.artifact import (
     ThreadgroupViewDecl,
     find_artifact,
 )
-from ..dtypes import DTYPE_OF_MSL
+from ..dtypes import DTYPE_OF_MSL, msl_type_bytes
 from ..limits import BUFFER_ARGUMENT_SLOTS
 
 from ..codegen.kernel_text import matching_bracket
@@ -128,25 +128,6 @@ class KernelSignature:
     def bound(self) -> tuple[BufferParam | ScalarParam | ArgStructParam, ...]:
         """What the caller passes, in [[ buffer(i) ]] order: device buffers, scalar values, argument structs."""
         return tuple(p for p in self.params if isinstance(p, (BufferParam, ScalarParam, ArgStructParam)))
-
-
-SCALAR_BYTES: dict[str, int] = {
-    "bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2,
-    "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8,
-}
-
-
-def type_bytes(type_name: str) -> int | None:
-    """Size in the emulator of a scalar, vector (`half4`) or simdgroup matrix (`simdgroup_float8x8`) type."""
-    if type_name in SCALAR_BYTES:
-        return SCALAR_BYTES[type_name]
-    m = re.fullmatch(r"([a-z]+)([234])", type_name)
-    if m and m.group(1) in SCALAR_BYTES:
-        return SCALAR_BYTES[m.group(1)] * int(m.group(2))
-    m = re.fullmatch(r"simdgroup_([a-z]+)8x8", type_name)
-    if m and m.group(1) in SCALAR_BYTES:
-        return 2 * SCALAR_BYTES[m.group(1)]  # two elements per lane
-    return None
 
 
 def _fail(msg: str, source: str, line: int | None = None) -> EmulatorCompileError:
@@ -405,7 +386,7 @@ def _record_thread_array(body: _BodyDeclarations, name: str, elem_type: str, cou
     """Note a thread array for the stack size; checked builds bound its indices (`tlm::bounded_local`:
     an index out of range is reported, not written over the thread's stack), racecheck also tracks
     which elements were written (`tlm::local_array`)."""
-    size = type_bytes(elem_type)
+    size = msl_type_bytes(elem_type)
     if size is not None:
         body.thread_arrays.append(ThreadArray(name, elem_type, count, count * size, lineno))
     body.decl_lines.add(lineno)
@@ -498,7 +479,7 @@ def _threadgroup_views(found: list[_ViewSite]) -> list[ThreadgroupView]:
         v = site.decl
         off = _int_literal(v.offset)
         later = [o for o in offsets.get(v.pool, ()) if off is not None and o > off]
-        elem_bytes = type_bytes(v.elem_type)
+        elem_bytes = msl_type_bytes(v.elem_type)
         if v.elements is not None and off is not None and elem_bytes:
             later = [off + v.elements * elem_bytes]
         views.append(ThreadgroupView(name=v.name, elem_type=v.elem_type, pool=v.pool, offset=v.offset,
