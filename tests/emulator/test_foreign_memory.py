@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tilelang_metal.emulator import compile_msl, launch_counters
-from tilelang_metal.emulator.foreign import MEMORY_COUNTERS, memory_counts_unavailable
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
+from tilelang_metal.emulator.foreign.launcher import MEMORY_COUNTERS
 
 _WHY = memory_counts_unavailable()
 needs_clang = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tilelang_metal.emulator import compile_msl
-from tilelang_metal.emulator.foreign import ForeignKernel
+from tilelang_metal.emulator import ForeignKernel, compile_msl
 
 from mlx_launch import Launch
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from tilelang_metal.emulator.foreign import ForeignKernel
+from tilelang_metal.emulator import ForeignKernel
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,7 @@ from typing import Any
 
 import torch
 
-from tilelang_metal.emulator import compile_msl
-from tilelang_metal.emulator.foreign import ForeignKernel
+from tilelang_metal.emulator import ForeignKernel, compile_msl
 
 from mlx_gemm import DEFAULT_DEVICE, Device
 from mlx_launch import Launch

@@ -15,7 +15,8 @@ import torch
 
 from tilelang_metal import kernels
 from tilelang_metal.emulator import compile_msl, launch_counters
-from tilelang_metal.emulator.foreign import _FOREIGN_COUNTERS, MEMORY_COUNTERS, memory_counts_unavailable
+from tilelang_metal.emulator.foreign import memory_counts_unavailable
+from tilelang_metal.emulator.foreign.launcher import _FOREIGN_COUNTERS, MEMORY_COUNTERS
 from tilelang_metal.emulator.instrument import _adapter, _launches
 
 _WHY = memory_counts_unavailable()

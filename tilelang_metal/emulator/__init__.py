@@ -130,4 +130,5 @@ from .instrument import (  # noqa: E402  (uses compile_kernel)
     launch_racecheck,
     racecheck,
 )
-from .foreign import ForeignKernel, compile_msl  # noqa: E402
+from .foreign import compile_msl  # noqa: E402
+from .foreign.launcher import ForeignKernel  # noqa: E402

@@ -1,6 +1,6 @@
 """The front door's reading of hand-written MSL in the printer's shape (docs/msl_contract.md).
 
-Part of the front door for MSL the plugin did not write (with foreign.py, which compiles free-form
+Part of the front door for MSL the plugin did not write (with foreign/, which compiles free-form
 foreign MSL): `with_artifact(msl)` reads a hand-written kernel written in the printer's fixed shape
 (one `[[kernel]]` function, one parameter per `[[ buffer(i) ]]` or position attribute,
 `threadgroup T NAME[COUNT];` declarations on their own lines, pool views, thread arrays, tile
@@ -38,7 +38,9 @@ from ..dtypes import DTYPE_OF_MSL, MSL_SCALAR_BYTES, msl_type_bytes
 from .access_marks import marked_names
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
-from .foreign import _KERNEL_DEF_RE, _mask, _matching, _param_attributes
+from .foreign.kernel_entry import _param_attributes
+from .foreign.source_scan import _mask, _matching
+from .foreign.translation import _KERNEL_DEF_RE
 from .signature import _check_position, _fail, _int_literal, _line_of
 
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
@@ -184,7 +186,7 @@ _RESTRICT = {"__restrict__", "__restrict", "restrict"}
 
 def _kernel_params(msl: str, open_pos: int, close_pos: int, reading: _Reading) -> None:
     """Read every parameter, re-spelled as the printer spells it (buffer indices are checked
-    against parameter order by the record-driven rewrite). The attributes are read as foreign.py
+    against parameter order by the record-driven rewrite). The attributes are read as foreign/kernel_entry.py
     reads them; the declaration before them is a few words: `[const] device [const] T* [restrict]
     NAME`, `constant [const] T& NAME` or `T NAME`."""
     masked = _mask(msl)
