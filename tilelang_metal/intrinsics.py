@@ -230,7 +230,7 @@ def match_packed(call: Any) -> PackedAccess | None:
 
 
 # ---------------------------------------------------------------- simdgroup shuffles
-# Metal's whole-simdgroup shuffles, by kind, and its lane-wise select: what legalize/shuffle_widths.py
+# Metal's whole-simdgroup shuffles, by kind, and its lane-wise select: what legalize/segmented_shuffles.py
 # writes CUDA-width shuffles as. Printed by name as ordinary calls; the shuffle's lane operand is a ushort.
 SIMD_SHUFFLES = {"xor": "simd_shuffle_xor", "down": "simd_shuffle_down", "up": "simd_shuffle_up", "index": "simd_shuffle"}
 SELECT = "select"  # MSL select(if_false, if_true, condition): both operands evaluated, unlike `?:`

@@ -50,7 +50,7 @@ from .transform.resource_check import CheckThreadgroupResources, ThreadgroupBuff
 from .transform.scalar_params import CheckScalarParams
 from .transform.imported_sources import CheckImportedSources
 from .transform.shared_staging import BypassSharedStaging
-from .transform.shuffle_width import KeepShuffleWidths
+from .transform.keep_shuffle_widths import KeepShuffleWidths
 from .transform.skipped_body_sync import SyncSkippedBodies
 from .transform.simdgroup_forms import UseSimdgroupMatrixForms
 from .transform.simdgroup_indices import UseSimdgroupIndices

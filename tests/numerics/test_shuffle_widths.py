@@ -1,4 +1,4 @@
-"""Shuffles whose segment width is a kernel argument (legalize/shuffle_widths.py builds the segment
+"""Shuffles whose segment width is a kernel argument (legalize/segmented_shuffles.py builds the segment
 arithmetic on the runtime value): every width from 1 to 32 against CUDA's semantics."""
 
 import functools

@@ -81,7 +81,7 @@ CASES = [
         lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.metal.simd_shuffle_down"), v, 4),
         lambda v: down_ref(v, 4, 32),
     ),
-    (  # tvm_warp_shuffle* keep their width through LowerIntrin (transform/shuffle_width.py)
+    (  # tvm_warp_shuffle* keep their width through LowerIntrin (transform/keep_shuffle_widths.py)
         "tvm_warp_shuffle_up 1",
         lambda v, tx: T.call_intrin("float32", tvm.ir.Op.get("tirx.tvm_warp_shuffle_up"), T.uint32(0xFFFFFFFF), v, 1, 32, 32),
         lambda v: up_ref(v, 1, 32),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilelang_metal.emulator.access_marks import PREDICATED_SCOPE, SUFFIXES
+from tilelang_metal.emulator.mark_insertion import PREDICATED_SCOPE, SUFFIXES
 from tilelang_metal.emulator.handwritten import scan_line, with_artifact
 from tilelang_metal.emulator.signature import rewrite
 

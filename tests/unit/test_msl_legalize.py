@@ -202,7 +202,7 @@ def externs(func) -> list:
 
 
 def test_full_width_shuffles_become_plain_metal_shuffles():
-    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+    from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     func = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_xor_sync", v, 1, 32)))
     found = [intrinsics.match_simd_shuffle(c) for c in externs(func)]
@@ -216,7 +216,7 @@ def test_full_width_shuffles_become_plain_metal_shuffles():
 def test_narrow_shuffles_run_on_every_lane_and_select_the_result(op, kind):
     """The shuffle sits inside `select` (both operands evaluated), never under a branch or `?:`."""
     from tilelang_metal.ir_attrs import LANE_ID_ATTR
-    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+    from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     func = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl(op, v, 2, 8)))
     (select,) = [s for s in map(intrinsics.match_select, externs(func)) if s]
@@ -228,7 +228,7 @@ def test_narrow_shuffles_run_on_every_lane_and_select_the_result(op, kind):
 
 
 def test_indexed_shuffles_wrap_the_source_lane():
-    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+    from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     whole = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_sync", v, tx * 7, 32)))
     assert "simd_shuffle(" in msl(whole) and "& 31" in msl(whole)
@@ -239,14 +239,14 @@ def test_indexed_shuffles_wrap_the_source_lane():
 
 @pytest.mark.parametrize("width", [0, 12, 64])
 def test_bad_shuffle_widths_are_refused(width):
-    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+    from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     with pytest.raises(CodegenError, match=f"tl.shfl_xor_sync: shuffle width {width} is not a power of two"):
         lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl("tl.shfl_xor_sync", v, 1, width)))
 
 
 def test_64_bit_shuffles_are_refused():
-    from tilelang_metal.legalize.shuffle_widths import lower_shuffle_widths
+    from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     def body(a, b, tx):
         return tir.Evaluate(shfl("tl.shfl_xor_sync", tir.Cast("float64", tir.BufferLoad(a, [tx])), 1, 32))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilelang_metal.legalize import shuffle_widths as simd
+from tilelang_metal.legalize import segmented_shuffles as simd
 from tilelang_metal.ops.reduce import complement_digits, peer_offsets, xor_masks
 
 

@@ -1,6 +1,6 @@
 """Warp reductions as MSL simdgroup collectives (a Metal simdgroup is 32 lanes wide, like a CUDA
 warp). Shuffles with CUDA's `width` semantics are TIR by the time the printer runs
-(legalize/shuffle_widths.py)."""
+(legalize/segmented_shuffles.py)."""
 
 from __future__ import annotations
 

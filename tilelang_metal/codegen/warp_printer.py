@@ -1,6 +1,6 @@
 """Printing of warp-level calls (warp reductions, votes, warp sync) as simdgroup collectives. A mixin
 of the kernel printer; the MSL text is built in simd_collectives.py. Shuffles were rewritten before
-(legalize/shuffle_widths.py) into Metal's shuffles and `select`, which print as ordinary calls."""
+(legalize/segmented_shuffles.py) into Metal's shuffles and `select`, which print as ordinary calls."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class WarpPrinting:
 
     def warp_call(self, op: str, e: Any) -> str | None:
         """CUDA-style warp reductions / votes as simdgroup collectives (simd_collectives.py); None when
-        `op` is not one of them. Shuffles arrive as Metal's own calls (legalize/shuffle_widths.py)."""
+        `op` is not one of them. Shuffles arrive as Metal's own calls (legalize/segmented_shuffles.py)."""
         args = e.args
         if op.startswith(vocab.TL_WARP_REDUCE_PREFIX):
             kind = op[len(vocab.TL_WARP_REDUCE_PREFIX) :]

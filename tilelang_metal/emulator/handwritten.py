@@ -35,7 +35,7 @@ from ..codegen.artifact import (
 from ..codegen import access_marks as codegen_marks
 from ..codegen.kernel_text import matching_bracket
 from ..dtypes import DTYPE_OF_MSL, MSL_SCALAR_BYTES, msl_type_bytes
-from .access_marks import marked_names
+from .mark_insertion import marked_names
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError
 from .foreign.kernel_entry import _param_attributes

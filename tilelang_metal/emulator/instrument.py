@@ -1,7 +1,7 @@
 """Counters and race detection for kernels compiled with `execution_backend="emulator"`.
 
 Both run a separately compiled flavour of the kernel (`-DTLM_COUNTERS` / `-DTLM_RACECHECK`, with
-stores and predicated accesses marked by access_marks.py), so plain launches pay nothing.
+stores and predicated accesses marked by mark_insertion.py), so plain launches pay nothing.
 
     stats = counters(jit_kernel, a, b)          # same arguments as jit_kernel(a, b)
     stats.total["matmul2d_16x32x16"], stats.threadgroups[(0, 0, 0)]["threadgroup_barriers"]

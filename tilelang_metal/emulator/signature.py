@@ -29,7 +29,7 @@ from ..dtypes import DTYPE_OF_MSL, msl_type_bytes
 from ..limits import BUFFER_ARGUMENT_SLOTS
 
 from ..codegen.kernel_text import matching_bracket
-from .access_marks import apply_marks
+from .mark_insertion import apply_marks
 from .errors import EmulatorCompileError
 
 def check_buffer_slots(where: str, indices: Sequence[int]) -> None:
@@ -192,7 +192,7 @@ def rewrite(msl: str, *, checked: bool, instrument: str | None = None) -> Rewrit
     """Parse the kernel signature and rewrite buffer parameters and threadgroup declarations.
 
     `instrument` ("counters" / "racecheck", checked builds only) also marks stores and predicated
-    accesses where the record says (access_marks.py); racecheck turns thread arrays into `tlm::local_array`s."""
+    accesses where the record says (mark_insertion.py); racecheck turns thread arrays into `tlm::local_array`s."""
     if instrument is not None and (instrument not in INSTRUMENTS or not checked):
         raise ValueError(f"instrument must be one of {INSTRUMENTS} on a checked build, got {instrument!r}")
     racecheck = instrument == "racecheck"
@@ -458,7 +458,7 @@ def _instrumented_names(params: list[Param], body: _BodyDeclarations) -> set[str
 
 
 def _instrument_body(out: str, opening_line: int, record: KernelRecord, names: set[str], decl_lines: set[int], instrument: str) -> str:
-    """Mark the accesses the record lists, on every line except declarations (access_marks.py)."""
+    """Mark the accesses the record lists, on every line except declarations (mark_insertion.py)."""
     out_lines = out.split("\n")
     apply_marks(out_lines, opening_line - 1, record, names, decl_lines, predicated_blocks=instrument == "counters")
     return "\n".join(out_lines)

@@ -9,7 +9,7 @@ evaluates both operands): a Metal simd collective must be reached by the whole s
 powers of two <= 32; a constant width outside that is refused with the op and the width.
 
 The calls rewritten: TileLang's `tl.shfl_*_sync` (and the `tvm_warp_shuffle*` that
-transform/shuffle_width.py turned into them before LowerIntrin), TVM's `tvm_warp_shuffle*` should any
+transform/keep_shuffle_widths.py turned into them before LowerIntrin), TVM's `tvm_warp_shuffle*` should any
 remain, and TVM's `metal.simd_shuffle*` (whole simdgroup). The lane id is the function's
 `LANE_ID_ATTR` variable (added when the kernel has none), which the printer binds to Metal's
 `thread_index_in_simdgroup`.

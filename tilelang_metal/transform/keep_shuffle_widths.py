@@ -7,7 +7,7 @@ Hadamard example calls directly and what TVM's LowerThreadAllreduce emits. For M
 values) and a sub-width shuffle down / up crosses segment edges. CUDA's semantics are per segment
 of `width` lanes. This pass turns the calls into TileLang's `tl.shfl_sync` / `tl.shfl_up_sync` /
 `tl.shfl_down_sync`, same operands minus `warp_size`, which LowerIntrin leaves alone and the
-late legalization builds with the width honoured (legalize/shuffle_widths.py)."""
+late legalization builds with the width honoured (legalize/segmented_shuffles.py)."""
 
 from __future__ import annotations
 
