@@ -265,7 +265,7 @@ def match_select(call: Any) -> tuple[Any, Any, Any] | None:
 
 
 # ---------------------------------------------------------------- element atomics
-# legalize/atomics.py writes every TileLang element atomic as one of these, the form chosen and the
+# legalize/element_atomics.py writes every TileLang element atomic as one of these, the form chosen and the
 # 32-bit word of a 16-bit element computed in TIR; the printer spells each as one MSL call.
 ATOMIC = "tlm_atomic"
 NATIVE = "native"  # atomic_fetch_<kind>_explicit on atomic_int / atomic_uint / atomic_float

@@ -2,7 +2,7 @@
 compiler < emulator < execution < kernels < cli / autotune and the wiring (plugin.py, autoload.py). A module imports only from its own layer or lower ones (imports inside functions
 included), so the compiler never reaches for the ready kernels and the emulator never for the
 execution adapters. No two modules import each other, directly or around a loop, and no module grows
-past MAX_MODULE_LINES."""
+past MAX_MODULE_LINES or shares its name with a module in another folder."""
 
 from __future__ import annotations
 
@@ -175,3 +175,19 @@ def test_no_module_is_longer_than_the_limit():
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by role):\n" + "\n".join(long)
     back = [name for name in LONG_MODULES if lines.get(name, 0) <= MAX_MODULE_LINES]
     assert not back, f"LONG_MODULES lists modules now within {MAX_MODULE_LINES} lines (or gone): {back}"
+
+
+# Names that mean the same role in each package that has one.
+SHARED_NAMES = {"errors": "a package's own exception classes", "version": "a package's own version"}
+
+
+def test_no_module_name_is_used_in_two_folders():
+    """A module's name says what it is wherever it is read (an import, a traceback, the docs):
+    no two folders hold modules of one name, singular or plural (shuffle_width / shuffle_widths)."""
+    folders: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        stem = path.stem.removesuffix("s")
+        if path.stem != "__init__" and path.stem not in SHARED_NAMES:
+            folders.setdefault(stem, set()).add("/".join(path.relative_to(PACKAGE).parts))
+    clashes = [" / ".join(sorted(paths)) for paths in folders.values() if len(paths) > 1]
+    assert not clashes, "module names used in more than one folder (rename by role):\n" + "\n".join(sorted(clashes))

@@ -264,7 +264,7 @@ RELAXED = tir.const(0, "int32")
 
 
 def lowered_atomics(dtype: str, make_call, readonly=False):
-    from tilelang_metal.legalize.atomics import lower_atomics
+    from tilelang_metal.legalize.element_atomics import lower_atomics
 
     func = kernel(lambda a, b, tx: tir.Evaluate(make_call(a, b, tx)), dtype)
     if readonly:
@@ -337,7 +337,7 @@ def test_atomics_metal_lacks_are_refused_in_one_line(dtype, make, readonly, mess
 
 
 def test_atomics_on_thread_memory_are_refused():
-    from tilelang_metal.legalize.atomics import lower_atomics
+    from tilelang_metal.legalize.element_atomics import lower_atomics
 
     def body(a, b, tx):
         local = tir.decl_buffer((4,), "float32", "R", scope="local")

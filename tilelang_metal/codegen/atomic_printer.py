@@ -1,4 +1,4 @@
-"""Printing of the plugin's element atomics (`intrinsics.ATOMIC`, written by legalize/atomics.py,
+"""Printing of the plugin's element atomics (`intrinsics.ATOMIC`, written by legalize/element_atomics.py,
 which chose each form) as relaxed MSL atomics. A mixin of the kernel printer.
 
 NATIVE, LOAD, STORE: `atomic_fetch_<kind>_explicit` / `atomic_load_explicit` / `atomic_store_explicit`

@@ -4,7 +4,7 @@ passes (LowerIntrin, Simplify, HoistBroadcastValues), which would undo or re-mer
 
 from __future__ import annotations
 
-from .atomics import LowerAtomics
+from .element_atomics import LowerAtomics
 from .segmented_shuffles import LowerShuffleWidths
 from .vector_split import SplitWideVectors
 from .wide_copies import UseWideCopies

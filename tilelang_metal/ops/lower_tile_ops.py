@@ -34,7 +34,7 @@ from ..transform.function_pass import per_function_pass
 from ..ir_attrs import find_nodes
 from ..transform.kernel_launches import ThreadLaunch, rewrite_kernels
 from ..transform.uniformity import ThreadDependence
-from .atomic import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op
+from .tile_atomics import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op
 from .cumsum import lower_cumsum
 from .reduce import KINDS, ReduceCall, lower_fragment_reduce, lower_local_reduce
 from .reducer import lower_finalize_reducer
