@@ -88,7 +88,6 @@ def plugin_builder() -> Any:
     return getattr(examples, "flash_attention_forward", None)
 
 
-BLOCK_CHOICES = ((64, 64), (64, 32), (32, 64), (32, 32), (16, 32))  # (block_m, block_n), largest first
 
 
 def run_target(args: argparse.Namespace) -> Any:
@@ -101,22 +100,14 @@ def run_target(args: argparse.Namespace) -> Any:
 
 
 def blocks_for(shape: Shape, dtype: str, args: argparse.Namespace) -> tuple[int, int]:
-    """--block-m / --block-n where given; otherwise the largest pair that fits at this head_dim on the
-    run's dataflow (kernels/attention.py: metal4 stages nothing; plain metal stages K and V, 32 KiB
-    at head_dim 128 with block_n 64)."""
-    from tilelang_metal.kernels.attention import attention_dataflow, check_attention_config
-    from tilelang_metal.errors import MetalLoweringError
+    """--block-m / --block-n where given; otherwise the kernel's own defaults at this head_dim on the
+    run's dataflow (kernels/attention.py, `attention_blocks`: the largest blocks whose register
+    estimate fits the budget and, on plain metal, whose K and V tiles fit threadgroup memory)."""
+    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow
 
-    dataflow = attention_dataflow(run_target(args))
-    for block_m, block_n in BLOCK_CHOICES:
-        block_m, block_n = args.block_m or block_m, args.block_n or block_n
-        try:
-            check_attention_config(shape.head_dim, block_m, block_n, dtype, args.threads, dataflow=dataflow)
-            return block_m, block_n
-        except MetalLoweringError:
-            if args.block_m and args.block_n:
-                raise
-    raise ValueError(f"no block size fits head_dim {shape.head_dim}")
+    blocks = attention_blocks(shape.head_dim, dataflow=attention_dataflow(run_target(args)), dtype=dtype, row_bounds=shape.causal,
+                              block_m=args.block_m, block_n=args.block_n, threads=args.threads)
+    return blocks.block_m, blocks.block_n
 
 
 def make_runner(backend: str, p: Problem, args: argparse.Namespace) -> Runner | str:
@@ -206,8 +197,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtypes", nargs="+", default=["float16"], choices=DTYPES)
     ap.add_argument("--target", default="metal4", choices=["metal4", "metal"], help="--dry-run only: the emulated target (default: %(default)s)")
     ap.add_argument("--chip", default=None, help="chip for the %% of peak column (default: this Mac's; 'M5' in a dry run)")
-    ap.add_argument("--block-m", type=int, default=None, help="plugin kernel: query rows per threadgroup (default: the largest that fits the head_dim)")
-    ap.add_argument("--block-n", type=int, default=None, help="plugin kernel: key rows per K/V step (default: the largest that fits the head_dim)")
+    ap.add_argument("--block-m", type=int, default=None, help="plugin kernel: query rows per threadgroup (default: the kernel's, by the register estimate)")
+    ap.add_argument("--block-n", type=int, default=None, help="plugin kernel: key rows per K/V step (default: the kernel's, by the register estimate)")
     ap.add_argument("--threads", type=int, default=128, help="plugin kernel: threads per threadgroup (default: %(default)s)")
     return ap
 

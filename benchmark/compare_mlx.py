@@ -140,17 +140,20 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
     import torch.nn.functional as F
 
     from tilelang_metal import kernels
+    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow
 
     target_name, _ = CLASSES[klass]
     d = p.dims
-    block_m, block_n = 64, 64  # fits every head_dim of the set (kernels/attention.py: metal4 stages nothing, plain metal K and V)
     target = kernels.metal4_target() if target_name == "metal4" else kernels.plain_metal_target()
+    # the kernel's defaults (no block sizes given; the same choice here, for the count model's blocks)
+    blocks = attention_blocks(d["head_dim"], dataflow=attention_dataflow(target), dtype=p.dtype, row_bounds=d["causal"])
+    block_m, block_n = blocks.block_m, blocks.block_n
     errors = ErrorTracker()
     dt = torch_dtype(p.dtype)
 
     def measure(seq: int) -> dict[str, float]:
-        kern = kernels.flash_attention_forward(1, 1, seq, d["head_dim"], causal=d["causal"], dtype=p.dtype, block_m=block_m,
-                                               block_n=block_n, target=target, execution_backend="emulator")
+        kern = kernels.flash_attention_forward(1, 1, seq, d["head_dim"], causal=d["causal"], dtype=p.dtype, target=target,
+                                               execution_backend="emulator")
         g = torch.Generator().manual_seed(seq)
         q, k, v = (torch.randn(1, seq, 1, d["head_dim"], generator=g).to(dt) for _ in range(3))
         ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), is_causal=d["causal"]).transpose(1, 2)
@@ -158,7 +161,7 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
         return plugin_counts(kern, q, k, v)
 
     total = count_models.attention_counts(d["seq"], block_m, block_n, d["causal"], d["heads"], measure)
-    return Measured(f"flash attention {block_m}x{block_n}, 128 threads, {target_name}", errors.worst, total)
+    return Measured(f"flash attention {block_m}x{block_n}, {blocks.threads} threads, {target_name}", errors.worst, total)
 
 
 DECODE_SPLITS = 32  # key ranges per KV head (MLX's sdpa_vector_2pass takes 64 blocks here)

@@ -21,6 +21,9 @@ tensors live there (simdgroup matrices count rows x cols / 32 elements per lane)
 reserved as above. `threadgroups_per_core` turns threads, threadgroup memory and registers into the
 threadgroups one core holds at once, naming the resource that limits it.
 
+`attention_registers` predicts `kernel_registers` of flash attention's kernels from their block sizes
+(kernels/attention.py picks its default blocks with it), without lowering.
+
 `REGISTER_BUDGET` is the general-purpose register file one thread can address before the
 compiler spills, with its sources. Register staging and K-prefetch are turned on only where the
 estimate with them fits (a `force` setting overrides); the autotuner drops configurations whose
@@ -331,3 +334,75 @@ def kernel_occupancy(record: Any) -> tuple[KernelRegisters, Occupancy]:
     """The register estimate of a printed kernel and the threadgroups per core it allows."""
     regs = kernel_registers(record)
     return regs, threadgroups_per_core(threads_of(record), threadgroup_bytes(record), regs.total)
+
+
+# ---------------------------------------------------------------- flash attention, before lowering
+
+_ATTENTION_ROW_STATS = 7  # row_max, row_max_prev, row_rescale, row_sum, denominator and the two reductions' partials
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How the plugin lowers an attention tile (kernels/attention.py): both GEMMs on `instruction`,
+    the query rows over `m_warp` simdgroups, the other simdgroups replicating S and splitting the
+    output along head_dim (`head_dim_split` ways), as transform/fragment_groups.py decides."""
+
+    instruction: MatrixInstruction
+    m_warp: int
+    head_dim_split: int
+
+    def describe(self) -> str:
+        return (f"{self.instruction.name}, rows over {self.m_warp} simdgroup(s)"
+                + (f", head_dim split {self.head_dim_split} ways" if self.head_dim_split > 1 else ""))
+
+
+def attention_plan(head_dim: int, block_m: int, block_n: int, threads: int, *, metal4: bool) -> AttentionPlan | None:
+    """The instruction and row split of attention's two GEMMs (S = Q K^T, O += P V with P in
+    registers), as fragment_groups chooses them: the instruction with the fewest replicas, a
+    cooperative tensor on a tie; None when no whole-tile split exists."""
+    from .isa import COOPERATIVE_TENSOR_KIND
+    from .selection import cooperative_instructions, features_of, row_partition, simdgroup_instruction
+
+    features = features_of(metal4)
+    warps = threads // SIMD_WIDTH
+    best: tuple[int, AttentionPlan] | None = None
+    for inst in (cooperative_instructions(features) if metal4 else []) + [simdgroup_instruction(features)]:
+        whole = not (block_m % inst.m or block_n % inst.n or head_dim % inst.k or head_dim % inst.n or block_n % inst.k)
+        if inst.kind == COOPERATIVE_TENSOR_KIND and not whole:
+            continue
+        if head_dim % inst.n or block_n % inst.n:
+            continue
+        scores = row_partition(block_m, block_n, warps, inst.m, inst.n, split_n=False)
+        output = row_partition(block_m, head_dim, warps, inst.m, inst.n, split_n=True)
+        if scores is None or output is None:
+            continue
+        cost = max(scores.replicas, output.replicas)
+        if best is None or cost < best[0]:
+            best = (cost, AttentionPlan(inst, output.m_warp, output.n_warp))
+    return None if best is None else best[1]
+
+
+def attention_registers(head_dim: int, block_m: int, block_n: int, threads: int, *, metal4: bool, staged: bool,
+                        dtype: str = "float16", row_bounds: bool = False, inputs: int = 4) -> KernelRegisters:
+    """`kernel_registers` of flash attention's forward kernel (kernels/attention.py) predicted from
+    its configuration, without lowering: per lane, for the rows `rows = block_m / m_warp` of its
+    simdgroup, Q (rows x head_dim, `dtype`), the output (rows x head_dim / head_dim_split, float),
+    S (rows x block_n, float) and P (`dtype`), the row statistics (rows / 8 floats each; the
+    per-row key bound too with `row_bounds`: causal or a mask) and the larger of the two GEMMs'
+    K-step operands, all live at once in the key loop. Addresses as `record_address_registers`:
+    `inputs` device buffers (Q, K, V, O and a mask or sinks), on the staged dataflow the K and V
+    tiles. tests/numerics/test_attention_defaults.py checks it against the lowered kernels' records."""
+    plan = attention_plan(head_dim, block_m, block_n, threads, metal4=metal4)
+    if plan is None:
+        raise ValueError(f"no whole-tile split of a {block_m}x{block_n} attention tile (head_dim {head_dim}) over {threads} threads")
+    inst, lanes = plan.instruction, SIMD_WIDTH
+    rows = block_m // plan.m_warp
+    out_cols = head_dim // plan.head_dim_split
+    stats = (_ATTENTION_ROW_STATS + (1 if row_bounds else 0)) * math.ceil(rows / 8)
+    score_operands = registers(rows * inst.k // lanes, dtype) + registers(inst.k * block_n // lanes, dtype)
+    value_operands = registers(rows * inst.k // lanes, dtype) + registers(inst.k * out_cols // lanes, dtype)
+    arrays = (registers(rows * head_dim // lanes, dtype) + registers(rows * out_cols // lanes, "float32")
+              + registers(rows * block_n // lanes, "float32") + registers(rows * block_n // lanes, dtype)
+              + stats + max(score_operands, value_operands))
+    addresses = _IDS_AND_COUNTER + inputs + (3 if staged else 0)  # K_shared, V_shared and the stores
+    return KernelRegisters(arrays, addresses)

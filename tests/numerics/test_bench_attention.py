@@ -95,17 +95,20 @@ def test_causal_flops_are_half(bench_attention):
     assert bench_attention.attention_flops(causal) == bench_attention.attention_flops(full) / 2
 
 
-# metal4 (direct) stages nothing; plain metal (staged) stages K and V: 2 x 64 rows x 256 B = 32 KiB at d128
+# the kernel's own defaults (kernels/attention.attention_blocks), within the register budget
 @pytest.mark.parametrize("target", ["metal4", "metal"])
-@pytest.mark.parametrize("head_dim, want", [(64, (64, 64)), (128, (64, 64))])
-def test_default_blocks_fit_every_listed_head_dim(bench_attention, target, head_dim, want):
-    from tilelang_metal.kernels.attention import attention_dataflow, check_attention_config
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_default_blocks_are_the_kernels_and_fit_the_budget(bench_attention, target, head_dim):
+    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow, check_attention_config
+    from tilelang_metal.register_budget import REGISTER_BUDGET
 
     args = bench_attention._parser().parse_args(["--dry-run", "--target", target])
     shape = bench_attention.Shape(1, 1, 64, head_dim, False)
-    assert bench_attention.blocks_for(shape, "float16", args) == want
     dataflow = attention_dataflow(bench_attention.run_target(args))
     assert dataflow == ("direct" if target == "metal4" else "staged")
+    blocks = attention_blocks(head_dim, dataflow=dataflow)
+    assert bench_attention.blocks_for(shape, "float16", args) == (blocks.block_m, blocks.block_n)
+    assert blocks.threads == args.threads and blocks.registers.total <= REGISTER_BUDGET.registers, blocks.describe()
     for full in bench_attention.FULL_SHAPES:  # every problem of the Mac run gets a configuration that fits
         check_attention_config(full.head_dim, *bench_attention.blocks_for(full, "float16", args), "float16", args.threads,
                                dataflow=dataflow)

@@ -11,14 +11,20 @@ never moves data between lanes except for the row reductions.
 
 Two dataflows, chosen by the target (`attention_dataflow`):
 
-- "direct" (metal4, cooperative tensors): Q is read from device memory once into a register
-  fragment that is the first GEMM's A operand; K (as K^T, `transpose_B=True`) and V go from device
-  memory straight into the GEMMs (the direct-global dataflow), so the kernels use no threadgroup
-  memory and no barrier, and head_dim 128 runs with block_n 64. Keys past the end of the sequence
-  read as zeros (the GEMM's edge guards) and are masked.
+- "direct" (metal4; cooperative tensors where each simdgroup holds 16 query rows, simdgroup
+  matrices at 8): Q is read from device memory once into a register fragment that is the first
+  GEMM's A operand; K (as K^T, `transpose_B=True`) and V go from device memory straight into the
+  GEMMs (the direct-global dataflow), so the kernels use no threadgroup memory and no barrier, and
+  head_dim 128 runs with block_n 64. Keys past the end of the sequence read as zeros (the GEMM's
+  edge guards) and are masked.
 - "staged" (plain metal, simdgroup matrices): Q is read into registers the same way; K and V are
   staged through threadgroup memory by `T.copy`, their rows padded by ROW_PAD_BYTES when the padded
   tiles fit (row starts then fall on different banks, for the transposed `simdgroup_load` of K^T).
+
+Block sizes not given are chosen by the register estimate (`attention_blocks`): Q, the output, S
+and P live in registers through the whole key loop, so the query rows per simdgroup shrink as
+head_dim grows (16 at head_dim 64, 8 at 128; at 256, 8 rows over 2 simdgroups and head_dim split
+between 2 more).
 
 Sequence tails are masked (keys past the end get probability 0 by position, queries past the end
 are not stored), so no length has to be a multiple of a block; `seq_len=None` makes it a runtime
@@ -31,13 +37,16 @@ No `from __future__ import annotations` here: TileLang evaluates the `T.Tensor` 
 """
 
 
+import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import tilelang.language as T
 
 from ..errors import MetalLoweringError
 from ..limits import THREADGROUP_MEMORY_BYTES
+from ..register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
 from ..target import has_metal4, normalize_metal_target
 from .sizes import flags, integer_sizes, one_of, optional_size
 
@@ -174,6 +183,70 @@ def check_attention_config(
     )
 
 
+# The default block sizes, in preference order: the most query rows per threadgroup first (each K / V
+# block is read, or staged, once for more queries), then the most keys per block (fewer passes of the
+# online softmax); always 4 simdgroups, as MLX's attention kernels. `attention_blocks` takes the first
+# that fits the register budget (and, staged, threadgroup memory).
+BLOCK_M_CHOICES = (64, 32, 16, 8)
+BLOCK_N_CHOICES = (64, 32, 16, 8)
+DEFAULT_THREADS = 128
+# flash decoding's GEMM dataflows (block_h query heads as the rows): 32 keys per block, 64 threads first
+DECODING_BLOCK_N_CHOICES = (32, 16, 8)
+DECODING_THREAD_CHOICES = (64, 128)
+
+
+@dataclass(frozen=True)
+class AttentionBlocks:
+    """Block sizes of the forward kernel and its register estimate (register_budget.attention_registers)."""
+
+    block_m: int
+    block_n: int
+    threads: int
+    registers: KernelRegisters
+
+    def describe(self) -> str:
+        return f"block_m={self.block_m}, block_n={self.block_n}, threads={self.threads}: {self.registers.describe()}"
+
+
+def attention_blocks(head_dim: int, *, dataflow: str, dtype: str = "float16", row_bounds: bool = False, inputs: int = 4,
+                     block_m: int | None = None, block_n: int | None = None, threads: int | None = None,
+                     block_n_choices: tuple[int, ...] = BLOCK_N_CHOICES,
+                     thread_choices: tuple[int, ...] = (DEFAULT_THREADS,)) -> AttentionBlocks:
+    """The forward kernel's block sizes for `head_dim` on `dataflow`, the ones not given chosen by the
+    register estimate: the first of BLOCK_M_CHOICES x BLOCK_N_CHOICES (DEFAULT_THREADS threads) whose
+    estimate fits REGISTER_BUDGET and, staged, whose K and V tiles fit threadgroup memory.
+
+    Why: Q (rows x head_dim), the output (rows x head_dim in float), S and P stay in registers for
+    the whole key loop, so the rows each simdgroup holds decide the count. 16 rows per simdgroup
+    (64 x 32 on 128 threads, metal4's cooperative tensors, as MLX's NAX kernel) fit head_dim 64;
+    head_dim 128 needs 8 (32 x 64); head_dim 256 needs 8 rows over 2 simdgroups that split the
+    output's head_dim between 2 more (16 x 32; the 2 replicas compute S twice). On plain metal Q in
+    threadgroup memory would free its registers but not the output's, which alone are 64 at 16 rows
+    of head_dim 128. Candidates no whole-tile split serves are skipped; when none fits, the one with
+    the fewest registers (it runs, spilling: only speed changes). `row_bounds` (causal or a mask)
+    and `inputs` (device buffers) as for attention_registers."""
+    staged = dataflow == STAGED
+    found: list[AttentionBlocks] = []
+    for bm, bn, t in itertools.product((block_m,) if block_m is not None else BLOCK_M_CHOICES,
+                                       (block_n,) if block_n is not None else block_n_choices,
+                                       (threads,) if threads is not None else thread_choices):
+        if staged and 2 * bn * head_dim * _bytes(dtype) > THREADGROUP_MEMORY_BYTES:
+            continue
+        try:
+            regs = attention_registers(head_dim, bm, bn, t, metal4=dataflow == DIRECT, staged=staged, dtype=dtype,
+                                       row_bounds=row_bounds, inputs=inputs)
+        except ValueError:  # no whole-tile split: check_attention_config names what is wrong
+            continue
+        if regs.total <= REGISTER_BUDGET.registers:
+            return AttentionBlocks(bm, bn, t, regs)
+        found.append(AttentionBlocks(bm, bn, t, regs))
+    if found:
+        return min(found, key=lambda b: b.registers.total)
+    # nothing splits (a head_dim that is not a multiple of 8...): check_attention_config refuses it in one line
+    return AttentionBlocks(block_m or BLOCK_M_CHOICES[0], block_n or BLOCK_N_CHOICES[0], threads or DEFAULT_THREADS,
+                           KernelRegisters(0, 0))
+
+
 def _check_gqa(heads: int, kv_heads: int) -> None:
     if kv_heads <= 0 or heads <= 0 or heads % kv_heads:
         divisors = [d for d in range(1, heads + 1) if heads % d == 0] if heads > 0 else []
@@ -249,9 +322,9 @@ def flash_attention_program(
     sinks: bool | str = False,
     layout: str = "bshd",
     dtype: str = "float16",
-    block_m: int = 64,
-    block_n: int = 64,
-    threads: int = 128,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    threads: int | None = None,
     num_stages: int = 1,
     target: Any = None,
     dataflow: str | None = None,
@@ -274,11 +347,13 @@ def flash_attention_program(
 
     A row with no visible key (every key masked or -inf) is 0, as in torch 2.13.
     `dataflow` ("direct" or "staged", module doc) defaults to the one of `target` (the target the
-    program is compiled for); `num_stages` pipelines the staged K / V copies."""
+    program is compiled for); `num_stages` pipelines the staged K / V copies. `block_m`, `block_n`,
+    `threads` not given are chosen by `attention_blocks` (the register estimate) for this head_dim,
+    dataflow, mask and inputs."""
     what = "flash_attention_program"
-    batch, heads, head_dim, block_m, block_n, threads = integer_sizes(
-        what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, head_dim=head_dim, block_m=block_m, block_n=block_n,
-        threads=threads)
+    batch, heads, head_dim = integer_sizes(what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, head_dim=head_dim)
+    given = {name: value for name, value in (("block_m", block_m), ("block_n", block_n), ("threads", threads)) if value is not None}
+    given = dict(zip(given, integer_sizes(what, minimum=1, error=MetalLoweringError, **given)))
     seq_len = optional_size(what, "seq_len", seq_len, none_means="a length given at run time", error=MetalLoweringError)
     kv_heads = optional_size(what, "kv_heads", kv_heads, none_means="kv_heads = heads", error=MetalLoweringError) or heads
     seq_len_kv = optional_size(what, "seq_len_kv", seq_len_kv, none_means="seq_len_kv = seq_len", error=MetalLoweringError)
@@ -289,6 +364,9 @@ def flash_attention_program(
     if layout not in ("bshd", "bhsd"):
         raise MetalLoweringError(f"layout must be 'bshd' or 'bhsd', got {layout!r}")
     dataflow = _resolve_dataflow(dataflow, target)
+    blocks = attention_blocks(head_dim, dataflow=dataflow, dtype=dtype, row_bounds=causal or mask is not None,
+                              inputs=4 + _optional_inputs(mask, sinks), **given)
+    block_m, block_n, threads = blocks.block_m, blocks.block_n, blocks.threads
     check_attention_config(head_dim, block_m, block_n, dtype, threads, dataflow=dataflow)
     direct = dataflow == DIRECT
     pad = 0 if direct else staged_row_pad(head_dim, block_n, dtype)
@@ -462,8 +540,8 @@ def flash_decoding_program(
     sinks: bool | str = False,
     dtype: str = "float16",
     block_h: int = 16,
-    block_n: int = 32,
-    threads: int = 64,
+    block_n: int | None = None,
+    threads: int | None = None,
     target: Any = None,
     dataflow: str | None = None,
 ) -> Any:
@@ -477,16 +555,19 @@ def flash_decoding_program(
       key, each lane reads its run of head_dim / 32 elements of K and V in one vector load, the score
       is a simd sum, the online softmax runs on scalars (block_h, block_n, threads do not apply);
     - "direct" / "staged", as for flash_attention_program: each threadgroup handles `block_h` query
-      heads of one KV group as the rows of two GEMMs, K and V from device memory or staged.
+      heads of one KV group as the rows of two GEMMs, K and V from device memory or staged;
+      `block_n` and `threads` not given are chosen by `attention_blocks` for the block_h rows.
 
     `mask` and `sinks` as in flash_attention_program, for the one query row of the step: the mask is
     a (1, seq_len_kv) tensor (a (seq_len_kv,) row is passed as `row[None]`), the sinks (heads,); the
     sink joins the combine kernel's denominator once, as a split of log-sum-exp sinks[h] and output 0.
     Called as `kernel(q, K, V[, mask][, sinks]) -> (partial_out, partial_lse, out)`."""
     what = "flash_decoding_program"
-    batch, heads, kv_heads, seq_len_kv, head_dim, block_h, block_n, threads = integer_sizes(
+    batch, heads, kv_heads, seq_len_kv, head_dim, block_h = integer_sizes(
         what, minimum=1, error=MetalLoweringError, batch=batch, heads=heads, kv_heads=kv_heads, seq_len_kv=seq_len_kv,
-        head_dim=head_dim, block_h=block_h, block_n=block_n, threads=threads)
+        head_dim=head_dim, block_h=block_h)
+    given = {name: value for name, value in (("block_n", block_n), ("threads", threads)) if value is not None}
+    given = dict(zip(given, integer_sizes(what, minimum=1, error=MetalLoweringError, **given)))
     num_split = optional_size(what, "num_split", num_split, none_means=f"{decoding_splits(seq_len_kv)} for {seq_len_kv} keys",
                               error=MetalLoweringError)
     _check_mask_and_sinks(what, mask, sinks, dtype)
@@ -506,6 +587,13 @@ def flash_decoding_program(
     else:
         if group % block_h and block_h % group:
             raise MetalLoweringError(f"block_h={block_h} must divide the GQA group ({group}) or be a multiple of it")
+    # the GEMM dataflows' block_n and threads, when not given, by the register estimate (the rows are
+    # block_h, the device buffers q, K, V, the partials and a mask): 64 threads, or 128 that split
+    # head_dim over 2 simdgroups where 64 would not fit (head_dim 256)
+    blocks = attention_blocks(head_dim, dataflow=dataflow, dtype=dtype, inputs=5 + (mask is not None), block_m=block_h,
+                              block_n_choices=DECODING_BLOCK_N_CHOICES, thread_choices=DECODING_THREAD_CHOICES, **given)
+    block_n, threads = blocks.block_n, blocks.threads
+    if not vector:
         check_attention_config(head_dim, block_h, block_n, dtype, threads, rows_name="block_h", dataflow=dataflow)
     if num_split is None:
         num_split = decoding_splits(seq_len_kv, 0 if vector else block_n)
@@ -710,9 +798,9 @@ def flash_attention_forward(
     head_dim: int,
     causal: bool = False,
     dtype: str = "float16",
-    block_m: int = 64,
-    block_n: int = 64,
-    threads: int = 128,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    threads: int | None = None,
     target: Any = None,
     execution_backend: str | None = None,
     **options: Any,
