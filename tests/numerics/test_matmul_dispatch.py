@@ -363,6 +363,27 @@ def test_transposed_matmul_matches_torch_under_racecheck(M, N, K, layout, chip):
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-3, atol=2e-3 * math.sqrt(K), equal_nan=True)
 
 
+@pytest.mark.parametrize("M, N, K, layout, dtype, tile", [
+    (67, 45, 53, "nt", "bfloat16", (64, 32, 32, 128)),  # MLX's small-device NT tile
+    (37, 71, 41, "tn", "float32", (64, 64, 16, 128)),  # and its fp32 default
+    (70, 131, 45, "nn", "float16", (64, 64, 16, 64)),  # 16-bit NN on 2 simdgroups
+])
+def test_steel_tiles_match_torch_on_ragged_shapes_under_racecheck(M, N, K, layout, dtype, tile):
+    """The plain-metal steel tiles (padded rows, one buffer per operand, two barriers per K step) on
+    partial tiles in both directions and a K that is no multiple of block_k, under the race checker."""
+    trans_A, trans_B = layout[0] == "t", layout[1] == "t"
+    choice = matmul_config(M, N, K, dtype, chip="M3", trans_A=trans_A, trans_B=trans_B)
+    assert (choice.route, choice.block_m, choice.block_n, choice.block_k, choice.threads) == (GEMM, *tile), choice.describe()
+    kernel = compile_choice(choice, "emulator")
+    a, b = _inputs(M, N, K, dtype, seed=M)
+    a_s = a.t().contiguous() if trans_A else a
+    b_s = b.t().contiguous() if trans_B else b
+    out = racecheck(kernel, a_s, b_s, seeds=(0, 1))
+    ref = (a.float() @ b.float()).to(TORCH[dtype]).float()
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * math.sqrt(K))
+
+
 def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):
     """The plain-metal gemm route's kernel for `layout` ("nn", "nt": B stored (N, K), "tn": A stored
     (K, M)), its MSL, its output against torch and its counters."""

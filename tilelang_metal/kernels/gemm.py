@@ -309,7 +309,8 @@ def gemm_staged(
     if unknown:
         raise ValueError(f"copy_in_runs: {sorted(unknown)} is not an operand; name 'A' and / or 'B'")
     if row_pad is not None:
-        (a_pad,) = b_pad, = integer_sizes("gemm_staged", minimum=0, row_pad=row_pad)
+        (a_pad,) = integer_sizes("gemm_staged", minimum=0, row_pad=row_pad)
+        b_pad = a_pad
     elif keep_staging:
         a_pad, b_pad = staged_pads(a_tile, b_tile, num_stages, dtype)
     else:  # the staging bypass drops whole-buffer staging only: dense tiles, so it may
