@@ -113,9 +113,11 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
 
     target_name, chip = CLASSES[klass]
     d = p.dims
-    choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name)
-    errors = ErrorTracker()
     layout = d["layout"]
+    # the dispatch's choice for the layout as stored (plain metal's NT tile is MLX's 64x32x32, not the NN tile)
+    choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name, trans_A=layout == "tn",
+                                   trans_B=layout == "nt")
+    errors = ErrorTracker()
     if layout != "nn" and choice.route != "gemm":
         raise ValueError(f"{p.name}: the dispatch routes {choice.route}, which takes no transposed operands")
 

@@ -18,7 +18,7 @@ import torch
 from tilelang_metal import kernels
 from tilelang_metal.cli import main
 from tilelang_metal.emulator import racecheck
-from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, compile_choice, matmul_config
+from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, STAGES, compile_choice, matmul_config
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
@@ -70,7 +70,7 @@ ROUTES = [  # shape, chip, options, route, the reason that says why
     ((4096, 1, 4096), "M4", {"batch": 2, "shared_B": True}, GEMV, "batch=2 on the grid's z axis (one B (K, N) for every batch)"),
     ((1, 4096, 4096), "M4", {"epilogue": "bias"}, GEMM, "epilogue bias on the float32 accumulator before the one store: the tiled GEMM"),
     ((64, 4096, 4096), "M5 Max", {"batch": 2}, SPLIT_K, "batch=2 on the grid's z axis (B (batch, K, N))"),
-    ((64, 4096, 4096), "M4", {"epilogue": "silu"}, GEMM, "epilogue silu: split-K would share out K here"),
+    ((64, 2048, 4096), "M4", {"epilogue": "silu"}, GEMM, "epilogue silu: split-K would share out K here"),
     ((4096, 4096, 4096), "M5", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2, "beta": 0}, GEMM,
      "epilogue alpha_beta on the float32 accumulator"),
 ]
@@ -100,9 +100,9 @@ def test_summary_names_the_batch_and_the_epilogue():
 def test_batch_counts_its_tiles_and_odd_pitches_are_staged_by_t_copy():
     choice = matmul_config(4095, 4097, 4096, chip="M3", batch=2)
     assert choice.run_copies == () and any("copy_runs reads 2-D operands only" in r for r in choice.reasons)
-    # 32 tiles of 64x128 per batch: one batch is too few for M4's 40 threadgroups (split-K), two are not
-    assert matmul_config(64, 4096, 600, chip="M4", batch=1).route == SPLIT_K
-    two = matmul_config(64, 4096, 600, chip="M4", batch=2)
+    # 32 tiles of 64x64 per batch: one batch is too few for M4's 40 threadgroups (split-K), two are not
+    assert matmul_config(64, 2048, 600, chip="M4", batch=1).route == SPLIT_K
+    two = matmul_config(64, 2048, 600, chip="M4", batch=2)
     assert two.route == GEMM and not any("output tiles <" in r for r in two.reasons)
 
 
@@ -130,8 +130,8 @@ def test_bad_batch_and_epilogue_arguments_are_one_line_errors(options, message):
 
 # ----------------------------------------------------------------------------- numerics (emulator)
 
-# plain metal (M4: threadgroup-staged, 64x128x32) and metal4 (M5: T.gemm on device tiles, 64x128 on
-# 8 simdgroups): odd M, N, K, a ragged second tile column (N = 133), a prime K not a multiple of block_k
+# plain metal (M4: threadgroup-staged, 64x64x16) and metal4 (M5: T.gemm on device tiles, 64x128 on
+# 8 simdgroups): odd M, N, K, a ragged third tile column (N = 133), a prime K not a multiple of block_k
 ADDMM = {"epilogue": "alpha_beta", "alpha": 1.5, "beta": -0.5}
 CASES = {
     "metal_batched_addmm": (37, 133, 45, "M4", {"batch": 3, **ADDMM}),
@@ -165,7 +165,7 @@ def run_case(name, seed=0, nan_in_c=False, race=False, nan_in_a=False):
 
 def test_batched_addmm_matches_torch_baddbmm_under_racecheck():
     choice, out = run_case("metal_batched_addmm", race=True)
-    assert choice.target == "metal" and choice.stages == 2 and out.shape == (3, 37, 133)
+    assert choice.target == "metal" and choice.stages == STAGES and out.shape == (3, 37, 133)
 
 
 def test_batched_addmm_propagates_nan_and_inf_of_c():

@@ -17,7 +17,7 @@ import torch
 from tilelang_metal import kernels
 from tilelang_metal.cli import main
 from tilelang_metal.emulator import counters, racecheck
-from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, THREADGROUPS_PER_CORE, compile_choice, matmul_config
+from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, STAGES, THREADGROUPS_PER_CORE, compile_choice, matmul_config
 from tilelang_metal.roofline import chip as chip_named
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -37,9 +37,10 @@ def test_decode_shapes_route_to_gemv(chip):
     assert matmul_config(9, 4096, 4096, chip=chip).route != GEMV
 
 
-@pytest.mark.parametrize("chip, splits", [("M5", 2), ("M5 Max", 8), ("M4", 2)])
+@pytest.mark.parametrize("chip, splits", [("M5", 2), ("M5 Max", 8)])
 def test_few_output_tiles_with_long_k_route_to_split_k(chip, splits):
-    """64x4096x4096: 32 tiles of 64x128 (today's launch), fewer than the chip's cores can hold."""
+    """64x4096x4096: 32 tiles of 64x128 (today's launch), fewer than the chip's cores can hold (plain
+    metal's 64x64 tiles: test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles)."""
     choice = matmul_config(64, 4096, 4096, chip=chip)
     cores = chip_named(chip).gpu_cores
     tiles = (64 // choice.block_m) * (4096 // choice.block_n)
@@ -51,7 +52,7 @@ def test_few_output_tiles_with_long_k_route_to_split_k(chip, splits):
 
 @pytest.mark.parametrize(
     "chip, tile",
-    [("M5", (128, 128, 512)), ("M5 Pro", (64, 128, 256)), ("M5 Max", (64, 128, 256)), ("M4 Max", (64, 128, 128)), ("M1", (64, 128, 128))],
+    [("M5", (128, 128, 512)), ("M5 Pro", (64, 128, 256)), ("M5 Max", (64, 128, 256)), ("M4 Max", (64, 64, 128)), ("M1", (64, 64, 64))],
 )
 def test_square_shape_gets_the_chip_class_tile_and_swizzle(chip, tile):
     choice = matmul_config(4096, 4096, 4096, chip=chip)
@@ -60,9 +61,9 @@ def test_square_shape_gets_the_chip_class_tile_and_swizzle(chip, tile):
     assert choice.target == ("metal4" if chip.startswith("M5") else "metal")
 
 
-def test_explicit_plain_metal_target_on_m5_keeps_the_default_tile():
-    choice = matmul_config(4096, 4096, 4096, chip="M5", target="metal")
-    assert (choice.target, choice.block_m, choice.block_n, choice.threads) == ("metal", 64, 128, 128)
+def test_explicit_plain_metal_target_on_m5_takes_the_steel_tile_of_its_class():
+    choice = matmul_config(4096, 4096, 4096, chip="M5", target="metal")  # a base chip: MLX's small-device tile
+    assert (choice.target, choice.block_m, choice.block_n, choice.block_k, choice.threads) == ("metal", 64, 64, 16, 64)
 
 
 def test_mlx_nax_split_k_rule_and_its_boundary():
@@ -249,10 +250,10 @@ def test_split_k_is_bitwise_deterministic():
 
 
 def test_gemm_route_matches_torch():
-    """Plain metal (M4): the threadgroup-staged kernel, one K step of 32 plus a ragged one (K = 40),
-    the second tile column ragged (N = 152)."""
+    """Plain metal (M4): the threadgroup-staged kernel, two K steps of 16 plus a ragged one (K = 40),
+    the third tile column ragged (N = 152)."""
     choice, kernel = routed(20, 152, 40, "float16", "M4")
-    assert choice.route == GEMM and choice.stages == 2
+    assert choice.route == GEMM and choice.stages == STAGES
     _check(kernel, *_inputs(20, 152, 40, "float16"), "float16")
 
 
@@ -260,7 +261,7 @@ def test_odd_row_pitch_copies_that_operand_in_runs_on_plain_metal():
     """A row pitch that is no multiple of 16 bytes (N = 4097 halves): T.copy would stage B one element
     per thread; the staged kernel stays, with B copied in 16-byte runs per thread, and the reason."""
     choice = matmul_config(4095, 4097, 4096, chip="M3")
-    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, 2, ("B",))
+    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, STAGES, ("B",))
     assert "threadgroup-staged" in choice.summary() and "B copied in 16-byte runs" in choice.summary()
     assert any("row pitch N=4097 (float16) is not a multiple of 16 bytes" in r and "copy_runs" in r for r in choice.reasons)
     assert matmul_config(4095, 4100, 4096, "float32", chip="M3").run_copies == ()  # 4100 floats: 16400 bytes
@@ -275,7 +276,7 @@ def test_odd_pitch_staged_kernel_matches_torch_with_one_move_per_run(M, N, K, ro
     each 16-byte run inside the matrix is one packed move (before: 8 element loads per run), so at
     most a quarter of the device loads are narrow (the runs the edges cut)."""
     choice = matmul_config(M, N, K, chip="M4")
-    assert (choice.route, choice.stages, choice.run_copies) == (route, 2, ("A", "B")), choice.describe()
+    assert (choice.route, choice.stages, choice.run_copies) == (route, STAGES, ("A", "B")), choice.describe()
     assert any("are not multiples of 16 bytes" in r for r in choice.reasons)
     kernel = compile_choice(choice, "emulator")
     assert "tlm_run16<half>" in kernel.get_kernel_source()
@@ -291,16 +292,19 @@ def test_odd_pitch_staged_kernel_matches_torch_with_one_move_per_run(M, N, K, ro
 # ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory
 
 
-@pytest.mark.parametrize("dtype, block_k", [("float16", 32), ("bfloat16", 32), ("float32", 16)])
-def test_plain_metal_gemm_and_split_k_stage_through_threadgroup_memory(dtype, block_k):
-    """M1-M4: A and B staged in 2 stages (MLX's steel structure), the longest K step whose register
-    estimate with the staging array fits (fp32's 64x128x32 would need about 149 of 128 registers);
-    metal4 keeps the direct-global kernel (no stages)."""
-    for shape, route in (((4096, 4096, 4096), GEMM), ((64, 4096, 4096), SPLIT_K)):
-        choice = matmul_config(*shape, dtype, chip="M3")
-        assert (choice.route, choice.target, choice.stages, choice.block_k) == (route, "metal", 2, block_k)
-        assert (choice.block_m, choice.block_n, choice.threads) == (64, 128, 128)
-        assert any(f"block_k {block_k} in 2 stages" in r and "of 128 32-bit registers" in r for r in choice.reasons)
+@pytest.mark.parametrize("dtype, chip, tile", [
+    ("float16", "M3", (64, 64, 16, 64)), ("bfloat16", "M3 Pro", (64, 64, 16, 64)),  # small devices, 16-bit: wm 1 wn 2
+    ("float32", "M3", (64, 64, 16, 128)), ("float16", "M3 Max", (64, 64, 16, 128)),  # MLX's default tile: wm 2 wn 2
+])
+def test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles(dtype, chip, tile):
+    """M1-M4: MLX's steel tile for the chip class (tests/mlx_reference/test_steel_tiles.py checks the
+    whole table against MLX's host logic), A and B staged in one padded buffer each; split-K slices
+    take the same tile; metal4 keeps the direct-global kernel (no stages)."""
+    for shape, route in (((4096, 4096, 4096), GEMM), ((64, 2048, 4096), SPLIT_K)):
+        choice = matmul_config(*shape, dtype, chip=chip)
+        assert (choice.route, choice.target, choice.stages) == (route, "metal", STAGES)
+        assert (choice.block_m, choice.block_n, choice.block_k, choice.threads) == tile
+        assert any(f"MLX's steel tile {tile[0]}x{tile[1]}x{tile[2]} on {tile[3] // 32} simdgroups" in r for r in choice.reasons)
         assert "threadgroup-staged" in choice.summary() or route == SPLIT_K
     nax = matmul_config(4096, 4096, 4096, dtype, chip="M5")
     assert (nax.stages, nax.block_k) == (0, 0) and "direct-global" in nax.summary()
@@ -308,14 +312,14 @@ def test_plain_metal_gemm_and_split_k_stage_through_threadgroup_memory(dtype, bl
 
 def test_transposes_only_on_the_gemm_route():
     with pytest.raises(ValueError, match=r"the split_k route takes A \(M, K\) and B \(K, N\) only; transpose the operands"):
-        kernels.matmul_program(matmul_config(64, 4096, 4096, chip="M3"), trans_B=True)
+        kernels.matmul_program(matmul_config(64, 2048, 4096, chip="M3"), trans_B=True)
 
 
 @pytest.mark.parametrize("chip", ["M5", "M4"])
 def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
-    """A GEMV shape (M = 1) and a split-K shape (64x4096x4096), stored transposed: the tiled GEMM,
+    """A GEMV shape (M = 1) and a split-K shape (64x2048x4096), stored transposed: the tiled GEMM,
     with a reason naming the transposed operand; the untransposed problems keep their routes."""
-    for shape, untransposed in (((1, 4096, 4096), GEMV), ((64, 4096, 4096), SPLIT_K)):
+    for shape, untransposed in (((1, 4096, 4096), GEMV), ((64, 2048, 4096), SPLIT_K)):
         assert matmul_config(*shape, chip=chip).route == untransposed
         for flags in ({"trans_A": True}, {"trans_B": True}, {"trans_A": True, "trans_B": True}):
             choice = matmul_config(*shape, chip=chip, **flags)
@@ -337,7 +341,7 @@ def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
 ])
 def test_odd_pitch_rule_reads_the_pitches_as_stored(M, N, K, flags, runs):
     choice = matmul_config(M, N, K, chip="M4", **flags)
-    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, 2, runs), choice.describe()
+    assert (choice.route, choice.stages, choice.run_copies) == (GEMM, STAGES, runs), choice.describe()
     assert any("is not a multiple of 16 bytes" in r for r in choice.reasons) == bool(runs)
 
 
@@ -357,6 +361,27 @@ def test_transposed_matmul_matches_torch_under_racecheck(M, N, K, layout, chip):
     ref = (a.float() @ b.float()).half()
     out = racecheck(kernel, a_s, b_s, seeds=(0, 1))
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-3, atol=2e-3 * math.sqrt(K), equal_nan=True)
+
+
+@pytest.mark.parametrize("M, N, K, layout, dtype, tile", [
+    (67, 45, 53, "nt", "bfloat16", (64, 32, 32, 128)),  # MLX's small-device NT tile
+    (77, 71, 41, "tn", "float32", (64, 64, 16, 128)),  # and its fp32 default (M above the small-side tile's 48)
+    (70, 131, 45, "nn", "float16", (64, 64, 16, 64)),  # 16-bit NN on 2 simdgroups
+])
+def test_steel_tiles_match_torch_on_ragged_shapes_under_racecheck(M, N, K, layout, dtype, tile):
+    """The plain-metal steel tiles (padded rows, one buffer per operand, two barriers per K step) on
+    partial tiles in both directions and a K that is no multiple of block_k, under the race checker."""
+    trans_A, trans_B = layout[0] == "t", layout[1] == "t"
+    choice = matmul_config(M, N, K, dtype, chip="M3", trans_A=trans_A, trans_B=trans_B)
+    assert (choice.route, choice.block_m, choice.block_n, choice.block_k, choice.threads) == (GEMM, *tile), choice.describe()
+    kernel = compile_choice(choice, "emulator")
+    a, b = _inputs(M, N, K, dtype, seed=M)
+    a_s = a.t().contiguous() if trans_A else a
+    b_s = b.t().contiguous() if trans_B else b
+    out = racecheck(kernel, a_s, b_s, seeds=(0, 1))
+    ref = (a.float() @ b.float()).to(TORCH[dtype]).float()
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * math.sqrt(K))
 
 
 def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):
@@ -383,12 +408,13 @@ def staged_model(choice, M, N, K, dtype="float16"):
 
 def test_plain_metal_gemm_reads_each_tile_once_in_16_byte_loads():
     """The structure MLX's steel GEMM has (issue #21): device load operations per FLOP, no narrow
-    loads, one barrier per K step of 32. The direct-global kernel this route used before read 6x
-    the load operations (simdgroup_load from device memory, 4 bytes per lane)."""
+    loads, at most two barriers per K step (MLX's loop: one buffer per operand). The direct-global
+    kernel this route used before read 6x the load operations (simdgroup_load from device memory, 4
+    bytes per lane)."""
     choice, source, total = staged_counts("nn", K=128)
     loads, steps = staged_model(choice, 64, 128, 128)
     assert total["device_load_instructions"] == loads and total["narrow_device_loads"] == 0
-    assert 0 < total["threadgroup_barriers"] <= steps  # register staging: at most one per K step
+    assert 0 < total["threadgroup_barriers"] <= 2 * steps
     assert "simdgroup_load(A_sg[0], (A +" not in source and "*(const device uint4*)(B + " in source
 
 

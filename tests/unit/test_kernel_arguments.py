@@ -47,7 +47,7 @@ BUILDERS = {
     "gemm_shared": row(kernels.gemm_shared, (64, 64, 64), GEMM_TILE + ("block_K",), options=("num_stages", "swizzle_panel"),
                        fixed={"threads": (40,), "c_in_shared": (1,), "epilogue": ("tanh",), "shared_scope": ("local",),
                               "trans_B": (None,)}),
-    "gemm_staged": row(kernels.gemm_staged, (64, 64, 64), GEMM_TILE + ("block_K",), options=("num_stages", "swizzle_panel"),
+    "gemm_staged": row(kernels.gemm_staged, (64, 64, 64), GEMM_TILE + ("block_K",), options=("num_stages", "swizzle_panel", "row_pad"),
                        fixed={"threads": (100,), "keep_staging": ("no",)}),
     "gemm_split_k": row(kernels.gemm_split_k, (32, 32, 64, 2), ("M", "N", "K", "splits", "block_m", "block_n", "block_k", "threads",
                                                                  "reduce_threads"),

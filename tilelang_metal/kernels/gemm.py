@@ -8,6 +8,7 @@ from typing import Any
 
 import tilelang.language as T
 
+from ..limits import THREADGROUP_MEMORY_BYTES
 from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
 from .sizes import flags, integer_sizes, one_of
 
@@ -203,6 +204,29 @@ def gemm_shared(
 
 
 RUN_BYTES = 16
+STAGED_ROW_PAD_BYTES = 16  # padding of a staged threadgroup row (MLX's steel tiles pad the same)
+
+
+def _bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2 if dtype in ("float16", "bfloat16") else 1
+
+
+def staged_row_pad(cols: int, dtype: str) -> int:
+    """Elements of padding after a staged threadgroup row of `cols` elements: whatever makes the row
+    pitch an odd multiple of 16 bytes (0 or STAGED_ROW_PAD_BYTES). With a pitch of 16 * odd bytes the
+    8 rows one simdgroup_load reads, and the rows one simdgroup's 16-byte copies store, start 4 * odd
+    words apart: distinct multiples of 4 modulo 32, so they meet in no bank of the 32 4-byte banks."""
+    size = _bytes(dtype)
+    row_bytes = cols * size
+    return 0 if row_bytes % 16 or row_bytes % 32 == 16 else STAGED_ROW_PAD_BYTES // size
+
+
+def staged_pads(a_tile: tuple[int, int], b_tile: tuple[int, int], num_stages: int, dtype: str) -> tuple[int, int]:
+    """(A's, B's) row padding of staged tiles (`staged_row_pad`), or (0, 0) where the padded tiles in
+    `num_stages` buffers would not fit 32 KiB of threadgroup memory (padding changes speed only)."""
+    a_pad, b_pad = staged_row_pad(a_tile[1], dtype), staged_row_pad(b_tile[1], dtype)
+    padded = max(num_stages, 1) * (a_tile[0] * (a_tile[1] + a_pad) + b_tile[0] * (b_tile[1] + b_pad)) * _bytes(dtype)
+    return (a_pad, b_pad) if padded <= THREADGROUP_MEMORY_BYTES else (0, 0)
 
 
 def copy_runs(shape: tuple, tile: tuple, dtype: str, threads: int) -> Any:
@@ -255,6 +279,7 @@ def gemm_staged(
     swizzle_panel: int = 0,
     keep_staging: bool = False,
     copy_in_runs: tuple = (),
+    row_pad: int | None = None,
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
@@ -267,7 +292,12 @@ def gemm_staged(
     and T.gemm reads the staged tile transposed from threadgroup memory.
 
     `copy_in_runs` names operands ("A", "B") copied by `copy_runs` instead of T.copy: for a row
-    pitch that is not a multiple of 16 bytes, where T.copy moves one element per thread."""
+    pitch that is not a multiple of 16 bytes, where T.copy moves one element per thread.
+
+    With `keep_staging`, each staged row is padded by `row_pad` elements (default: `staged_row_pad`,
+    up to a row pitch of an odd multiple of 16 bytes, when the padded stages fit 32 KiB), so
+    simdgroup_load's 8 rows and the copies' 16-byte stores meet no bank conflict in threadgroup
+    memory; without it the tiles are dense (default), which the staging bypass can drop."""
     M, N, K, block_M, block_N, block_K, threads, swizzle_panel, num_stages = check_gemm_arguments(
         "gemm_staged", M=M, N=N, K=K, block_M=block_M, block_N=block_N, block_K=block_K, threads=threads,
         swizzle_panel=swizzle_panel, num_stages=num_stages, bools={"trans_A": trans_A, "trans_B": trans_B, "keep_staging": keep_staging})
@@ -278,6 +308,13 @@ def gemm_staged(
     unknown = set(copy_in_runs) - {"A", "B"}
     if unknown:
         raise ValueError(f"copy_in_runs: {sorted(unknown)} is not an operand; name 'A' and / or 'B'")
+    if row_pad is not None:
+        (a_pad,) = integer_sizes("gemm_staged", minimum=0, row_pad=row_pad)
+        b_pad = a_pad
+    elif keep_staging:
+        a_pad, b_pad = staged_pads(a_tile, b_tile, num_stages, dtype)
+    else:  # the staging bypass drops whole-buffer staging only: dense tiles, so it may
+        a_pad = b_pad = 0
     copy_a = copy_runs(a_shape, a_tile, dtype, threads) if "A" in copy_in_runs else None
     copy_b = copy_runs(b_shape, b_tile, dtype, threads) if "B" in copy_in_runs else None
 
@@ -286,8 +323,8 @@ def gemm_staged(
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             if swizzle_panel:
                 T.use_swizzle(swizzle_panel, order="mlx")
-            A_s = T.alloc_shared(a_tile, dtype)
-            B_s = T.alloc_shared(b_tile, dtype)
+            A_s = T.alloc_shared((a_tile[0], a_tile[1] + a_pad), dtype)  # the tiles in their padded rows
+            B_s = T.alloc_shared((b_tile[0], b_tile[1] + b_pad), dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
             T.clear(acc)
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -297,12 +334,12 @@ def gemm_staged(
                 if copy_a is not None:
                     copy_a(A, A_s, a_row, a_col)
                 else:
-                    T.copy(A[a_row, a_col], A_s)
+                    T.copy(A[a_row, a_col], A_s[0 : a_tile[0], 0 : a_tile[1]])
                 if copy_b is not None:
                     copy_b(B, B_s, b_row, b_col)
                 else:
-                    T.copy(B[b_row, b_col], B_s)
-                T.gemm(A_s, B_s, acc, transpose_A=trans_A, transpose_B=trans_B)
+                    T.copy(B[b_row, b_col], B_s[0 : b_tile[0], 0 : b_tile[1]])
+                T.gemm(A_s[0 : a_tile[0], 0 : a_tile[1]], B_s[0 : b_tile[0], 0 : b_tile[1]], acc, transpose_A=trans_A, transpose_B=trans_B)
             T.copy(acc, C[by * block_M, bx * block_N])
 
     if keep_staging:

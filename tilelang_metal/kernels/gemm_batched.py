@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import tilelang.language as T
 
-from .gemm import check_gemm_arguments, gelu_tanh
+from .gemm import check_gemm_arguments, gelu_tanh, staged_pads
 from .sizes import integer_sizes
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu", "residual")
@@ -105,24 +105,25 @@ def gemm_batched(
     apply = _epilogue(epilogue, alpha, beta)
     reads_extra = extra is not None and not (epilogue == "alpha_beta" and beta == 0)
     b_per_batch = batched and not shared_B
+    a_pad, b_pad = staged_pads((block_M, block_K), (block_K, block_N), num_stages, dtype)
 
     @T.macro
     def tile(A, B, X, C, bx, by, bz):
         acc = T.alloc_fragment((block_M, block_N), "float32")
         if num_stages:
-            A_s = T.alloc_shared((block_M, block_K), dtype)
-            B_s = T.alloc_shared((block_K, block_N), dtype)
+            A_s = T.alloc_shared((block_M, block_K + a_pad), dtype)  # rows padded: no bank conflicts (kernels.gemm.staged_pads)
+            B_s = T.alloc_shared((block_K, block_N + b_pad), dtype)
             T.clear(acc)
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 if batched:
-                    T.copy(A[bz, by * block_M : (by + 1) * block_M, ko * block_K : (ko + 1) * block_K], A_s)
+                    T.copy(A[bz, by * block_M : (by + 1) * block_M, ko * block_K : (ko + 1) * block_K], A_s[0:block_M, 0:block_K])
                 else:
-                    T.copy(A[by * block_M : (by + 1) * block_M, ko * block_K : (ko + 1) * block_K], A_s)
+                    T.copy(A[by * block_M : (by + 1) * block_M, ko * block_K : (ko + 1) * block_K], A_s[0:block_M, 0:block_K])
                 if b_per_batch:
-                    T.copy(B[bz, ko * block_K : (ko + 1) * block_K, bx * block_N : (bx + 1) * block_N], B_s)
+                    T.copy(B[bz, ko * block_K : (ko + 1) * block_K, bx * block_N : (bx + 1) * block_N], B_s[0:block_K, 0:block_N])
                 else:
-                    T.copy(B[ko * block_K : (ko + 1) * block_K, bx * block_N : (bx + 1) * block_N], B_s)
-                T.gemm(A_s, B_s, acc)
+                    T.copy(B[ko * block_K : (ko + 1) * block_K, bx * block_N : (bx + 1) * block_N], B_s[0:block_K, 0:block_N])
+                T.gemm(A_s[0:block_M, 0:block_K], B_s[0:block_K, 0:block_N], acc)
         elif batched and b_per_batch:
             T.gemm(A[bz, by * block_M : (by + 1) * block_M, 0:K], B[bz, 0:K, bx * block_N : (bx + 1) * block_N], acc, clear_accum=True)
         elif batched:

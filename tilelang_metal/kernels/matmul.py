@@ -12,16 +12,18 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   in MLX);
 - `gemm` otherwise, with the chip class's tile: on M5 and newer with the metal4 target
   kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
-  on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged, 64x128 on 4
-  simdgroups with A and B staged through threadgroup memory in 2 stages (16-byte copies, one barrier
-  per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits; an operand
+  on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged with MLX's steel
+  tile for the chip class (`_steel_tile`: 64x64x16 on 2 simdgroups for 16-bit types on base and Pro
+  chips, 64x32x32 on 4 for NT, ...), A and B staged through one threadgroup buffer each with rows
+  padded by 16 bytes (16-byte copies, no bank conflicts, two barriers per K step, as MLX's loop),
+  so registers and threadgroup memory, and the threadgroups a core holds, are MLX's; an operand
   whose row pitch (K or N) is not a multiple of 16 bytes is copied in 16-byte runs per thread
   (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
   enough for neighbouring threadgroups to share panels of A and B.
 
-On plain metal the split-K slices are staged the same way (its block_k and 2 stages). An M (or N)
-from 9 to 48 gets a small-side tile on both routes (kernels/small_m.py: the small side rounded up to
-16 rows, one tile, 4 simdgroups), which keeps matrix operations per FLOP at most MLX's.
+On plain metal the split-K slices are staged the same way (its tile, block_k and one stage). An M
+(or N) from 9 to 48 gets a small-side tile on both routes (kernels/small_m.py: the small side rounded
+up to 16 rows, one tile, 4 simdgroups), which keeps matrix operations per FLOP at most MLX's.
 
 `batch=` (A (batch, M, K), B (batch, K, N) or `shared_B` (K, N)) runs on the grid's z axis on every
 route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, activations) on the
@@ -40,9 +42,6 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from types import SimpleNamespace
-
-from ..register_budget import estimate_registers
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
 from ..target import has_metal4, metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
@@ -58,8 +57,7 @@ THREADGROUPS_PER_CORE = 4  # output tiles per GPU core below which split-K share
 MIN_SLICE_K = 256  # K per split-K slice at least: its fp32 partial tile's round trip stays small next to its A and B reads
 MAX_SPLITS = 16
 SPLIT_BLOCK_K = 32  # metal4's split-K step (its staging is bypassed: the direct-global K loop)
-STAGED_BLOCK_KS = (32, 16)  # plain metal: K per staged step, the first whose register estimate fits
-STAGES = 2  # plain metal: threadgroup buffers per operand (register staging: one barrier per K step)
+STAGES = 1  # plain metal: threadgroup buffers per operand (MLX's steel loop; `_steel_tile` says why not 2)
 SWIZZLE_PANEL = 8
 SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
 BASE_CHIP_MAX_CORES = 10  # the base M5 (10 GPU cores): MLX's 128x128 NAX tile; more cores: 64x128
@@ -116,7 +114,7 @@ class MatmulChoice:
         if self.route == GEMV:
             return f"matmul {shape}: gemv {self.gemv_variant}, {self.threads} threads"
         size = f"{self.block_m}x{self.block_n}" + (f"x{self.block_k}" if self.stages else "")
-        staging = f", {self.stages} stages" if self.stages else ""
+        staging = f", {self.stages} stage{'s' if self.stages > 1 else ''}" if self.stages else ""
         if self.run_copies:
             staging += f", {' and '.join(self.run_copies)} copied in 16-byte runs"
         tile = f"{size} tile{staging}, {self.threads} threads ({self.simdgroups} simdgroups), swizzle {self.swizzle or 'off'}"
@@ -191,31 +189,75 @@ def _check_batch_epilogue(batch: Any, shared_B: Any, epilogue: Any, alpha: Any, 
     return batch or 0, float(1.0 if alpha is None else alpha), float(1.0 if beta is None else beta)
 
 
-def _chip_tile(on: Chip, target: str) -> tuple[int, int, int, str]:
-    """(block_m, block_n, threads, reason) of the gemm route for the chip class."""
+@dataclass(frozen=True)
+class ChipTile:
+    """The gemm route's tile for a chip class and problem: sizes, threads, K step and threadgroup
+    buffers per operand (stages 0: no staging, the metal4 direct-global kernel), with the reason."""
+
+    block_m: int
+    block_n: int
+    threads: int
+    block_k: int
+    stages: int
+    reason: str
+
+
+def steel_size_class(on: Chip) -> str:
+    """MLX's device size class of a chip (the last letter of `get_architecture()`): base and Pro chips
+    are "small", Max "medium", Ultra "large"."""
+    suffix = on.name.split()[-1] if " " in on.name else ""
+    return {"": "small", "Pro": "small", "Max": "medium", "Ultra": "large"}[suffix]
+
+
+def _steel_tile(on: Chip, M: int, N: int, K: int, dtype: str, trans_A: bool, trans_B: bool, batch: int) -> ChipTile:
+    """MLX's steel GEMM tile for the chip class (mlx/backend/metal/matmul.cpp, the steel_matmul tile
+    selection of MLX 0.32: GEMM_TPARAM_MACRO), staged in one padded buffer per operand (MLX's loop:
+    copy, barrier, multiply, barrier). Why MLX's tiles: at these sizes the registers (the accumulator
+    of a 64x32 or 32x32 simdgroup tile, no register staging) and the threadgroup memory (one buffer,
+    rows padded by 16 bytes) are MLX's, so a core holds as many threadgroups as it does for MLX's
+    kernel (register_budget.threadgroups_per_core) and bank conflicts are none. A second stage would
+    double the threadgroup memory or, with register staging, add the staged tile to the registers:
+    either way fewer threadgroups per core. The wm x wn simdgroup grid is T.gemm's square partition
+    of the tile over threads / 32 simdgroups, which is MLX's wm x wn for each of these tiles."""
+    size_class = steel_size_class(on)
+    nt = not trans_A and trans_B
+    half = dtype in ("float16", "bfloat16")
+    bm, bn, bk, simdgroups = 64, 64, 16, 4  # MLX's default (wm 2, wn 2): medium chips, and what no rule below changes
+    if size_class == "small":
+        if nt:
+            bm, bn, bk, simdgroups = 64, 32, 32, 4
+        elif half:
+            bm, bn, bk, simdgroups = 64, 64, 16, 2
+    elif size_class == "large":
+        if max(batch, 1) * M * N >= 1 << 20:
+            if half and 2 * max(M, N) > K:
+                bm, bn, bk, simdgroups = 64, 64, 16, 2
+            elif half and nt:
+                bm, bn, bk, simdgroups = 64, 32, 32, 4
+            elif half:
+                bm, bn, bk, simdgroups = 32, 64, 16, 2
+        elif half:
+            bm, bn, bk, simdgroups = (64, 32, 32, 4) if nt else (64, 64, 16, 2)
+        else:
+            bm, bn, bk, simdgroups = (32, 64, 16, 2) if nt else (64, 32, 32, 4)
+    why = (f"plain metal on {on.name} (MLX's {size_class} device class): MLX's steel tile {bm}x{bn}x{bk} on {simdgroups} "
+           f"simdgroups, A and B staged in {STAGES} threadgroup buffer each, rows padded by 16 bytes (no bank conflicts), "
+           "two barriers per K step: MLX's registers and threadgroup memory, so as many threadgroups per core")
+    return ChipTile(bm, bn, 32 * simdgroups, bk, STAGES, why)
+
+
+def _chip_tile(on: Chip, target: str, M: int, N: int, K: int, dtype: str, *, trans_A: bool = False,
+               trans_B: bool = False, batch: int = 0) -> ChipTile:
+    """The gemm route's tile for the chip class: on metal4 (M5 and newer) MLX's NAX tiles, read from
+    device memory (no stages); on plain metal MLX's steel tiles (`_steel_tile`)."""
     if target == "metal4" and on.generation >= 5:
         if on.gpu_cores <= BASE_CHIP_MAX_CORES:
-            return 128, 128, 512, f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups"
-        return 64, 128, 256, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups"
-    why = "the metal target (simdgroup matrices)" if target == "metal" else f"{on.name} predates M5's matmul2d hardware"
-    return 64, 128, 128, (f"{why}: 64x128 on 4 simdgroups, A and B staged through threadgroup memory (MLX's steel "
-                          "structure): each tile is read from device memory once per threadgroup in 16-byte copies where "
-                          "aligned, where simdgroup_load from device memory reads 4 bytes per lane, each simdgroup its own")
-
-
-def _staged_block_k(block_m: int, block_n: int, threads: int, dtype: str) -> tuple[int, str]:
-    """(block_k, reason) of a plain-metal staged tile: the longest K step of STAGED_BLOCK_KS whose
-    register estimate with the staging array fits the budget, so register staging stays on and each
-    K step has one barrier."""
-    for block_k in STAGED_BLOCK_KS:
-        cfg = SimpleNamespace(path="shared", block_m=block_m, block_n=block_n, block_k=block_k, threads=threads, num_stages=STAGES)
-        estimate = estimate_registers(cfg, dtype=dtype, target=False)
-        if estimate.fits or block_k == STAGED_BLOCK_KS[-1]:
-            break
-    tg_kib = STAGES * (block_m + block_n) * block_k * (4 if dtype == "float32" else 2) / 1024
-    return block_k, (f"block_k {block_k} in {STAGES} stages ({tg_kib:g} KiB of threadgroup memory): register staging of "
-                     f"{(block_m + block_n) * block_k // threads} {dtype} per thread fits, {estimate.describe()}; one barrier per "
-                     f"K step of {block_k} (MLX's steel kernels: two per step of 16 or 32)")
+            return ChipTile(128, 128, 512, SPLIT_BLOCK_K, 0,
+                            f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups")
+        return ChipTile(64, 128, 256, SPLIT_BLOCK_K, 0, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups")
+    if target == "metal4":
+        return ChipTile(64, 128, 128, SPLIT_BLOCK_K, 0, f"{on.name} predates M5's matmul2d hardware: 64x128 on 4 simdgroups, read from device memory")
+    return _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
 
 
 def _split_count(tiles: int, K: int, wanted: int, at_least: int) -> int:
@@ -289,8 +331,9 @@ def matmul_config(
                        f"{64 - value} padding {'rows' if small_m else 'columns'} of every 64")
         return MatmulChoice(GEMV, **common, block_m=0, block_n=0, threads=128, gemv_variant=variant, reasons=tuple(reasons))
 
-    block_m, block_n, threads, tile_reason = _chip_tile(on, target_name)
-    reasons.append(tile_reason)
+    tile = _chip_tile(on, target_name, M, N, K, dtype, trans_A=trans_A, trans_B=trans_B, batch=batch)
+    block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
+    reasons.append(tile.reason)
     small = small_side_tile(M, N, block_m, block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
     if small is not None:
         block_m, block_n, threads, small_reason = small
@@ -298,11 +341,6 @@ def matmul_config(
     elif M <= block_m // 2 and block_m > 64:
         block_m, threads = 64, threads // 2
         reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
-    block_k, stages = SPLIT_BLOCK_K, 0
-    if target_name == "metal":
-        block_k, k_reason = _staged_block_k(block_m, block_n, threads, dtype)
-        stages = STAGES
-        reasons.append(k_reason)
 
     tiles = -(-M // block_m) * -(-N // block_n) * max(batch, 1)
     wanted = THREADGROUPS_PER_CORE * on.gpu_cores

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import tilelang.language as T
 
-from .gemm import check_gemm_arguments, copy_runs
+from .gemm import check_gemm_arguments, copy_runs, staged_pads
 from .gemm_batched import check_batch
 from .sizes import integer_sizes
 
@@ -98,6 +98,8 @@ def gemm_split_k(
     batches = batch or 1
     lead = (batch,) if batch else ()
     b_per_batch = bool(batch) and not shared_B
+    # staged slices (plain metal) get padded rows; unstaged ones (metal4) dense buffers, which the staging bypass drops
+    a_pad, b_pad = staged_pads((block_m, block_k), (block_k, block_n), num_stages, dtype) if num_stages else (0, 0)
     reduce_grid = (T.ceildiv(N, reduce_cols), M, batch) if batch else (T.ceildiv(N, reduce_cols), M)
 
     def slice_and_batch(bzs: Any) -> tuple[Any, Any]:  # unbatched: the z axis is the slice (the batch is never read)
@@ -112,8 +114,8 @@ def gemm_split_k(
         partials = T.alloc_global((batches * splits, M, N), ACCUM)  # slice s of batch z at z * splits + s
         with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), batches * splits, threads=threads) as (bx, by, bzs):
             bz, z = T.meta_var(slice_and_batch(bzs))
-            A_s = T.alloc_shared((block_m, block_k), dtype)
-            B_s = T.alloc_shared((block_k, block_n), dtype)
+            A_s = T.alloc_shared((block_m, block_k + a_pad), dtype)  # rows padded: no bank conflicts (kernels.gemm.staged_pads)
+            B_s = T.alloc_shared((block_k, block_n + b_pad), dtype)
             acc = T.alloc_fragment((block_m, block_n), ACCUM)
             T.clear(acc)
             for ko in T.Pipelined(steps, num_stages=num_stages):
@@ -121,16 +123,16 @@ def gemm_split_k(
                 if copy_a is not None:
                     copy_a(A, A_s, by * block_m, k0)
                 elif batch:
-                    T.copy(A[z, by * block_m : (by + 1) * block_m, k0 : k0 + block_k], A_s)
+                    T.copy(A[z, by * block_m : (by + 1) * block_m, k0 : k0 + block_k], A_s[0:block_m, 0:block_k])
                 else:
-                    T.copy(A[by * block_m, k0], A_s)
+                    T.copy(A[by * block_m, k0], A_s[0:block_m, 0:block_k])
                 if copy_b is not None:
                     copy_b(B, B_s, k0, bx * block_n)
                 elif b_per_batch:
-                    T.copy(B[z, k0 : k0 + block_k, bx * block_n : (bx + 1) * block_n], B_s)
+                    T.copy(B[z, k0 : k0 + block_k, bx * block_n : (bx + 1) * block_n], B_s[0:block_k, 0:block_n])
                 else:
-                    T.copy(B[k0, bx * block_n], B_s)
-                T.gemm(A_s, B_s, acc)
+                    T.copy(B[k0, bx * block_n], B_s[0:block_k, 0:block_n])
+                T.gemm(A_s[0:block_m, 0:block_k], B_s[0:block_k, 0:block_n], acc)
             T.copy(acc, partials[bzs, by * block_m, bx * block_n])
 
         with T.Kernel(*reduce_grid, threads=reduce_threads) as blocks:
