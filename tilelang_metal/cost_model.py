@@ -1,5 +1,8 @@
-"""One cost model for Metal GEMMs: the autotuner's ranking, the GEMM dispatch's check and the benchmarks'
-predictions all go through `predict` (docs/performance.md, "Cost model"). An estimate, not a measurement.
+"""One cost model for Metal GEMMs: the autotuner's ranking (autotune.rank_by_model / rank_by_roofline), the
+metal4 GEMM dispatch's pick (kernels.matmul: `rank` over the kernels it ships), the dispatch-agreement
+check and the benchmarks' predictions (benchmark/calibrate.py) all go through `predict` and `rank`, and
+`roofline.estimate` is `roofline_estimate` below (docs/performance.md, "Cost model"). An estimate, not a
+measurement.
 
 A kernel is described by its tiling (`GemmKernel`: route, path, tile, simdgroup grid, matrix instruction,
 K step, barriers per step, swizzle, split-K slices). `counts` derives what one launch does from that
@@ -31,7 +34,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -289,13 +293,21 @@ def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4
                   swizzle: int = 0, splits: int = 1, K: int = 4096, route: str = GEMM, features: frozenset[str] = frozenset()) -> GemmKernel | None:
     """The plugin's GEMM kernel of this tiling as GemmMetal plans it (None: no legal warp partition)."""
     from . import config as settings
+
+    return _plugin_kernel(path, block_m, block_n, threads, metal4, block_k, stages, swizzle, splits, K, route, features,
+                          settings.fragment_ct())
+
+
+@functools.lru_cache(maxsize=8192)  # the dispatch and the rankings ask for the same tilings again and again
+def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: bool, block_k: int, stages: int, swizzle: int,
+                   splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool) -> GemmKernel | None:
     from .register_budget import staging_elements
     from .selection import WarpPolicy, select_inst, warp_partition
 
     shared = path == SHARED
     c_scope = "local.fragment" if shared else "global"
     selection = select_inst(c_scope=c_scope, M=block_m, N=block_n, K=block_k if shared else K, threads=threads,
-                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
+                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=fragment_ct,
                             features=features)
     part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, block_m, block_n, threads // SIMD_WIDTH)
     if part is None:
@@ -357,44 +369,119 @@ def gemv_seconds(M: int, N: int, K: int, chip: Chip, dtype: str = "float16") -> 
     return max(2 * M * N * K / (alu_tflops * 1e12), (M * K + K * N + M * N) * eb / (chip.bandwidth_gbs * 1e9))
 
 
-@dataclass(frozen=True)
-class Candidate:
-    kernel: GemmKernel | None  # None: the GEMV route
-    seconds: float
-
-    def describe(self) -> str:
-        return self.kernel.describe() if self.kernel is not None else "gemv"
-
-
-def candidates(M: int, N: int, K: int, *, chip: Chip, target: Any, space: Any = None, dtype: str = "float16") -> list[Candidate]:
-    """Every route the dispatch can take for the problem, each configuration of the autotuner's space
-    (tiled GEMM on both paths; split-K with 2-16 slices of at least MIN_SLICE_K; GEMV where it applies),
-    with its predicted seconds."""
-    from . import autotune
-    from .kernels.gemv import GEMV_MAX_ROWS
-    from .kernels.matmul import MAX_SPLITS, MIN_SLICE_K
-
-    metal4 = autotune._has_metal4(target)
-    features = autotune._features(target)
-    space = space if space is not None else autotune.config_space(M, N, K, dtype=dtype, target=target)
-    found: list[Candidate] = []
-    if min(M, N) <= GEMV_MAX_ROWS:
-        found.append(Candidate(None, gemv_seconds(M, N, K, chip, dtype)))
-    splits = [1] + [s for s in (2, 4, 8, 16) if s <= MAX_SPLITS and K // s >= MIN_SLICE_K]
-    for cfg in space:
-        for s in splits:
-            kernel = from_config(cfg if s == 1 else replace(cfg, swizzle=0), K, metal4=metal4, features=features, splits=s)
-            if kernel is not None:
-                found.append(Candidate(kernel, predict(kernel, M, N, K, chip=chip, dtype=dtype).seconds))
-    return found
+def estimate_choice(choice: Any, *, chip: Chip) -> Estimate | None:
+    """The model's estimate of the kernel `kernels.matmul_config` picked (None for the GEMV route,
+    which has no tiling: `predict_choice` gives its seconds)."""
+    if choice.route == GEMV:
+        return None
+    kernel = from_choice(choice)
+    if kernel is None:
+        raise ValueError(f"the model has no warp partition for {choice.summary()}")
+    return predict(kernel, choice.M, choice.N, choice.K, chip=chip, dtype=choice.dtype, out_dtype=choice.out_dtype,
+                   batch=max(1, choice.batch))
 
 
 def predict_choice(choice: Any, *, chip: Chip) -> float:
     """Seconds of the kernel `kernels.matmul_config` picked."""
     if choice.route == GEMV:
         return gemv_seconds(choice.M, choice.N, choice.K, chip, choice.dtype)
-    kernel = from_choice(choice)
-    if kernel is None:
-        raise ValueError(f"the model has no warp partition for {choice.summary()}")
-    return predict(kernel, choice.M, choice.N, choice.K, chip=chip, dtype=choice.dtype, out_dtype=choice.out_dtype,
-                   batch=max(1, choice.batch)).seconds
+    return estimate_choice(choice, chip=chip).seconds
+
+
+# ---------------------------------------------------------------- ranking: the autotuner's and the dispatch's order
+
+# Times within this fraction of each other are one class: the model's inputs (peaks, bandwidths, the
+# register estimate, the estimated constants above) are estimates, and a finer difference between two
+# tilings of a large problem is how their tile counts round over the cores (0.06% between 32x32 and
+# 64x128 tiles of 4096^2 on a 10-core M4).
+NEAR_TIE = 0.02
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One ranked item (an autotuner configuration, a dispatch candidate) with its estimate and its
+    class: how many NEAR_TIE steps its time is above the best of the ranking."""
+
+    item: Any
+    estimate: Estimate
+    band: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.estimate.seconds
+
+    @property
+    def key(self) -> tuple:
+        """Time class first; then more operand reuse per simdgroup (fewer fragment loads per matrix
+        FLOP), less memory traffic (where the swizzle helps; split-K's partials), fewer core loads,
+        more resident threads."""
+        c = self.estimate.counts
+        return (self.band, -c.operand_reuse, c.dram_bytes, c.core_load_bytes, -c.threads_per_core, self.estimate.seconds)
+
+
+def _band(seconds: float, best: float) -> int:
+    return int(math.log(seconds / best) / math.log1p(NEAR_TIE)) if seconds > best else 0
+
+
+def rank(estimated: Iterable[tuple[Any, Estimate]]) -> list[Ranked]:
+    """(item, estimate) pairs in the model's order: time class, then the tie-breakers of `Ranked.key`."""
+    pairs = list(estimated)
+    if not pairs:
+        return []
+    best = min(e.seconds for _, e in pairs)
+    return sorted((Ranked(item, e, _band(e.seconds, best)) for item, e in pairs), key=lambda r: r.key)
+
+
+def with_counted(c: Counts, total: dict[str, int]) -> Counts:
+    """`c` with the figures the emulator counted for one launch (`emulator.counters(...).total`) in
+    place of the model's: matrix FLOPs and operations (the busiest core's share scaled alike), the
+    bytes the load and store instructions move, and bank replays where counted."""
+    from .roofline import matrix_flops
+
+    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
+    ops = sum(int(total.get(name, 0)) for name in matrix_flops())
+    return replace(c, matrix_flops=flops, matrix_ops=ops,
+                   busiest_core_flops=round(c.busiest_core_flops * flops / c.matrix_flops) if c.matrix_flops else flops,
+                   core_load_bytes=int(total.get("device_load_bytes", c.core_load_bytes)),
+                   device_store_bytes=int(total.get("device_store_bytes", c.device_store_bytes)),
+                   threadgroup_replays=int(total.get("threadgroup_replays", c.threadgroup_replays)))
+
+
+# ---------------------------------------------------------------- counters alone (no tiling known)
+
+
+@dataclass(frozen=True)
+class RooflineEstimate:
+    """The model's two bounds that counted figures alone give, when the tiling is not known (the CLI's
+    `profile` of any kernel): matrix FLOPs at the chip's peak, device bytes moved by the load and store
+    instructions at its bandwidth (no cache reuse: it over-counts memory traffic of tiles that re-read
+    panels). A lower bound on the time, not a prediction."""
+
+    chip: Chip
+    matrix_flops: int
+    device_bytes: int
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+    def describe(self) -> str:
+        return (
+            f"roofline estimate on {self.chip.name} ({self.chip.matrix_tflops:g} TFLOP/s, {self.chip.bandwidth_gbs:g} GB/s): "
+            f"{self.seconds * 1e6:.1f} us, {self.bound}-bound ({self.matrix_flops} matrix FLOP, {self.device_bytes} device bytes)"
+        )
+
+
+def roofline_estimate(total: dict[str, int], chip: Chip) -> RooflineEstimate:
+    """The counters-only bounds of one launch (`counters(...).total`) on `chip`."""
+    from .roofline import matrix_flops
+
+    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
+    moved = int(total.get("device_load_bytes", 0)) + int(total.get("device_store_bytes", 0))
+    return RooflineEstimate(chip, flops, moved, flops / (chip.matrix_tflops * 1e12), moved / (chip.bandwidth_gbs * 1e9))
