@@ -6,13 +6,13 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 - `gemv` (kernels/gemv.py) when M or N is at most GEMV_MAX_ROWS: a GEMM tile of 64 or 128 rows
   would compute mostly padding, and the problem is bound by reading the large operand once;
-- `split_k` (kernels/split_k.py) when the output tiles are too few to occupy the GPU and K is long
-  enough to share out (64x4096x4096: 32 tiles of 64x128), or when K is much larger than M and N
-  (MLX's NAX rule: K >= 3 max(M, N), or K > 2 max(M, N) when max(M, N) <= 1024; metal4 only, as
-  in MLX);
-- `gemm` otherwise, with the chip class's tile: on M5 and newer with the metal4 target
-  kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
-  on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged, 64x128 on 4
+- on the metal4 target (M5 and newer): the cost model (tilelang_metal/cost_model.py) ranks every
+  kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
+  each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
+  its predicted time and the runner-up's);
+- on the plain metal target (M1-M4), by rules: `split_k` (kernels/split_k.py) when the output tiles
+  are too few to occupy the GPU and K is long enough to share out (64x4096x4096: 32 tiles of
+  64x128); `gemm` otherwise, kernels.gemm_staged, 64x128 on 4
   simdgroups with A and B staged through threadgroup memory in 2 stages (16-byte copies, one barrier
   per K step), block_k the largest of STAGED_BLOCK_KS whose register estimate fits; an operand
   whose row pitch (K or N) is not a multiple of 16 bytes is copied in 16-byte runs per thread
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from types import SimpleNamespace
@@ -59,7 +59,6 @@ STAGED_BLOCK_KS = (32, 16)  # plain metal: K per staged step, the first whose re
 STAGES = 2  # plain metal: threadgroup buffers per operand (register staging: one barrier per K step)
 SWIZZLE_PANEL = 8
 SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
-BASE_CHIP_MAX_CORES = 10  # the base M5 (10 GPU cores): MLX's 128x128 NAX tile; more cores: 64x128
 DEFAULT_CHIP = "M5"
 
 
@@ -189,15 +188,66 @@ def _check_batch_epilogue(batch: Any, shared_B: Any, epilogue: Any, alpha: Any, 
 
 
 def _chip_tile(on: Chip, target: str) -> tuple[int, int, int, str]:
-    """(block_m, block_n, threads, reason) of the gemm route for the chip class."""
-    if target == "metal4" and on.generation >= 5:
-        if on.gpu_cores <= BASE_CHIP_MAX_CORES:
-            return 128, 128, 512, f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups"
-        return 64, 128, 256, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups"
+    """(block_m, block_n, threads, reason) of the plain-metal gemm route (metal4: `_metal4_candidates`)."""
     why = "the metal target (simdgroup matrices)" if target == "metal" else f"{on.name} predates M5's matmul2d hardware"
     return 64, 128, 128, (f"{why}: 64x128 on 4 simdgroups, A and B staged through threadgroup memory (MLX's steel "
                           "structure): each tile is read from device memory once per threadgroup in 16-byte copies where "
                           "aligned, where simdgroup_load from device memory reads 4 bytes per lane, each simdgroup its own")
+
+
+# metal4: the direct-global tiles (block_m, block_n, threads) the dispatch may ship, for the cost model to
+# rank with each K split. First the in-tree backend's 64x128 on 4 simdgroups (32x64 of C each; the only
+# metal4 tile measured on a Mac here: the spec's M5 table, 12.9 / 12.8 TFLOPS at 4096^3 / 2048^3), then
+# the same share on other tiles (128x64 on 4, 128x128 on 8, 64x64 on 2 for grids that divide unevenly
+# over the cores), then MLX's NAX tiles (32x32 per simdgroup: 64x128 on 8, 128x128 on 16). Exact ties in
+# the model's order go to the earlier tile.
+METAL4_TILES = ((64, 128, 128), (128, 64, 128), (128, 128, 256), (64, 64, 64), (64, 128, 256), (128, 128, 512))
+
+
+def _swizzle_for(M: int, N: int, block_m: int, block_n: int) -> int:
+    return SWIZZLE_PANEL if min(-(-M // block_m), -(-N // block_n)) >= SWIZZLE_MIN_TILES else 0
+
+
+def _metal4_candidates(M: int, N: int, K: int, *, splittable: bool, swizzle_ok: bool, common: dict[str, Any]) -> list[MatmulChoice]:
+    """Every kernel the metal4 dispatch can ship for the problem: each METAL4_TILES direct-global tile
+    (block swizzle where the grid is SWIZZLE_MIN_TILES a side), and where `splittable` each power-of-two
+    count of K slices of at least MIN_SLICE_K, up to MAX_SPLITS."""
+    found: list[MatmulChoice] = []
+    most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K)) if splittable and K >= 2 * MIN_SLICE_K else 1
+    counts = sorted({effective_splits(K, 2**e, SPLIT_BLOCK_K) for e in range(1, most.bit_length())} - {1})
+    for block_m, block_n, threads in METAL4_TILES:
+        found.append(MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads,
+                                  swizzle=_swizzle_for(M, N, block_m, block_n) if swizzle_ok else 0))
+        found += [MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=SPLIT_BLOCK_K,
+                               splits=splits) for splits in counts]
+    return found
+
+
+def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str]) -> MatmulChoice:
+    """The candidate the cost model ranks first (`cost_model.rank`), with reasons naming its predicted
+    time and the runner-up's."""
+    from .. import cost_model
+
+    ranked = cost_model.rank((c, cost_model.estimate_choice(c, chip=on)) for c in candidates)
+    first = ranked[0]
+    pick = first.item
+    tile = f"{pick.block_m}x{pick.block_n} on {pick.simdgroups} simdgroups" + (f", {pick.splits} K slices" if pick.route == SPLIT_K else "")
+    why = [f"the cost model's first of {len(ranked)} candidates the {pick.target} dispatch ships (direct-global tiles "
+           f"{', '.join(f'{m}x{n}/{t // 32}' for m, n, t in METAL4_TILES)}, each with K slices where allowed): {tile}, "
+           f"predicted {first.seconds * 1e6:.1f} us on {on.name}, {first.estimate.bound}-bound (an estimate)"]
+    if len(ranked) > 1:
+        second = ranked[1].item
+        other = f"{second.block_m}x{second.block_n} on {second.simdgroups} simdgroups" + (
+            f", {second.splits} K slices" if second.route == SPLIT_K else "")
+        tie = (f" (the same {cost_model.NEAR_TIE:.0%} time class: operand reuse, memory traffic, core loads, resident threads, "
+               "then the tile order decide)") if ranked[1].band == first.band else ""
+        why.append(f"the runner-up, {other}, is predicted {ranked[1].seconds * 1e6:.1f} us{tie}")
+    if pick.route == SPLIT_K:
+        why.append(f"{pick.splits} slices of {-(-pick.K // pick.splits)} of K, partials in an fp32 workspace summed in a fixed "
+                   "order (deterministic)")
+    if pick.swizzle:
+        why.append(f"swizzle in panels of {pick.swizzle}, so threadgroups running together share rows of A and columns of B in cache")
+    return replace(pick, reasons=tuple(reasons + why))
 
 
 def _staged_block_k(block_m: int, block_n: int, threads: int, dtype: str) -> tuple[int, str]:
@@ -286,29 +336,35 @@ def matmul_config(
                        f"{64 - value} padding {'rows' if small_m else 'columns'} of every 64")
         return MatmulChoice(GEMV, **common, block_m=0, block_n=0, threads=128, gemv_variant=variant, reasons=tuple(reasons))
 
+    if target_name == "metal4":  # the cost model picks the tile and the K split (docs/performance.md, "Cost model")
+        if tiled_only:
+            reasons.append(f"a grid of tiles{' per batch' if batch else ''}: no swizzle (kernels.gemm_batched launches tiles in grid order)")
+        if epilogue != "none" and K >= 2 * MIN_SLICE_K:
+            reasons.append(f"epilogue {epilogue}: split-K applies no epilogue yet, so only the tiled GEMM (kernels.gemm_batched) is ranked")
+        elif K < 2 * MIN_SLICE_K and not transposed:
+            reasons.append(f"K={K} < {2 * MIN_SLICE_K}: too short to split (slices of at least {MIN_SLICE_K}), so only tiled GEMMs are ranked")
+        candidates = _metal4_candidates(M, N, K, splittable=not transposed and epilogue == "none", swizzle_ok=not tiled_only,
+                                        common=common)
+        return _model_pick(candidates, on, reasons)
+
+    # plain metal (M1-M4): the staged tile and split count by the rules below (steel-gemm's tile function
+    # feeds them); the cost model's agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
     block_m, block_n, threads, tile_reason = _chip_tile(on, target_name)
     reasons.append(tile_reason)
-    if M <= block_m // 2 and block_m > 64:
-        block_m, threads = 64, threads // 2
-        reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
-    block_k, stages = SPLIT_BLOCK_K, 0
-    if target_name == "metal":
-        block_k, k_reason = _staged_block_k(block_m, block_n, threads, dtype)
-        stages = STAGES
-        reasons.append(k_reason)
+    block_k, k_reason = _staged_block_k(block_m, block_n, threads, dtype)
+    stages = STAGES
+    reasons.append(k_reason)
 
     tiles = -(-M // block_m) * -(-N // block_n) * max(batch, 1)
     wanted = THREADGROUPS_PER_CORE * on.gpu_cores
-    largest = max(M, N)
-    mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
+    split_blocked = bool(few_tiles and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
     if split_blocked:
         reasons.append(f"epilogue {epilogue}: split-K would share out K here, but applies no epilogue yet: the tiled GEMM "
                        "(kernels.gemm_batched)")
-    elif (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
-        splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
+    elif few_tiles and K >= 2 * MIN_SLICE_K and not transposed:
+        splits = effective_splits(K, _split_count(tiles, K, wanted, 1), block_k)
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
@@ -324,9 +380,6 @@ def matmul_config(
                        f"{' and '.join(run_copies)} one element per thread, so each thread copies runs of 16 bytes "
                        "(kernels.gemm.copy_runs: one packed 16-byte move per run inside the matrix)")
     if splits > 1:
-        if mlx_rule:
-            reasons.append(f"K={K} vs max(M, N)={largest}: MLX's NAX split-K rule (K >= 3 max(M, N), or K > 2 max(M, N) "
-                           "when max(M, N) <= 1024)")
         if few_tiles:
             reasons.append(f"{tiles} output tiles < {wanted} threadgroups ({THREADGROUPS_PER_CORE} per core of {on.gpu_cores})")
         reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "
