@@ -455,6 +455,11 @@ def profile(args: argparse.Namespace) -> None:
     chip = roofline.chip(args.chip) if args.chip else roofline.detect_chip() or roofline.chip("M5")
     estimate = roofline.estimate(stats.total, chip)
     print(f"// ESTIMATE, not a measurement: {estimate.describe()}")
+    if args.path == "auto" and args.choice.route != "gemv":  # the dispatch's kernel: the cost model with these counts
+        from . import cost_model
+
+        tiled = cost_model.estimate_choice(args.choice, chip=chip)
+        print(f"// cost model ESTIMATE with these counts: {cost_model.estimate(cost_model.with_counted(tiled.counts, stats.total), chip).describe()}")
     print(f"// chip figures ({'partly estimated' if chip.estimated else 'as stated by Apple'}): {chip.source}")
 
 

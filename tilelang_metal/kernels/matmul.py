@@ -223,17 +223,18 @@ def _metal4_candidates(M: int, N: int, K: int, *, splittable: bool, swizzle_ok: 
     return found
 
 
-def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str]) -> MatmulChoice:
-    """The candidate the cost model ranks first (`cost_model.rank`), with reasons naming its predicted
-    time and the runner-up's."""
+def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str], shipped: str) -> MatmulChoice:
+    """The candidate the cost model ranks first (`cost_model.rank`), with reasons naming what was ranked
+    (`shipped`), its predicted time and the runner-up's. Any list of choices the dispatch can build
+    (route x tile x split count) may be ranked: metal4 passes `_metal4_candidates`; plain metal's
+    staged tiles may be passed the same way once they settle (docs/performance.md, "Dispatch agreement")."""
     from .. import cost_model
 
     ranked = cost_model.rank((c, cost_model.estimate_choice(c, chip=on)) for c in candidates)
     first = ranked[0]
     pick = first.item
     tile = f"{pick.block_m}x{pick.block_n} on {pick.simdgroups} simdgroups" + (f", {pick.splits} K slices" if pick.route == SPLIT_K else "")
-    why = [f"the cost model's first of {len(ranked)} candidates the {pick.target} dispatch ships (direct-global tiles "
-           f"{', '.join(f'{m}x{n}/{t // 32}' for m, n, t in METAL4_TILES)}, each with K slices where allowed): {tile}, "
+    why = [f"the cost model's first of {len(ranked)} candidates the {pick.target} dispatch ships ({shipped}): {tile}, "
            f"predicted {first.seconds * 1e6:.1f} us on {on.name}, {first.estimate.bound}-bound (an estimate)"]
     if len(ranked) > 1:
         second = ranked[1].item
@@ -345,7 +346,8 @@ def matmul_config(
             reasons.append(f"K={K} < {2 * MIN_SLICE_K}: too short to split (slices of at least {MIN_SLICE_K}), so only tiled GEMMs are ranked")
         candidates = _metal4_candidates(M, N, K, splittable=not transposed and epilogue == "none", swizzle_ok=not tiled_only,
                                         common=common)
-        return _model_pick(candidates, on, reasons)
+        shipped = f"direct-global tiles {', '.join(f'{m}x{n}/{t // 32}' for m, n, t in METAL4_TILES)}, each with K slices where allowed"
+        return _model_pick(candidates, on, reasons, shipped)
 
     # plain metal (M1-M4): the staged tile and split count by the rules below (steel-gemm's tile function
     # feeds them); the cost model's agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
