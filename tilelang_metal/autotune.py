@@ -23,13 +23,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from . import config as settings
+from . import config as settings, cost_model
 from .isa import METAL4_FEATURE, SIMD_WIDTH
-from .register_budget import THREADGROUP_MEMORY_PER_CORE, estimate_registers
-from .roofline import Chip, RooflineEstimate, estimate
+from .cost_model import RooflineEstimate
+from .register_budget import estimate_registers
+from .roofline import Chip
 from .selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
 
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
@@ -215,178 +216,78 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
                                 keep_staging=True)  # the shared path as configured, not bypassed
 
 
-# ---------------------------------------------------------------- the traffic model (cache reuse, swizzle)
+# ---------------------------------------------------------------- the cost model's order (tilelang_metal/cost_model.py)
 
-# Per-core figures of Apple GPUs (Philip Turner, metal-benchmarks, "On-Chip Memory", Apple 7 / 8):
-# ~32 bytes per cycle from the GPU's shared caches into one core, and ~60 KB of threadgroup memory
-# (register_budget.THREADGROUP_MEMORY_PER_CORE, with the occupancy rules).
-CORE_LOAD_BYTES_PER_CYCLE = 32
+NEAR_TIE = cost_model.NEAR_TIE
 
 
-@dataclass(frozen=True)
-class TrafficModel:
-    """What one launch of a configuration moves and computes, from its tiling alone (an estimate).
-
-    - `core_load_bytes`: what the threadgroups' load instructions ask for (each threadgroup its own
-      A and B panels; on the direct-global path each simdgroup its own rows and columns), served by
-      the caches shared by all cores at `CORE_LOAD_BYTES_PER_CYCLE` per core; the emulator counts the
-      same bytes as `device_load_bytes` for aligned shapes;
-    - `dram_bytes`: threadgroups resident at once (a wave: cores x threadgroups per core, from the
-      register estimate and threadgroup memory) share the A and B panels they read, so a wave reads
-      each of its distinct tile rows of A and tile columns of B from memory once; waves follow the
-      launch order, which the block swizzle changes (MLX order: a wave covers `panel` tile rows);
-      plus the C stores;
-    - `busiest_core_flops`: matrix work of the core with the most tiles (tiles spread evenly over
-      cores; partial tiles are computed whole);
-    - `operand_reuse`: matrix FLOPs per operand element a simdgroup loads into its fragments, 2*sm*sn /
-      (sm + sn) for a simdgroup share of sm x sn (each load is an instruction the simdgroup issues
-      besides its matrix operations)."""
-
-    core_load_bytes: int
-    dram_bytes: int
-    busiest_core_flops: int
-    matrix_flops: int
-    wave: int  # threadgroups resident at once on the whole GPU
-    threads_per_core: int
-    operand_reuse: float
-
-
-def _k_padded(cfg: GemmConfig, K: int, metal4: bool) -> int:
-    step = cfg.block_k if cfg.path == SHARED else (16 if metal4 else 8)
-    return -(-K // step) * step
-
-
-def _launch_order(tiles_m: int, tiles_n: int, panel: int) -> Iterable[tuple[int, int]]:
-    """Logical (tile row, tile column) in launch order; MLX swizzle as transform/block_swizzle.py maps it."""
-    if not panel:
-        for ty in range(tiles_m):
-            for tx in range(tiles_n):
-                yield ty, tx
-        return
-    for py in range(-(-tiles_m // panel)):
-        for px in range(tiles_n * panel):
-            ty = py * panel + px % panel
-            if ty < tiles_m:  # padding threadgroups return at once
-                yield ty, px // panel
+def model_kernel(cfg: GemmConfig, K: int, *, target: Any) -> cost_model.GemmKernel:
+    """The configuration's kernel as the cost model sees it (GemmMetal's instruction and partition)."""
+    kernel = cost_model.from_config(cfg, K, metal4=_has_metal4(target), features=_features(target))
+    if kernel is None:
+        raise ValueError(f"{cfg.describe()}: no legal warp partition (config_space drops it)")
+    return kernel
 
 
 def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
-                  out_dtype: str | None = None, target: Any = None) -> TrafficModel:
-    """The configuration's traffic and work on `chip` (see TrafficModel); no kernel is built."""
-    from .register_budget import threads_per_core
-
-    metal4 = _has_metal4(target if target is not None else target_for(chip))
-    in_bytes, out_bytes = _BYTES[dtype], _BYTES[out_dtype or dtype]
-    tiles_m, tiles_n = -(-M // cfg.block_m), -(-N // cfg.block_n)
-    tiles = tiles_m * tiles_n
-    kp = _k_padded(cfg, K, metal4)
-    part = _partition(cfg, kp, metal4, _features(target if target is not None else target_for(chip)))
-    if cfg.path == SHARED:
-        per_tile = (cfg.block_m + cfg.block_n) * kp * in_bytes
-    else:
-        per_tile = (cfg.block_m * part.n_warp + cfg.block_n * part.m_warp) * kp * in_bytes
-    sm, sn = cfg.block_m // part.m_warp, cfg.block_n // part.n_warp
-    registers = estimate_registers(cfg, dtype=dtype, target=metal4, fragment_ct=settings.fragment_ct())
-    resident = threads_per_core(registers)
-    per_core = max(1, resident // cfg.threads)
-    staged = threadgroup_bytes(cfg, dtype)
-    if staged:
-        per_core = max(1, min(per_core, THREADGROUP_MEMORY_PER_CORE // staged))
-    wave = chip.gpu_cores * per_core
-    dram = M * N * out_bytes
-    rows: set[int] = set()
-    cols: set[int] = set()
-    count = 0
-    for ty, tx in _launch_order(tiles_m, tiles_n, cfg.swizzle):
-        rows.add(ty)
-        cols.add(tx)
-        count += 1
-        if count == wave:
-            dram += (len(rows) * cfg.block_m + len(cols) * cfg.block_n) * kp * in_bytes
-            rows, cols, count = set(), set(), 0
-    if count:
-        dram += (len(rows) * cfg.block_m + len(cols) * cfg.block_n) * kp * in_bytes
-    tile_flops = 2 * cfg.block_m * cfg.block_n * kp
-    return TrafficModel(tiles * per_tile, dram, -(-tiles // chip.gpu_cores) * tile_flops, tiles * tile_flops, wave, resident,
-                        2 * sm * sn / (sm + sn))
-
-
-@dataclass(frozen=True)
-class ModelEstimate:
-    """Roofline with three terms, each an estimate: matrix work of the busiest core at its share of the
-    peak, core loads at the cores' cache bandwidth, memory traffic at the chip's bandwidth."""
-
-    chip: Chip
-    traffic: TrafficModel
-    compute_seconds: float
-    core_load_seconds: float
-    memory_seconds: float
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_seconds, self.core_load_seconds, self.memory_seconds)
-
-    @property
-    def bound(self) -> str:
-        terms = {"compute": self.compute_seconds, "core loads": self.core_load_seconds, "memory": self.memory_seconds}
-        return max(terms, key=terms.get)
-
-    def describe(self) -> str:
-        t = self.traffic
-        return (f"model estimate on {self.chip.name}: {self.seconds * 1e6:.1f} us, {self.bound}-bound ({t.matrix_flops} matrix FLOP, "
-                f"{t.core_load_bytes} bytes loaded by the cores, {t.dram_bytes} memory bytes, {t.wave} threadgroups resident)")
-
-
-def core_load_bandwidth(chip: Chip) -> float:
-    """Bytes per second the shared caches deliver to all cores (an estimate: Turner's per-core figure)."""
-    return chip.gpu_cores * CORE_LOAD_BYTES_PER_CYCLE * chip.clock_ghz * 1e9
-
-
-def model_estimate(traffic: TrafficModel, chip: Chip, *, matrix_flops: int | None = None,
-                   core_load_bytes: int | None = None, dram_bytes: int | None = None) -> ModelEstimate:
-    """The three-term estimate of a TrafficModel; counted figures (the emulator's) may replace the model's."""
-    per_core_peak = chip.matrix_tflops * 1e12 / chip.gpu_cores
-    busiest = traffic.busiest_core_flops if matrix_flops is None else matrix_flops * traffic.busiest_core_flops / traffic.matrix_flops
-    loads = traffic.core_load_bytes if core_load_bytes is None else core_load_bytes
-    memory = traffic.dram_bytes if dram_bytes is None else dram_bytes
-    return ModelEstimate(chip, traffic, busiest / per_core_peak, loads / core_load_bandwidth(chip), memory / (chip.bandwidth_gbs * 1e9))
-
-
-# Times within this fraction of each other are one class for the ranking: the model's inputs (peaks,
-# bandwidths, the register estimate) are estimates, and a finer difference between two tilings of a
-# large problem is how their tile counts round over the cores (0.06% between 32x32 and 64x128 tiles
-# of 4096^2 on a 10-core M4).
-NEAR_TIE = 0.02
+                  out_dtype: str | None = None, target: Any = None) -> cost_model.Counts:
+    """What one launch of the configuration does on `chip` (`cost_model.counts` of its kernel: work,
+    core loads, memory traffic after cache reuse in a wave, occupancy); no kernel is built."""
+    target = target if target is not None else target_for(chip)
+    return cost_model.counts(model_kernel(cfg, K, target=target), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype)
 
 
 @dataclass(frozen=True)
 class ModelRanked:
     config: GemmConfig
-    estimate: ModelEstimate
+    estimate: cost_model.Estimate
     band: int = 0  # how many NEAR_TIE steps the time is above the best of its ranking
-
-    @property
-    def key(self) -> tuple:
-        """Time class first; then more operand reuse per simdgroup (fewer fragment loads per matrix
-        FLOP), less memory traffic (where the swizzle helps), fewer core loads, more resident threads."""
-        t = self.estimate.traffic
-        return (self.band, -t.operand_reuse, t.dram_bytes, t.core_load_bytes, -t.threads_per_core, self.estimate.seconds)
-
-
-def _band(seconds: float, best: float) -> int:
-    return int(math.log(seconds / best) / math.log1p(NEAR_TIE)) if seconds > best else 0
 
 
 def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
                   out_dtype: str | None = None, target: Any = None) -> list[ModelRanked]:
-    """Rank configurations by the traffic model alone (no kernel built or run): any problem size, in
-    milliseconds. An estimate that orders tilings; it does not predict times."""
-    estimates = [(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target), chip))
-                 for cfg in space]
-    if not estimates:
-        return []
-    best = min(e.seconds for _, e in estimates)
-    return sorted((ModelRanked(cfg, e, _band(e.seconds, best)) for cfg, e in estimates), key=lambda r: r.key)
+    """Rank configurations by the cost model alone (`cost_model.rank`: time class, then operand reuse,
+    memory traffic, core loads, resident threads); no kernel built or run, any problem size."""
+    target = target if target is not None else target_for(chip)
+    estimated = ((cfg, cost_model.predict(model_kernel(cfg, K, target=target), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype))
+                 for cfg in space)
+    return [ModelRanked(r.item, r.estimate, r.band) for r in cost_model.rank(estimated)]
+
+
+@dataclass(frozen=True)
+class RouteCandidate:
+    """One kernel the plugin can lower for a problem, as the cost model sees it, with its predicted seconds."""
+
+    kernel: cost_model.GemmKernel | None  # None: the GEMV route
+    seconds: float
+
+    def describe(self) -> str:
+        return self.kernel.describe() if self.kernel is not None else "gemv"
+
+
+def route_candidates(M: int, N: int, K: int, *, chip: Chip, target: Any, space: Sequence[GemmConfig] | None = None,
+                     dtype: str = "float16") -> list[RouteCandidate]:
+    """Every route the plugin can lower for the problem on `target`, each configuration of the
+    autotuner's space (tiled GEMM on both paths; split-K with 2-16 slices of at least MIN_SLICE_K;
+    GEMV where it applies), with the cost model's predicted seconds: what the dispatch's pick is
+    checked against (tests/unit/test_dispatch_agrees_with_model.py)."""
+    from .kernels.gemv import GEMV_MAX_ROWS
+    from .kernels.matmul import MAX_SPLITS, MIN_SLICE_K
+
+    metal4, features = _has_metal4(target), _features(target)
+    space = space if space is not None else config_space(M, N, K, dtype=dtype, target=target)
+    found: list[RouteCandidate] = []
+    if min(M, N) <= GEMV_MAX_ROWS:
+        found.append(RouteCandidate(None, cost_model.gemv_seconds(M, N, K, chip, dtype)))
+    splits = [1] + [s for s in (2, 4, 8, 16) if s <= MAX_SPLITS and K // s >= MIN_SLICE_K]
+    seen: set[cost_model.GemmKernel] = set()  # split-K launches unswizzled: both swizzle variants are one kernel
+    for cfg in space:
+        for s in splits:
+            kernel = cost_model.from_config(cfg if s == 1 else replace(cfg, swizzle=0), K, metal4=metal4, features=features, splits=s)
+            if kernel is not None and kernel not in seen:
+                seen.add(kernel)
+                found.append(RouteCandidate(kernel, cost_model.predict(kernel, M, N, K, chip=chip, dtype=dtype).seconds))
+    return found
 
 
 # ---------------------------------------------------------------- Linux: rank by roofline estimate
@@ -395,9 +296,9 @@ def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: 
 @dataclass(frozen=True)
 class RankedConfig:
     config: GemmConfig
-    estimate: RooflineEstimate  # the two-term roofline of the counts (no caches)
+    estimate: RooflineEstimate  # the counters-only bounds (no caches)
     counts: dict[str, int]
-    model: ModelEstimate | None = None  # the counts through the traffic model (cache reuse, swizzle): the ranking's order
+    model: cost_model.Estimate | None = None  # the cost model with the counted figures: the ranking's order
 
     @property
     def issue_slots(self) -> int:
@@ -411,16 +312,15 @@ def target_for(chip: Chip) -> Any:
     """The Metal target a chip runs: Metal 4 cooperative tensors on M5 and newer, simdgroup MMA before."""
     from . import kernels as examples
 
-    generation = int(chip.name.split()[0].removeprefix("M"))
-    return examples.metal4_target() if generation >= 5 else examples.plain_metal_target()
+    return examples.metal4_target() if chip.generation >= 5 else examples.plain_metal_target()
 
 
 def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16",
                      out_dtype: str | None = None, trans_B: bool = False, target: Any = None) -> list[RankedConfig]:
     """Rank configurations without a GPU: compile each for the emulator, count one launch
-    (`emulator.counters`) and sort by the traffic model's estimate on `chip` with the counted matrix
-    work and core loads (`model_estimate`: memory traffic from the cache-reuse / swizzle model), then
-    by memory traffic, then by issue slots. `estimate` keeps the cache-blind two-term roofline.
+    (`emulator.counters`) and sort by the cost model's estimate on `chip` with the counted figures in
+    place of its own (`cost_model.with_counted`: matrix work, device loads and stores, bank replays),
+    then by memory traffic, then by issue slots. `estimate` keeps the counters-only bounds.
 
     Runs every kernel once on the CPU, so use it at reduced sizes (`rank_by_model` ranks any size
     without running anything); it orders tilings, it does not predict times."""
@@ -439,11 +339,10 @@ def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chi
         kernel = tilelang.compile(build(cfg, M, N, K, dtype=dtype, out_dtype=out_dtype, trans_B=trans_B),
                                   out_idx=[-1], target=target, execution_backend="emulator")
         total = counters(kernel, a, b).total
-        roof = estimate(total, chip)
-        traffic = traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target)
-        model = model_estimate(traffic, chip, matrix_flops=roof.matrix_flops, core_load_bytes=int(total.get("device_load_bytes", 0)))
-        ranked.append(RankedConfig(cfg, roof, total, model))
-    return sorted(ranked, key=lambda r: (r.model.seconds, r.model.traffic.dram_bytes, r.issue_slots))
+        model_counts = traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target)
+        model = cost_model.estimate(cost_model.with_counted(model_counts, total), chip)
+        ranked.append(RankedConfig(cfg, cost_model.roofline_estimate(total, chip), total, model))
+    return sorted(ranked, key=lambda r: (r.model.seconds, r.model.counts.dram_bytes, r.issue_slots))
 
 
 # ---------------------------------------------------------------- Mac: tilelang.autotune with real timings

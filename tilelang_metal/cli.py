@@ -433,6 +433,7 @@ def profile(args: argparse.Namespace) -> None:
     import tilelang
 
     from . import roofline
+    from . import cost_model
     from .emulator import COUNTER_NAMES, counters
 
     kernel = tilelang.compile(_build(args), out_idx=[-1], target=_target(args.target), execution_backend="emulator")
@@ -453,8 +454,11 @@ def profile(args: argparse.Namespace) -> None:
         nonzero = ", ".join(f"{name}={v}" for name, v in zip(COUNTER_NAMES, values) if v)
         print(f"//   {len(positions)} like {positions[0]}: {nonzero or 'nothing'}")
     chip = roofline.chip(args.chip) if args.chip else roofline.detect_chip() or roofline.chip("M5")
-    estimate = roofline.estimate(stats.total, chip)
+    estimate = cost_model.roofline_estimate(stats.total, chip)
     print(f"// ESTIMATE, not a measurement: {estimate.describe()}")
+    if args.path == "auto" and args.choice.route != "gemv":  # the dispatch's kernel: the cost model with these counts
+        tiled = cost_model.estimate_choice(args.choice, chip=chip)
+        print(f"// cost model ESTIMATE with these counts: {cost_model.estimate(cost_model.with_counted(tiled.counts, stats.total), chip).describe()}")
     print(f"// chip figures ({'partly estimated' if chip.estimated else 'as stated by Apple'}): {chip.source}")
 
 

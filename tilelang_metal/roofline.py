@@ -6,10 +6,8 @@ not for others; the rest are estimates, marked `estimated=True` with their deriv
 On M1-M4 a simdgroup_matrix fp16/bf16 multiply-accumulate runs at the FP32 ALU rate, so the FP32
 figure is also the matrix peak; M5 adds a Neural Accelerator per GPU core (Metal 4 `matmul2d`).
 
-The estimate is a two-term roofline: time = max(matrix FLOPs / peak, device bytes / bandwidth).
-Device bytes are the bytes the kernel's load and store instructions move (the emulator cannot see
-caches), so it over-counts DRAM traffic for tiles that re-read the same panels: it ranks tilings,
-it does not predict times.
+`cost_model.roofline_estimate(counts, chip)` is the bound from counted figures
+alone: max(matrix FLOPs / peak, device bytes / bandwidth), for kernels whose tiling it does not know.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .isa import REGISTRY
+
 
 _APPLE_NEWS = "Apple Newsroom"
 
@@ -128,38 +127,6 @@ def matrix_flops() -> dict[str, int]:
 
 
 MATRIX_FLOPS: dict[str, int] = matrix_flops()  # the registry as shipped
-
-
-@dataclass(frozen=True)
-class RooflineEstimate:
-    """An estimate, not a measurement: see the module docstring."""
-
-    chip: Chip
-    matrix_flops: int
-    device_bytes: int
-    compute_seconds: float
-    memory_seconds: float
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_seconds, self.memory_seconds)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
-
-    def describe(self) -> str:
-        return (
-            f"roofline estimate on {self.chip.name} ({self.chip.matrix_tflops:g} TFLOP/s, {self.chip.bandwidth_gbs:g} GB/s): "
-            f"{self.seconds * 1e6:.1f} us, {self.bound}-bound ({self.matrix_flops} matrix FLOP, {self.device_bytes} device bytes)"
-        )
-
-
-def estimate(total: dict[str, int], on: Chip) -> RooflineEstimate:
-    """Roofline time of one launch from `counters(...).total`."""
-    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
-    moved = int(total.get("device_load_bytes", 0)) + int(total.get("device_store_bytes", 0))
-    return RooflineEstimate(on, flops, moved, flops / (on.matrix_tflops * 1e12), moved / (on.bandwidth_gbs * 1e9))
 
 
 def describe_table() -> list[dict[str, Any]]:

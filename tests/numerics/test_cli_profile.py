@@ -31,6 +31,19 @@ def test_aligned_kernel_counts_and_estimate(capsys):
     assert f"// ESTIMATE, not a measurement: {est.describe()}" in out
 
 
+def test_auto_path_adds_the_cost_model_s_estimate_of_the_dispatch_s_kernel(capsys):
+    """--path auto: the kernel matmul_config picks, and the cost model (tilelang_metal/cost_model.py) of
+    that kernel with the counted figures in place of its own."""
+    from tilelang_metal import cost_model, kernels
+
+    out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M5")
+    chip = roofline.chip("M5")
+    tiled = cost_model.estimate_choice(kernels.matmul_config(128, 128, 64, chip=chip), chip=chip)
+    model = cost_model.estimate(cost_model.with_counted(tiled.counts, total), chip)
+    assert model.counts.matrix_flops == 2 * 128 * 128 * 64
+    assert f"// cost model ESTIMATE with these counts: {model.describe()}" in out
+
+
 def test_chip_before_m5_profiles_the_kernel_that_chip_gets(capsys):
     """target="metal" on an M4 lowers without the metal4 key (the plugin's host policy): simdgroup
     matrices, no cooperative tensors; an explicit --target still wins."""

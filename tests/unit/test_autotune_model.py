@@ -1,9 +1,12 @@
-"""The autotuner's traffic model (tilelang_metal.autotune.traffic_model / rank_by_model): cache reuse
-within a wave of resident threadgroups and the block swizzle's effect on it, without building a kernel."""
+"""The autotuner's view of the cost model (tilelang_metal.autotune.traffic_model / rank_by_model, thin
+calls into tilelang_metal.cost_model): cache reuse within a wave of resident threadgroups and the block
+swizzle's effect on it, and the ranking's order, without building a kernel."""
 
 from __future__ import annotations
 
-from tilelang_metal import autotune, roofline
+from dataclasses import replace
+
+from tilelang_metal import autotune, cost_model, kernels, roofline
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 
 M4 = roofline.chip("M4")
@@ -30,32 +33,39 @@ def test_swizzle_changes_nothing_when_the_whole_grid_is_one_wave():
 
 
 def test_ragged_grid_and_padding_threadgroups():
-    """Prime sizes: partial tiles are computed whole (K padded to the step), padding threadgroups of
-    the swizzled grid read nothing."""
+    """Prime sizes: partial tiles are computed whole (K padded to the step of the instruction GemmMetal
+    selects: for K = 53 the 8x8 simdgroup matrix, so 56), padding threadgroups of the swizzled grid read nothing."""
     cfg = GemmConfig(DIRECT_GLOBAL, 64, 64, 128, swizzle=8)
-    t = autotune.traffic_model(cfg, 97, 131, 53, chip=M4, target=True)
-    tiles = 2 * 3
-    assert t.matrix_flops == tiles * 2 * 64 * 64 * 64  # K 53 -> 64 (four 16-deep steps)
-    assert t.dram_bytes == (2 * 64 + 3 * 64) * 64 * 2 + 97 * 131 * 2
+    target = kernels.metal4_target()
+    step = autotune.model_kernel(cfg, 53, target=target).instruction.k
+    t = autotune.traffic_model(cfg, 97, 131, 53, chip=M4, target=target)
+    tiles, padded = 2 * 3, -(-53 // step) * step
+    assert (step, padded) == (8, 56)
+    assert t.matrix_flops == tiles * 2 * 64 * 64 * padded
+    assert t.dram_bytes == (2 * 64 + 3 * 64) * padded * 2 + 97 * 131 * 2
 
 
-def test_near_ties_go_to_the_larger_simdgroup_share():
-    """4096^2 on M4's 10 cores: 32x32 tiles on 2 simdgroups round 0.06% better over the cores than
-    64x128 on 4, which is inside NEAR_TIE; 64x128 loads half the fragments per matrix FLOP, so it ranks first."""
+def test_rank_orders_by_time_class_then_operand_reuse():
+    """`cost_model.rank` (the autotuner's and the dispatch's order): times within NEAR_TIE are one class,
+    where more operand reuse per simdgroup goes first; a time beyond it decides before reuse."""
+    cfg = GemmConfig(SHARED, 64, 128, 128, 16, 0, 8)
+    base = cost_model.estimate(autotune.traffic_model(cfg, 4096, 4096, 4096, chip=M4), M4)
+    reusing = replace(base.counts, operand_reuse=base.counts.operand_reuse * 2)
+    near = replace(base, counts=reusing, compute_seconds=base.compute_seconds * (1 + autotune.NEAR_TIE / 2))
+    far = replace(base, counts=reusing, compute_seconds=base.compute_seconds * (1 + 3 * autotune.NEAR_TIE))
+    assert near.seconds < base.seconds * (1 + autotune.NEAR_TIE) < far.seconds
+    assert [r.item for r in cost_model.rank([("base", base), ("near", near)])] == ["near", "base"]
+    ranked = cost_model.rank([("far", far), ("base", base)])
+    assert [r.item for r in ranked] == ["base", "far"] and (ranked[0].band, ranked[1].band) >= (0, 2)
+
+
+def test_small_shares_pay_their_fragment_loads():
+    """4096^2 on M4's 10 cores: 32x32 tiles on 2 simdgroups (16x32 of C each) spread over the cores as
+    evenly as 64x128 on 4 (32x64 each), but load twice the fragments per matrix FLOP: the model's issue
+    overhead puts them more than a tie class behind, and the ranking puts the larger share first."""
     small, large = GemmConfig(SHARED, 32, 32, 64, 16, 0, 8), GemmConfig(SHARED, 64, 128, 128, 16, 0, 8)
     ts, tl = (autotune.traffic_model(c, 4096, 4096, 4096, chip=M4) for c in (small, large))
     assert (ts.operand_reuse, tl.operand_reuse) == (2 * 32 * 16 / (32 + 16), 2 * 32 * 64 / (32 + 64))
-    es, el = (autotune.model_estimate(t, M4) for t in (ts, tl))
-    assert es.seconds < el.seconds < es.seconds * (1 + autotune.NEAR_TIE)
-    assert [r.config for r in autotune.rank_by_model([small, large], 4096, 4096, 4096, chip=M4)] == [large, small]
-
-
-def test_time_beyond_the_near_tie_decides_before_operand_reuse():
-    """2048^2 on M2 Ultra's 76 cores: 2048 32x64 tiles put 27 on the busiest core, 1024 64x64 tiles 14
-    (28 in 32x64 units): 3.6% apart, so the smaller share ranks first."""
-    ultra = roofline.chip("M2 Ultra")
-    narrow, square = GemmConfig(SHARED, 32, 64, 64, 16, 0), GemmConfig(SHARED, 64, 64, 64, 16, 0)
-    ranked = autotune.rank_by_model([square, narrow], 2048, 2048, 2048, chip=ultra)
-    assert [r.config for r in ranked] == [narrow, square]
-    assert ranked[0].estimate.traffic.operand_reuse < ranked[1].estimate.traffic.operand_reuse
-    assert ranked[1].band >= 1 and ranked[0].band == 0
+    assert abs(ts.busiest_core_flops / tl.busiest_core_flops - 1) < 1e-3 and ts.issue_overhead > tl.issue_overhead
+    ranked = autotune.rank_by_model([small, large], 4096, 4096, 4096, chip=M4)
+    assert [r.config for r in ranked] == [large, small] and ranked[1].band >= 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tilelang_metal import isa, roofline
+from tilelang_metal import cost_model, isa, roofline
 from tilelang_metal.emulator import COUNTER_NAMES
 from tilelang_metal.isa import ELEM, LANE, REGISTRY, LaneMap, bits
 from tilelang_metal.selection import COOPERATIVE_TENSOR, SIMDGROUP, cooperative_tensor_blockers, select_inst
@@ -147,5 +147,5 @@ def test_roofline_flops_follow_the_registry():
     chip = roofline.Chip("X", 1, 1.0, 100.0, "test")
     with REGISTRY.registered(wide_instruction()) as wide:
         assert roofline.matrix_flops()[wide.counter] == 2 * 32 * 32 * 16
-        assert roofline.estimate({"matmul2d_32x32x16": 3}, chip).matrix_flops == 3 * 32768
+        assert cost_model.roofline_estimate({"matmul2d_32x32x16": 3}, chip).matrix_flops == 3 * 32768
     assert "matmul2d_32x32x16" not in roofline.matrix_flops()

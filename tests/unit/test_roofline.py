@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilelang_metal import roofline
+from tilelang_metal import cost_model, roofline
 
 
 def test_every_chip_names_its_source_and_marks_estimates():
@@ -32,12 +32,12 @@ def test_estimate_is_the_larger_of_compute_and_memory_time():
     chip = roofline.Chip("X", 1, 1.0, 100.0, "test")  # 1 TFLOP/s, 100 GB/s
     counts = {"matmul2d_16x32x16": 1000, "simdgroup_multiply_accumulate_8x8x8": 10,
               "device_load_bytes": 3_000_000, "device_store_bytes": 1_000_000}
-    est = roofline.estimate(counts, chip)
+    est = cost_model.roofline_estimate(counts, chip)
     assert est.matrix_flops == 1000 * 16384 + 10 * 1024
     assert est.device_bytes == 4_000_000
     assert est.memory_seconds == pytest.approx(4e-5) and est.compute_seconds == pytest.approx(est.matrix_flops / 1e12)
     assert est.seconds == est.memory_seconds and est.bound == "memory"
-    compute_heavy = roofline.estimate({"matmul2d_16x32x16": 10**7}, chip)
+    compute_heavy = cost_model.roofline_estimate({"matmul2d_16x32x16": 10**7}, chip)
     assert compute_heavy.bound == "compute" and "estimate" in compute_heavy.describe()
 
 

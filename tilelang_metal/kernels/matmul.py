@@ -6,17 +6,17 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 - `gemv` (kernels/gemv.py) when M or N is at most GEMV_MAX_ROWS: a GEMM tile of 64 or 128 rows
   would compute mostly padding, and the problem is bound by reading the large operand once;
-- `split_k` (kernels/split_k.py) when the output tiles are too few to occupy the GPU and K is long
-  enough to share out (64x4096x4096: 32 tiles of 64x128), or when K is much larger than M and N
-  (MLX's NAX rule: K >= 3 max(M, N), or K > 2 max(M, N) when max(M, N) <= 1024; metal4 only, as
-  in MLX);
-- `gemm` otherwise, with the chip class's tile: on M5 and newer with the metal4 target
-  kernels.gemm_direct_global with MLX's NAX tiles (128x128 on 16 simdgroups on the base M5, 64x128
-  on 8 on the larger chips); on the plain metal target (M1-M4) kernels.gemm_staged with MLX's steel
-  tile for the chip class (`_steel_tile`: 64x64x16 on 2 simdgroups for 16-bit types on base and Pro
-  chips, 64x32x32 on 4 for NT, ...), A and B staged through one threadgroup buffer each with rows
-  padded by 16 bytes (16-byte copies, no bank conflicts, two barriers per K step, as MLX's loop),
-  so registers and threadgroup memory, and the threadgroups a core holds, are MLX's; an operand
+- on the metal4 target (M5 and newer): the cost model (tilelang_metal/cost_model.py) ranks every
+  kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
+  each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
+  its predicted time and the runner-up's);
+- on the plain metal target (M1-M4), by rules: `split_k` (kernels/split_k.py) when the output tiles
+  are too few to occupy the GPU and K is long enough to share out; `gemm` otherwise,
+  kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
+  simdgroups for 16-bit types on base and Pro chips, 64x32x32 on 4 for NT, ...), A and B staged
+  through one threadgroup buffer each with rows padded by 16 bytes (16-byte copies, no bank
+  conflicts, two barriers per K step, as MLX's loop), so registers and threadgroup memory, and the
+  threadgroups a core holds, are MLX's; an operand
   whose row pitch (K or N) is not a multiple of 16 bytes is copied in 16-byte runs per thread
   (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
   enough for neighbouring threadgroups to share panels of A and B.
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
@@ -60,7 +60,6 @@ SPLIT_BLOCK_K = 32  # metal4's split-K step (its staging is bypassed: the direct
 STAGES = 1  # plain metal: threadgroup buffers per operand (MLX's steel loop; `_steel_tile` says why not 2)
 SWIZZLE_PANEL = 8
 SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
-BASE_CHIP_MAX_CORES = 10  # the base M5 (10 GPU cores): MLX's 128x128 NAX tile; more cores: 64x128
 DEFAULT_CHIP = "M5"
 
 
@@ -248,16 +247,68 @@ def _steel_tile(on: Chip, M: int, N: int, K: int, dtype: str, trans_A: bool, tra
 
 def _chip_tile(on: Chip, target: str, M: int, N: int, K: int, dtype: str, *, trans_A: bool = False,
                trans_B: bool = False, batch: int = 0) -> ChipTile:
-    """The gemm route's tile for the chip class: on metal4 (M5 and newer) MLX's NAX tiles, read from
-    device memory (no stages); on plain metal MLX's steel tiles (`_steel_tile`)."""
-    if target == "metal4" and on.generation >= 5:
-        if on.gpu_cores <= BASE_CHIP_MAX_CORES:
-            return ChipTile(128, 128, 512, SPLIT_BLOCK_K, 0,
-                            f"{on.name} is a base M5-class chip ({on.gpu_cores} cores): MLX's NAX tile 128x128 on 16 simdgroups")
-        return ChipTile(64, 128, 256, SPLIT_BLOCK_K, 0, f"{on.name} has {on.gpu_cores} cores: MLX's NAX tile for larger chips, 64x128 on 8 simdgroups")
-    if target == "metal4":
-        return ChipTile(64, 128, 128, SPLIT_BLOCK_K, 0, f"{on.name} predates M5's matmul2d hardware: 64x128 on 4 simdgroups, read from device memory")
+    """The plain-metal gemm route's tile for the chip class: MLX's steel tile (`_steel_tile`). The
+    metal4 dispatch ranks its tiles with the cost model instead (`_metal4_candidates`)."""
+    if target != "metal":
+        raise ValueError(f"_chip_tile is the plain metal target's tile; {target} ranks METAL4_TILES with the cost model")
     return _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
+
+
+# metal4: the direct-global tiles (block_m, block_n, threads) the dispatch may ship, for the cost model to
+# rank with each K split. First the in-tree backend's 64x128 on 4 simdgroups (32x64 of C each; the only
+# metal4 tile measured on a Mac here: the spec's M5 table, 12.9 / 12.8 TFLOPS at 4096^3 / 2048^3), then
+# the same share on other tiles (128x64 on 4, 128x128 on 8, 64x64 on 2 for grids that divide unevenly
+# over the cores), then MLX's NAX tiles (32x32 per simdgroup: 64x128 on 8, 128x128 on 16). Exact ties in
+# the model's order go to the earlier tile.
+METAL4_TILES = ((64, 128, 128), (128, 64, 128), (128, 128, 256), (64, 64, 64), (64, 128, 256), (128, 128, 512))
+
+
+def _swizzle_for(M: int, N: int, block_m: int, block_n: int) -> int:
+    return SWIZZLE_PANEL if min(-(-M // block_m), -(-N // block_n)) >= SWIZZLE_MIN_TILES else 0
+
+
+def _metal4_candidates(M: int, N: int, K: int, *, splittable: bool, swizzle_ok: bool, common: dict[str, Any],
+                       tiles: tuple[tuple[int, int, int], ...] = METAL4_TILES) -> list[MatmulChoice]:
+    """Every kernel the metal4 dispatch can ship for the problem: each METAL4_TILES direct-global tile
+    (block swizzle where the grid is SWIZZLE_MIN_TILES a side), and where `splittable` each power-of-two
+    count of K slices of at least MIN_SLICE_K, up to MAX_SPLITS."""
+    found: list[MatmulChoice] = []
+    most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K)) if splittable and K >= 2 * MIN_SLICE_K else 1
+    counts = sorted({effective_splits(K, 2**e, SPLIT_BLOCK_K) for e in range(1, most.bit_length())} - {1})
+    for block_m, block_n, threads in tiles:
+        found.append(MatmulChoice(GEMM, **common, block_m=block_m, block_n=block_n, threads=threads,
+                                  swizzle=_swizzle_for(M, N, block_m, block_n) if swizzle_ok else 0))
+        found += [MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=SPLIT_BLOCK_K,
+                               splits=splits) for splits in counts]
+    return found
+
+
+def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str], shipped: str) -> MatmulChoice:
+    """The candidate the cost model ranks first (`cost_model.rank`), with reasons naming what was ranked
+    (`shipped`), its predicted time and the runner-up's. Any list of choices the dispatch can build
+    (route x tile x split count) may be ranked: metal4 passes `_metal4_candidates`; plain metal's
+    staged tiles may be passed the same way once they settle (docs/performance.md, "Dispatch agreement")."""
+    from .. import cost_model
+
+    ranked = cost_model.rank((c, cost_model.estimate_choice(c, chip=on)) for c in candidates)
+    first = ranked[0]
+    pick = first.item
+    tile = f"{pick.block_m}x{pick.block_n} on {pick.simdgroups} simdgroups" + (f", {pick.splits} K slices" if pick.route == SPLIT_K else "")
+    why = [f"the cost model's first of {len(ranked)} candidates the {pick.target} dispatch ships ({shipped}): {tile}, "
+           f"predicted {first.seconds * 1e6:.1f} us on {on.name}, {first.estimate.bound}-bound (an estimate)"]
+    if len(ranked) > 1:
+        second = ranked[1].item
+        other = f"{second.block_m}x{second.block_n} on {second.simdgroups} simdgroups" + (
+            f", {second.splits} K slices" if second.route == SPLIT_K else "")
+        tie = (f" (the same {cost_model.NEAR_TIE:.0%} time class: operand reuse, memory traffic, core loads, resident threads, "
+               "then the tile order decide)") if ranked[1].band == first.band else ""
+        why.append(f"the runner-up, {other}, is predicted {ranked[1].seconds * 1e6:.1f} us{tie}")
+    if pick.route == SPLIT_K:
+        why.append(f"{pick.splits} slices of {-(-pick.K // pick.splits)} of K, partials in an fp32 workspace summed in a fixed "
+                   "order (deterministic)")
+    if pick.swizzle:
+        why.append(f"swizzle in panels of {pick.swizzle}, so threadgroups running together share rows of A and columns of B in cache")
+    return replace(pick, reasons=tuple(reasons + why))
 
 
 def _split_count(tiles: int, K: int, wanted: int, at_least: int) -> int:
@@ -331,6 +382,27 @@ def matmul_config(
                        f"{64 - value} padding {'rows' if small_m else 'columns'} of every 64")
         return MatmulChoice(GEMV, **common, block_m=0, block_n=0, threads=128, gemv_variant=variant, reasons=tuple(reasons))
 
+    if target_name == "metal4":  # the cost model picks the tile and the K split (docs/performance.md, "Cost model")
+        if tiled_only:
+            reasons.append(f"a grid of tiles{' per batch' if batch else ''}: no swizzle (kernels.gemm_batched launches tiles in grid order)")
+        if epilogue != "none" and K >= 2 * MIN_SLICE_K:
+            reasons.append(f"epilogue {epilogue}: split-K applies no epilogue yet, so only the tiled GEMM (kernels.gemm_batched) is ranked")
+        elif K < 2 * MIN_SLICE_K and not transposed:
+            reasons.append(f"K={K} < {2 * MIN_SLICE_K}: too short to split (slices of at least {MIN_SLICE_K}), so only tiled GEMMs are ranked")
+        tiles = METAL4_TILES
+        small = small_side_tile(M, N, *METAL4_TILES[0][:2], target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
+        if small is not None:  # ranked first: exact ties go to it
+            tiles = (small[:3],) + tuple(t for t in METAL4_TILES if t != small[:3])
+        candidates = _metal4_candidates(M, N, K, splittable=not transposed and epilogue == "none", swizzle_ok=not tiled_only,
+                                        common=common, tiles=tiles)
+        shipped = f"direct-global tiles {', '.join(f'{m}x{n}/{t // 32}' for m, n, t in tiles)}, each with K slices where allowed"
+        pick = _model_pick(candidates, on, reasons, shipped)
+        if small is not None and (pick.block_m, pick.block_n, pick.threads) == small[:3]:
+            pick = replace(pick, reasons=pick.reasons[:len(reasons)] + (small[3],) + pick.reasons[len(reasons):])
+        return pick
+
+    # plain metal (M1-M4): MLX's steel tile and the split count by the rules below; the cost model's
+    # agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
     tile = _chip_tile(on, target_name, M, N, K, dtype, trans_A=trans_A, trans_B=trans_B, batch=batch)
     block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
     reasons.append(tile.reason)
@@ -344,16 +416,14 @@ def matmul_config(
 
     tiles = -(-M // block_m) * -(-N // block_n) * max(batch, 1)
     wanted = THREADGROUPS_PER_CORE * on.gpu_cores
-    largest = max(M, N)
-    mlx_rule = target_name == "metal4" and (K >= 3 * largest or (largest <= 1024 and K > 2 * largest))
     few_tiles = tiles < wanted
     splits = 1
-    split_blocked = bool((few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
+    split_blocked = bool(few_tiles and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
     if split_blocked:
         reasons.append(f"epilogue {epilogue}: split-K would share out K here, but applies no epilogue yet: the tiled GEMM "
                        "(kernels.gemm_batched)")
-    elif (few_tiles or mlx_rule) and K >= 2 * MIN_SLICE_K and not transposed:
-        splits = effective_splits(K, _split_count(tiles, K, wanted, 2 if mlx_rule else 1), block_k)
+    elif few_tiles and K >= 2 * MIN_SLICE_K and not transposed:
+        splits = effective_splits(K, _split_count(tiles, K, wanted, 1), block_k)
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
@@ -369,9 +439,6 @@ def matmul_config(
                        f"{' and '.join(run_copies)} one element per thread, so each thread copies runs of 16 bytes "
                        "(kernels.gemm.copy_runs: one packed 16-byte move per run inside the matrix)")
     if splits > 1:
-        if mlx_rule:
-            reasons.append(f"K={K} vs max(M, N)={largest}: MLX's NAX split-K rule (K >= 3 max(M, N), or K > 2 max(M, N) "
-                           "when max(M, N) <= 1024)")
         if few_tiles:
             reasons.append(f"{tiles} output tiles < {wanted} threadgroups ({THREADGROUPS_PER_CORE} per core of {on.gpu_cores})")
         reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "

@@ -1,0 +1,487 @@
+"""One cost model for Metal GEMMs: the autotuner's ranking (autotune.rank_by_model / rank_by_roofline), the
+metal4 GEMM dispatch's pick (kernels.matmul: `rank` over the kernels it ships), the dispatch-agreement
+check and the benchmarks' predictions (benchmark/calibrate.py) all go through `predict` and `rank`, and
+`roofline.estimate` is `roofline_estimate` below (docs/performance.md, "Cost model"). An estimate, not a
+measurement.
+
+A kernel is described by its tiling (`GemmKernel`: route, path, tile, simdgroup grid, matrix instruction,
+K step, barriers per step, swizzle, split-K slices). `counts` derives what one launch does from that
+alone (no kernel built, any size): matrix FLOPs and operations, the bytes its load instructions ask for
+(`core_load_bytes`, what the emulator counts as `device_load_bytes` for aligned shapes), the threadgroup
+panels that cross from the shared caches into the cores, memory traffic after cache reuse in a wave of
+resident threadgroups (in launch order, which the block swizzle changes), threadgroup-memory traffic,
+barriers, the per-simdgroup issue mix (fragment loads and copies per matrix operation) and occupancy
+(registers, threadgroup memory, threads: register_budget). `estimate` turns counts into seconds on a
+chip of `roofline.CHIPS`:
+
+- compute: the busiest core's matrix FLOPs at its share of the peak, slowed by the load and copy
+  instructions each simdgroup issues between its matrix operations (LOAD_ISSUE_CYCLES each), and by
+  too few resident simdgroups to hide latency (LATENCY_HIDING_SIMDGROUPS);
+- core loads: the threadgroups' A and B panels from the shared caches at CORE_LOAD_BYTES_PER_CYCLE per
+  core (a direct-global kernel's simdgroups re-read their threadgroup's panels through the core's L1,
+  so the panels, not every simdgroup's reads, cross the shared caches);
+- on-core traffic: the load instructions' bytes (direct-global: through L1; staged: threadgroup memory
+  reads and the copies' stores) at ON_CORE_BYTES_PER_CYCLE, plus one pass per bank replay;
+- memory: what a wave of resident threadgroups reads from DRAM (each distinct panel once) plus the
+  stores (and split-K's float32 partials) at the chip's bandwidth;
+- barriers: BARRIER_CYCLES each, overlapped by the other threadgroups resident on the core.
+
+Time = max(compute, core loads, on-core traffic, memory) + barriers. The constants below are global
+(no per-problem factor) and are listed with their sources in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
+
+from .isa import SIMD_WIDTH, MatrixInstruction
+from .roofline import Chip
+
+# Philip Turner, metal-benchmarks (README, "On-Chip Memory"): ~32 bytes per cycle from the GPU's shared
+# caches into one core; 4 schedulers (ALU quadrants) per core, each issuing for its simdgroups.
+CORE_LOAD_BYTES_PER_CYCLE = 32
+SCHEDULERS_PER_CORE = 4
+# Estimates (no public figure): one simdgroup-wide access of 4 bytes per lane per cycle from L1 or
+# threadgroup memory; issue cycles of one load or store instruction that the scheduler spends instead
+# of a matrix operation; cycles a barrier holds its threadgroup; resident simdgroups per core (two per
+# scheduler) below which memory latency shows.
+ON_CORE_BYTES_PER_CYCLE = SIMD_WIDTH * 4
+LOAD_ISSUE_CYCLES = 8
+BARRIER_CYCLES = 64
+LATENCY_HIDING_SIMDGROUPS = 2 * SCHEDULERS_PER_CORE
+VECTOR_BYTES = 16  # the widest load or store one lane issues (a half8 / uint4)
+
+GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
+DIRECT_GLOBAL, SHARED = "direct_global", "shared"
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """The tiling of one GEMM kernel, as the model sees it. `instruction` is the matrix instruction a
+    simdgroup issues; `step_k` the K of one pass of the main loop (the staged tile's block_k; the
+    instruction's k on direct-global); `barriers_per_step` per pass (staged: 1 with two or more stages
+    and register staging, 2 otherwise, as MLX's steel loop)."""
+
+    route: str
+    path: str
+    block_m: int
+    block_n: int
+    threads: int
+    m_warp: int
+    n_warp: int
+    instruction: MatrixInstruction
+    step_k: int
+    barriers_per_step: int = 0
+    stages: int = 0
+    swizzle: int = 0
+    splits: int = 1
+    registers: int = 0  # per thread (register_budget estimate)
+    name: str = ""
+
+    @property
+    def simdgroups(self) -> int:
+        return self.threads // SIMD_WIDTH
+
+    @property
+    def share(self) -> tuple[int, int]:
+        return self.block_m // self.m_warp, self.block_n // self.n_warp
+
+    def describe(self) -> str:
+        split = f", {self.splits} K slices" if self.splits > 1 else ""
+        staging = f"x{self.step_k}, {self.stages} stages" if self.path == SHARED else ""
+        return (self.name or f"{self.route} {self.path} {self.block_m}x{self.block_n}{staging}, {self.simdgroups} simdgroups, "
+                f"swizzle {self.swizzle or 'off'}{split}")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one launch does, from the tiling alone (see the module docstring)."""
+
+    matrix_flops: int
+    matrix_ops: int
+    busiest_core_flops: int
+    busiest_core_threadgroups: int
+    core_load_bytes: int  # what the load instructions ask for (emulator: device_load_bytes, aligned shapes)
+    panel_bytes: int  # the threadgroups' A and B panels, crossing the shared caches into the cores
+    on_core_bytes: int  # L1 reads (direct-global) or threadgroup reads and stores (staged)
+    on_core_passes: int  # simdgroup-wide passes those take: ON_CORE_BYTES_PER_CYCLE each, or one per cache line a device fragment touches
+    device_store_bytes: int
+    dram_bytes: int
+    barriers: int  # per threadgroup
+    issue_overhead: float  # load / copy issue cycles per matrix-operation cycle of a simdgroup
+    wave: int  # threadgroups resident at once on the whole GPU
+    threadgroups_per_core: int
+    threads_per_core: int
+    operand_reuse: float  # matrix FLOPs per operand element a simdgroup loads
+    threadgroup_replays: int = 0
+
+
+def _alu_per_quadrant_cycle(chip: Chip) -> float:
+    """Matrix FLOPs one scheduler issues per cycle at the chip's peak."""
+    return chip.matrix_tflops * 1e12 / (chip.gpu_cores * SCHEDULERS_PER_CORE * chip.clock_ghz * 1e9)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wave_panels(tiles_m: int, tiles_n: int, panel: int, wave: int) -> tuple[int, int]:
+    """(tile rows, tile columns) summed over the waves of `wave` threadgroups in launch order (MLX
+    swizzle as transform/block_swizzle.py maps it; padding threadgroups return at once)."""
+    import numpy as np
+
+    if panel:
+        index = np.arange(-(-tiles_m // panel) * tiles_n * panel)
+        py, px = index // (tiles_n * panel), index % (tiles_n * panel)
+        ty, tx = py * panel + px % panel, px // panel
+        keep = ty < tiles_m
+        ty, tx = ty[keep], tx[keep]
+    else:
+        index = np.arange(tiles_m * tiles_n)
+        ty, tx = index // tiles_n, index % tiles_n
+    wave_of = np.arange(ty.size) // wave
+    rows = np.unique(wave_of * tiles_m + ty).size
+    cols = np.unique(wave_of * tiles_n + tx).size
+    return int(rows), int(cols)
+
+
+def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16", out_dtype: str | None = None,
+           batch: int = 1) -> Counts:
+    """The launch's counts on `chip` (core count and occupancy decide the waves)."""
+    from .register_budget import threadgroups_per_core
+
+    eb, ob = _BYTES[dtype], _BYTES[out_dtype or dtype]
+    inst = kernel.instruction
+    k_slice = -(-K // kernel.splits)
+    kp = -(-k_slice // kernel.step_k) * kernel.step_k  # partial steps are computed whole
+    tiles_m, tiles_n = -(-M // kernel.block_m), -(-N // kernel.block_n)
+    tiles = tiles_m * tiles_n * kernel.splits * batch
+    sm, sn = kernel.share
+    tile_flops = 2 * kernel.block_m * kernel.block_n * kp
+    staged = kernel.path == SHARED
+    tg_bytes = (kernel.block_m + kernel.block_n) * kernel.step_k * eb * max(1, kernel.stages) if staged else 0
+    occupancy = threadgroups_per_core(kernel.threads, tg_bytes, kernel.registers)
+    per_core = occupancy.threadgroups
+    busiest = -(-tiles // chip.gpu_cores)
+
+    panel = (kernel.block_m + kernel.block_n) * kp * eb  # per threadgroup
+    simdgroup_reads = (kernel.block_m * kernel.n_warp + kernel.block_n * kernel.m_warp) * kp * eb  # all its simdgroups
+    core_load = panel if staged else simdgroup_reads
+    on_core = simdgroup_reads + (panel if staged else 0)  # staged: fragment reads from, and copies into, threadgroup memory
+
+    wave = chip.gpu_cores * per_core
+    rows, cols = _wave_panels(tiles_m, tiles_n, kernel.swizzle, wave)
+    slices = kernel.splits * batch
+    dram = (rows * kernel.block_m + cols * kernel.block_n) * kp * eb * slices
+    stores = M * N * ob * batch
+    if kernel.splits > 1:  # float32 partials written by the slices and read back by the combine pass
+        dram += 2 * M * N * 4 * kernel.splits * batch
+    dram += stores
+
+    # one simdgroup's issue per K step of the instruction: fragment loads (one instruction per 16 bytes
+    # a lane) and its part of the staged copy (a 16-byte load and a 16-byte store per lane each)
+    rows_f, cols_f = sm // inst.m, sn // inst.n
+    lane_load = SIMD_WIDTH * VECTOR_BYTES
+    fragment_loads = rows_f * -(-inst.m * inst.k * eb // lane_load) + cols_f * -(-inst.k * inst.n * eb // lane_load)
+    copies = 2 * (kernel.block_m + kernel.block_n) * inst.k * eb / (kernel.threads * VECTOR_BYTES) if staged else 0.0
+    op_cycles = inst.flops / _alu_per_quadrant_cycle(chip)
+    # a fragment read straight from device memory touches one cache line per fragment row (rows are a
+    # row pitch apart); threadgroup memory serves a whole simdgroup access per pass
+    passes = -(-on_core // ON_CORE_BYTES_PER_CYCLE)
+    if not staged:
+        per_step = kernel.simdgroups * (rows_f * inst.m + cols_f * inst.k)
+        passes = max(passes, per_step * (kp // inst.k))
+    overhead = LOAD_ISSUE_CYCLES * (fragment_loads + copies) / (rows_f * cols_f * op_cycles)
+
+    return Counts(
+        matrix_flops=tiles * tile_flops,
+        matrix_ops=tiles * tile_flops // inst.flops,
+        busiest_core_flops=busiest * tile_flops,
+        busiest_core_threadgroups=busiest,
+        core_load_bytes=tiles * core_load,
+        panel_bytes=tiles * panel,
+        on_core_bytes=tiles * on_core,
+        on_core_passes=tiles * passes,
+        device_store_bytes=stores if kernel.splits == 1 else M * N * 4 * kernel.splits * batch,
+        dram_bytes=dram,
+        barriers=(kp // kernel.step_k) * kernel.barriers_per_step,
+        issue_overhead=overhead,
+        wave=wave,
+        threadgroups_per_core=per_core,
+        threads_per_core=per_core * kernel.threads,
+        operand_reuse=2 * sm * sn / (sm + sn),
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds per term (each an estimate) and their combination."""
+
+    chip: Chip
+    counts: Counts
+    compute_seconds: float
+    core_load_seconds: float
+    on_core_seconds: float
+    memory_seconds: float
+    barrier_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.core_load_seconds, self.on_core_seconds, self.memory_seconds) + self.barrier_seconds
+
+    @property
+    def terms(self) -> dict[str, float]:
+        return {"compute": self.compute_seconds, "core loads": self.core_load_seconds, "on-core traffic": self.on_core_seconds,
+                "memory": self.memory_seconds, "barriers": self.barrier_seconds}
+
+    @property
+    def bound(self) -> str:
+        terms = dict(self.terms)
+        terms.pop("barriers")
+        return max(terms, key=terms.get)
+
+    def tflops(self, useful_flops: float) -> float:
+        return useful_flops / self.seconds / 1e12
+
+    def describe(self) -> str:
+        c = self.counts
+        return (f"model estimate on {self.chip.name}: {self.seconds * 1e6:.1f} us, {self.bound}-bound ({c.matrix_flops} matrix FLOP, "
+                f"issue overhead {c.issue_overhead:.2f}, {c.panel_bytes} panel bytes into the cores, {c.dram_bytes} memory bytes, "
+                f"{c.threadgroups_per_core} threadgroups per core)")
+
+
+def core_load_bandwidth(chip: Chip) -> float:
+    """Bytes per second the shared caches deliver to all cores (Turner's per-core figure)."""
+    return chip.gpu_cores * CORE_LOAD_BYTES_PER_CYCLE * chip.clock_ghz * 1e9
+
+
+def estimate(c: Counts, chip: Chip) -> Estimate:
+    """Seconds of a launch with counts `c` on `chip` (see the module docstring)."""
+    clock = chip.clock_ghz * 1e9
+    per_core_peak = chip.matrix_tflops * 1e12 / chip.gpu_cores
+    resident_simdgroups = c.threads_per_core // SIMD_WIDTH
+    hiding = min(1.0, resident_simdgroups / LATENCY_HIDING_SIMDGROUPS)
+    compute = c.busiest_core_flops / per_core_peak * (1 + c.issue_overhead) / hiding
+    core_loads = c.panel_bytes / core_load_bandwidth(chip)
+    on_core = (c.on_core_passes + c.threadgroup_replays) / (chip.gpu_cores * clock)
+    memory = c.dram_bytes / (chip.bandwidth_gbs * 1e9)
+    barriers = c.busiest_core_threadgroups * c.barriers * BARRIER_CYCLES / (c.threadgroups_per_core * clock)
+    return Estimate(chip, c, compute, core_loads, on_core, memory, barriers)
+
+
+def predict(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16", out_dtype: str | None = None,
+            batch: int = 1) -> Estimate:
+    return estimate(counts(kernel, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, batch=batch), chip)
+
+
+# ---------------------------------------------------------------- kernels: the plugin's and MLX's
+
+
+def _registers(block_m: int, block_n: int, m_warp: int, n_warp: int, inst: MatrixInstruction, shared: bool,
+               staging_elements: int = 0) -> int:
+    from .register_budget import gemm_registers
+
+    part = SimpleNamespace(m_warp=m_warp, n_warp=n_warp)
+    return gemm_registers(M=block_m, N=block_n, instruction=inst, partition=part, a_dtype="float16", b_dtype="float16",
+                          acc_dtype="float32", shared=shared, staging_elements=staging_elements).total
+
+
+def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4: bool, block_k: int = 0, stages: int = 0,
+                  swizzle: int = 0, splits: int = 1, K: int = 4096, route: str = GEMM, features: frozenset[str] = frozenset()) -> GemmKernel | None:
+    """The plugin's GEMM kernel of this tiling as GemmMetal plans it (None: no legal warp partition)."""
+    from . import config as settings
+
+    return _plugin_kernel(path, block_m, block_n, threads, metal4, block_k, stages, swizzle, splits, K, route, features,
+                          settings.fragment_ct())
+
+
+@functools.lru_cache(maxsize=8192)  # the dispatch and the rankings ask for the same tilings again and again
+def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: bool, block_k: int, stages: int, swizzle: int,
+                   splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool) -> GemmKernel | None:
+    from .register_budget import staging_elements
+    from .selection import WarpPolicy, select_inst, warp_partition
+
+    shared = path == SHARED
+    c_scope = "local.fragment" if shared else "global"
+    selection = select_inst(c_scope=c_scope, M=block_m, N=block_n, K=block_k if shared else K, threads=threads,
+                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=fragment_ct,
+                            features=features)
+    part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, block_m, block_n, threads // SIMD_WIDTH)
+    if part is None:
+        return None
+    inst = selection.instruction
+    staging = staging_elements(block_m, block_n, block_k, threads) if shared and stages >= 2 else 0
+    regs = _registers(block_m, block_n, part.m_warp, part.n_warp, inst, shared, staging)
+    return GemmKernel(route, path, block_m, block_n, threads, part.m_warp, part.n_warp, inst,
+                      block_k if shared else inst.k, (1 if stages >= 2 else 2) if shared else 0, stages if shared else 0,
+                      swizzle, splits, regs)
+
+
+def from_config(cfg: Any, K: int, *, metal4: bool, features: frozenset[str] = frozenset(), splits: int = 1) -> GemmKernel | None:
+    """The kernel of an autotuner configuration (`autotune.GemmConfig`)."""
+    return plugin_kernel(cfg.path, cfg.block_m, cfg.block_n, cfg.threads, metal4=metal4, block_k=cfg.block_k,
+                         stages=cfg.num_stages, swizzle=cfg.swizzle, splits=splits, K=K,
+                         route=SPLIT_K if splits > 1 else GEMM, features=features)
+
+
+def from_choice(choice: Any) -> GemmKernel | None:
+    """The kernel `kernels.matmul_config` picked (None for the GEMV route, which `predict_choice` handles)."""
+    if choice.route == GEMV:
+        return None
+    path = SHARED if choice.stages else DIRECT_GLOBAL
+    return plugin_kernel(path, choice.block_m, choice.block_n, choice.threads, metal4=choice.target == "metal4",
+                         block_k=choice.block_k, stages=choice.stages, swizzle=choice.swizzle, splits=choice.splits,
+                         K=choice.K, route=choice.route)
+
+
+def _instruction(name_prefix: str) -> MatrixInstruction:
+    from .isa import REGISTRY
+
+    return next(i for i in REGISTRY if i.name.startswith(name_prefix))
+
+
+def mlx_kernel(bm: int, bn: int, bk: int, wm: int, wn: int, *, nax: bool, swizzle: int = 0) -> GemmKernel:
+    """MLX's GEMM as its reference-tier configuration gives it: steel (threadgroup-staged, two barriers
+    per K step of bk, simdgroup 8x8 matrices) or NAX (direct loads into matmul2d 16x32x16 fragments)."""
+    threads = wm * wn * SIMD_WIDTH
+    if nax:
+        inst = _instruction("matmul2d_16x32x16")
+        regs = _registers(bm, bn, wm, wn, inst, shared=False)
+        return GemmKernel(GEMM, DIRECT_GLOBAL, bm, bn, threads, wm, wn, inst, inst.k, 0, 0, swizzle, 1, regs,
+                          name=f"MLX NAX {bm}x{bn}x{bk}, {wm * wn} simdgroups")
+    inst = _instruction("simdgroup_multiply_accumulate_8x8x8")
+    regs = _registers(bm, bn, wm, wn, inst, shared=True)
+    return GemmKernel(GEMM, SHARED, bm, bn, threads, wm, wn, inst, bk, 2, 1, swizzle, 1, regs,
+                      name=f"MLX steel {bm}x{bn}x{bk}, {wm * wn} simdgroups")
+
+
+# ---------------------------------------------------------------- every route, and the dispatch's pick
+
+
+def gemv_seconds(M: int, N: int, K: int, chip: Chip, dtype: str = "float16") -> float:
+    """The GEMV route (min(M, N) <= GEMV_MAX_ROWS): it streams the large operand once at the memory
+    bandwidth, computing at the ALU rate (no matrix hardware)."""
+    eb = _BYTES[dtype]
+    alu_tflops = chip.matrix_tflops / (4 if chip.generation >= 5 else 1)
+    return max(2 * M * N * K / (alu_tflops * 1e12), (M * K + K * N + M * N) * eb / (chip.bandwidth_gbs * 1e9))
+
+
+def estimate_choice(choice: Any, *, chip: Chip) -> Estimate | None:
+    """The model's estimate of the kernel `kernels.matmul_config` picked (None for the GEMV route,
+    which has no tiling: `predict_choice` gives its seconds)."""
+    if choice.route == GEMV:
+        return None
+    kernel = from_choice(choice)
+    if kernel is None:
+        raise ValueError(f"the model has no warp partition for {choice.summary()}")
+    return predict(kernel, choice.M, choice.N, choice.K, chip=chip, dtype=choice.dtype, out_dtype=choice.out_dtype,
+                   batch=max(1, choice.batch))
+
+
+def predict_choice(choice: Any, *, chip: Chip) -> float:
+    """Seconds of the kernel `kernels.matmul_config` picked."""
+    if choice.route == GEMV:
+        return gemv_seconds(choice.M, choice.N, choice.K, chip, choice.dtype)
+    return estimate_choice(choice, chip=chip).seconds
+
+
+# ---------------------------------------------------------------- ranking: the autotuner's and the dispatch's order
+
+# Times within this fraction of each other are one class: the model's inputs (peaks, bandwidths, the
+# register estimate, the estimated constants above) are estimates, and a finer difference between two
+# tilings of a large problem is how their tile counts round over the cores (0.06% between 32x32 and
+# 64x128 tiles of 4096^2 on a 10-core M4).
+NEAR_TIE = 0.02
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One ranked item (an autotuner configuration, a dispatch candidate) with its estimate and its
+    class: how many NEAR_TIE steps its time is above the best of the ranking."""
+
+    item: Any
+    estimate: Estimate
+    band: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.estimate.seconds
+
+    @property
+    def key(self) -> tuple:
+        """Time class first; then more operand reuse per simdgroup (fewer fragment loads per matrix
+        FLOP), less memory traffic (where the swizzle helps; split-K's partials), fewer core loads,
+        more resident threads."""
+        c = self.estimate.counts
+        return (self.band, -c.operand_reuse, c.dram_bytes, c.core_load_bytes, -c.threads_per_core, self.estimate.seconds)
+
+
+def _band(seconds: float, best: float) -> int:
+    return int(math.log(seconds / best) / math.log1p(NEAR_TIE)) if seconds > best else 0
+
+
+def rank(estimated: Iterable[tuple[Any, Estimate]]) -> list[Ranked]:
+    """(item, estimate) pairs in the model's order: time class, then the tie-breakers of `Ranked.key`."""
+    pairs = list(estimated)
+    if not pairs:
+        return []
+    best = min(e.seconds for _, e in pairs)
+    return sorted((Ranked(item, e, _band(e.seconds, best)) for item, e in pairs), key=lambda r: r.key)
+
+
+def with_counted(c: Counts, total: dict[str, int]) -> Counts:
+    """`c` with the figures the emulator counted for one launch (`emulator.counters(...).total`) in
+    place of the model's: matrix FLOPs and operations (the busiest core's share scaled alike), the
+    bytes the load and store instructions move, and bank replays where counted."""
+    from .roofline import matrix_flops
+
+    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
+    ops = sum(int(total.get(name, 0)) for name in matrix_flops())
+    return replace(c, matrix_flops=flops, matrix_ops=ops,
+                   busiest_core_flops=round(c.busiest_core_flops * flops / c.matrix_flops) if c.matrix_flops else flops,
+                   core_load_bytes=int(total.get("device_load_bytes", c.core_load_bytes)),
+                   device_store_bytes=int(total.get("device_store_bytes", c.device_store_bytes)),
+                   threadgroup_replays=int(total.get("threadgroup_replays", c.threadgroup_replays)))
+
+
+# ---------------------------------------------------------------- counters alone (no tiling known)
+
+
+@dataclass(frozen=True)
+class RooflineEstimate:
+    """The model's two bounds that counted figures alone give, when the tiling is not known (the CLI's
+    `profile` of any kernel): matrix FLOPs at the chip's peak, device bytes moved by the load and store
+    instructions at its bandwidth (no cache reuse: it over-counts memory traffic of tiles that re-read
+    panels). A lower bound on the time, not a prediction."""
+
+    chip: Chip
+    matrix_flops: int
+    device_bytes: int
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+    def describe(self) -> str:
+        return (
+            f"roofline estimate on {self.chip.name} ({self.chip.matrix_tflops:g} TFLOP/s, {self.chip.bandwidth_gbs:g} GB/s): "
+            f"{self.seconds * 1e6:.1f} us, {self.bound}-bound ({self.matrix_flops} matrix FLOP, {self.device_bytes} device bytes)"
+        )
+
+
+def roofline_estimate(total: dict[str, int], chip: Chip) -> RooflineEstimate:
+    """The counters-only bounds of one launch (`counters(...).total`) on `chip`."""
+    from .roofline import matrix_flops
+
+    flops = sum(int(total.get(name, 0)) * per for name, per in matrix_flops().items())
+    moved = int(total.get("device_load_bytes", 0)) + int(total.get("device_store_bytes", 0))
+    return RooflineEstimate(chip, flops, moved, flops / (chip.matrix_tflops * 1e12), moved / (chip.bandwidth_gbs * 1e9))
