@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import config as settings
+from .capabilities import TargetCapabilities, resolve_capabilities
 from .isa import METAL4_FEATURE, SIMD_WIDTH
 from .register_budget import THREADGROUP_MEMORY_PER_CORE, estimate_registers
 from .roofline import Chip, RooflineEstimate, estimate
@@ -92,44 +93,27 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     staged = threadgroup_bytes(cfg, dtype)
     if staged > THREADGROUP_MEMORY_BYTES:
         return f"stages {staged} B of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES}"
-    if _partition(cfg, K, _has_metal4(target), _features(target)) is None:
+    capabilities = resolve_capabilities(target)
+    if _partition(cfg, K, capabilities) is None:
         return f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups"
     if not registers:
         return None
-    estimate_ = estimate_registers(cfg, dtype=dtype, target=_has_metal4(target), staging=False, fragment_ct=settings.fragment_ct())
+    estimate_ = estimate_registers(cfg, dtype=dtype, target=capabilities, staging=False, fragment_ct=settings.fragment_ct())
     if not estimate_.fits:  # register staging and K-prefetch turn themselves off; this is what remains
         return (f"{cfg.block_m}x{cfg.block_n} on {cfg.threads} threads needs {estimate_.describe()} without register staging "
                 f"or K-prefetch, over the register budget; use more threads or a smaller tile")
     return None
 
 
-def _has_metal4(target: Any) -> bool:
-    if isinstance(target, bool):
-        return target
-    from .host import resolve_target
-    from .target import has_metal4
-
-    return has_metal4(resolve_target(target if target is not None else "metal"))
-
-
-def _partition(cfg: GemmConfig, K: int, metal4: bool, features: frozenset[str]) -> Any:
+def _partition(cfg: GemmConfig, K: int, capabilities: TargetCapabilities) -> Any:
     """The warp partition GemmMetal would lower `cfg` with (None: no legal one), from the plugin's own
     selection; K is the GEMM's reduction length (the shared path's T.gemm spans one block_k)."""
     shared = cfg.path == SHARED
     c_scope = "local.fragment" if shared else "global"
     selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else K, threads=cfg.threads,
-                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
-                            features=features)
+                            policy=WarpPolicy.SQUARE, capabilities=capabilities,
+                            route_fragments_to_cooperative_tensor=settings.fragment_ct())
     return warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
-
-
-def _features(target: Any) -> frozenset[str]:
-    if isinstance(target, bool):  # a bare metal4 flag: no other keys
-        return frozenset()
-    from .host import resolve_target
-    from .target import target_features
-
-    return target_features(resolve_target(target if target is not None else "metal"))
 
 
 def _useful(extent: int, tile: int, candidates: Iterable[int]) -> bool:
@@ -176,6 +160,7 @@ def config_report(
     register estimate is over the budget (register_budget.py). `pruned` says why each one went."""
     if dtype not in _BYTES:
         raise ValueError(f"dtype {dtype!r}: use one of {tuple(_BYTES)}")
+    capabilities = resolve_capabilities(target)
     if min_simdgroup_elements is None:
         found = cooperative_instructions({METAL4_FEATURE})
         min_simdgroup_elements = found[0].m * found[0].n if found else 0
@@ -193,7 +178,7 @@ def config_report(
         elif bm * bn < min_simdgroup_elements * (th // SIMD_WIDTH):
             why = f"each of {th // SIMD_WIDTH} simdgroups would own fewer than {min_simdgroup_elements} elements of C"
         for cfg in configs:
-            reason = why or rejection(cfg, K=K, dtype=dtype, target=target)
+            reason = why or rejection(cfg, K=K, dtype=dtype, target=capabilities)
             if reason is None:
                 kept.append(cfg)
             else:
@@ -275,18 +260,19 @@ def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype:
     """The configuration's traffic and work on `chip` (see TrafficModel); no kernel is built."""
     from .register_budget import threads_per_core
 
-    metal4 = _has_metal4(target if target is not None else target_for(chip))
+    capabilities = resolve_capabilities(target if target is not None else target_for(chip))
+    metal4 = capabilities.metal4
     in_bytes, out_bytes = _BYTES[dtype], _BYTES[out_dtype or dtype]
     tiles_m, tiles_n = -(-M // cfg.block_m), -(-N // cfg.block_n)
     tiles = tiles_m * tiles_n
     kp = _k_padded(cfg, K, metal4)
-    part = _partition(cfg, kp, metal4, _features(target if target is not None else target_for(chip)))
+    part = _partition(cfg, kp, capabilities)
     if cfg.path == SHARED:
         per_tile = (cfg.block_m + cfg.block_n) * kp * in_bytes
     else:
         per_tile = (cfg.block_m * part.n_warp + cfg.block_n * part.m_warp) * kp * in_bytes
     sm, sn = cfg.block_m // part.m_warp, cfg.block_n // part.n_warp
-    registers = estimate_registers(cfg, dtype=dtype, target=metal4, fragment_ct=settings.fragment_ct())
+    registers = estimate_registers(cfg, dtype=dtype, target=capabilities, fragment_ct=settings.fragment_ct())
     resident = threads_per_core(registers)
     per_core = max(1, resident // cfg.threads)
     staged = threadgroup_bytes(cfg, dtype)
@@ -381,7 +367,8 @@ def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: 
                   out_dtype: str | None = None, target: Any = None) -> list[ModelRanked]:
     """Rank configurations by the traffic model alone (no kernel built or run): any problem size, in
     milliseconds. An estimate that orders tilings; it does not predict times."""
-    estimates = [(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=target), chip))
+    capabilities = resolve_capabilities(target if target is not None else target_for(chip))
+    estimates = [(cfg, model_estimate(traffic_model(cfg, M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype, target=capabilities), chip))
                  for cfg in space]
     if not estimates:
         return []

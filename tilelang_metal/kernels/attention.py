@@ -47,7 +47,7 @@ import tilelang.language as T
 from ..errors import MetalLoweringError
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
-from ..target import has_metal4, normalize_metal_target
+from ..capabilities import resolve_capabilities
 from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"
@@ -87,8 +87,7 @@ def _multiples_near(value: int, step: int) -> str:
 def attention_dataflow(target: Any = None) -> str:
     """DIRECT on a Metal 4 target (cooperative tensors read device memory directly), STAGED
     otherwise; `target` is what `tilelang.compile` gets (None or "metal": this host's Metal)."""
-    resolved = normalize_metal_target(target if target is not None else "metal")
-    return DIRECT if resolved is not None and has_metal4(resolved) else STAGED
+    return DIRECT if resolve_capabilities(target).metal4 else STAGED
 
 
 def _resolve_dataflow(dataflow: str | None, target: Any) -> str:
