@@ -20,7 +20,7 @@ from ..capabilities import capabilities_of
 from ..errors import GemmLoweringError
 from ..ir_attrs import mark_decisions
 from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
-from ..options import current_options
+from ..config import current_options
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     Partition,

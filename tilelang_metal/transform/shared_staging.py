@@ -30,7 +30,7 @@ from typing import Any
 
 from ..capabilities import TargetCapabilities
 from ..ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
-from ..options import LoweringOptions
+from ..config import LoweringOptions
 from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
