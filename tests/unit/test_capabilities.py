@@ -44,8 +44,9 @@ def test_only_the_capabilities_module_reads_a_targets_keys():
 
 
 def test_one_name_per_concept():
-    """One constant for the Metal 4 key, and no constant named plain SIMDGROUP / COOPERATIVE whose
-    meaning (an instruction kind or a storage kind) the name does not say."""
+    """One constant for the Metal 4 key, the simd width and the thread limit, and no constant named
+    plain SIMDGROUP / COOPERATIVE whose meaning (an instruction kind or a storage kind) the name does
+    not say."""
     assigned: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -54,6 +55,8 @@ def test_one_name_per_concept():
                     if isinstance(target, ast.Name):
                         assigned.setdefault(target.id, []).append(str(path.relative_to(PACKAGE)))
     assert "METAL4_KEY" not in assigned and assigned["METAL4_FEATURE"] == ["isa.py"]
+    assert assigned["SIMD_WIDTH"] == ["isa.py"], "import isa.SIMD_WIDTH instead of writing 32 again"
+    assert "MAX_THREADS" not in assigned, "import limits.MAX_THREADS_PER_THREADGROUP instead of writing 1024 again"
     for vague in ("SIMDGROUP", "COOPERATIVE", "COOPERATIVE_TENSOR"):
         assert vague not in assigned, f"{vague} assigned in {assigned.get(vague)}: name it by what it is"
 

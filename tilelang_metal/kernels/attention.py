@@ -45,7 +45,8 @@ from typing import Any, Callable
 import tilelang.language as T
 
 from ..errors import MetalLoweringError
-from ..limits import THREADGROUP_MEMORY_BYTES
+from ..isa import SIMD_WIDTH
+from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
 from ..register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
 from ..capabilities import resolve_capabilities
 from .sizes import flags, integer_sizes, one_of, optional_size
@@ -67,8 +68,6 @@ DATAFLOWS = (DIRECT, STAGED)
 # V, a simd sum per key (no matrix operation, no threadgroup memory, no barrier).
 VECTOR = "vector"
 DECODING_DATAFLOWS = (VECTOR, DIRECT, STAGED)
-SIMD_WIDTH = 32
-MAX_THREADS = 1024
 # Padding of each staged K / V row: 16 bytes shifts consecutive rows by four 4-byte banks, so the
 # 8 rows an 8x8 simdgroup_load touches start on 8 different banks (64 or 128 halves per row would
 # put all of them on one bank).
