@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import config as settings, cost_model
+from .capabilities import TargetCapabilities, resolve_capabilities
 from .isa import METAL4_FEATURE, SIMD_WIDTH
 from .cost_model import RooflineEstimate
 from .register_budget import estimate_registers
@@ -93,44 +94,27 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     staged = threadgroup_bytes(cfg, dtype)
     if staged > THREADGROUP_MEMORY_BYTES:
         return f"stages {staged} B of threadgroup memory; Metal allows {THREADGROUP_MEMORY_BYTES}"
-    if _partition(cfg, K, _has_metal4(target), _features(target)) is None:
+    capabilities = resolve_capabilities(target)
+    if _partition(cfg, K, capabilities) is None:
         return f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups"
     if not registers:
         return None
-    estimate_ = estimate_registers(cfg, dtype=dtype, target=_has_metal4(target), staging=False, fragment_ct=settings.fragment_ct())
+    estimate_ = estimate_registers(cfg, dtype=dtype, target=capabilities, staging=False, fragment_ct=settings.fragment_ct())
     if not estimate_.fits:  # register staging and K-prefetch turn themselves off; this is what remains
         return (f"{cfg.block_m}x{cfg.block_n} on {cfg.threads} threads needs {estimate_.describe()} without register staging "
                 f"or K-prefetch, over the register budget; use more threads or a smaller tile")
     return None
 
 
-def _has_metal4(target: Any) -> bool:
-    if isinstance(target, bool):
-        return target
-    from .host import resolve_target
-    from .target import has_metal4
-
-    return has_metal4(resolve_target(target if target is not None else "metal"))
-
-
-def _partition(cfg: GemmConfig, K: int, metal4: bool, features: frozenset[str]) -> Any:
+def _partition(cfg: GemmConfig, K: int, capabilities: TargetCapabilities) -> Any:
     """The warp partition GemmMetal would lower `cfg` with (None: no legal one), from the plugin's own
     selection; K is the GEMM's reduction length (the shared path's T.gemm spans one block_k)."""
     shared = cfg.path == SHARED
     c_scope = "local.fragment" if shared else "global"
     selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else K, threads=cfg.threads,
-                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=settings.fragment_ct(),
-                            features=features)
+                            policy=WarpPolicy.SQUARE, capabilities=capabilities,
+                            route_fragments_to_cooperative_tensor=settings.fragment_ct())
     return warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
-
-
-def _features(target: Any) -> frozenset[str]:
-    if isinstance(target, bool):  # a bare metal4 flag: no other keys
-        return frozenset()
-    from .host import resolve_target
-    from .target import target_features
-
-    return target_features(resolve_target(target if target is not None else "metal"))
 
 
 def _useful(extent: int, tile: int, candidates: Iterable[int]) -> bool:
@@ -177,6 +161,7 @@ def config_report(
     register estimate is over the budget (register_budget.py). `pruned` says why each one went."""
     if dtype not in _BYTES:
         raise ValueError(f"dtype {dtype!r}: use one of {tuple(_BYTES)}")
+    capabilities = resolve_capabilities(target)
     if min_simdgroup_elements is None:
         found = cooperative_instructions({METAL4_FEATURE})
         min_simdgroup_elements = found[0].m * found[0].n if found else 0
@@ -194,7 +179,7 @@ def config_report(
         elif bm * bn < min_simdgroup_elements * (th // SIMD_WIDTH):
             why = f"each of {th // SIMD_WIDTH} simdgroups would own fewer than {min_simdgroup_elements} elements of C"
         for cfg in configs:
-            reason = why or rejection(cfg, K=K, dtype=dtype, target=target)
+            reason = why or rejection(cfg, K=K, dtype=dtype, target=capabilities)
             if reason is None:
                 kept.append(cfg)
             else:
@@ -223,7 +208,8 @@ NEAR_TIE = cost_model.NEAR_TIE
 
 def model_kernel(cfg: GemmConfig, K: int, *, target: Any) -> cost_model.GemmKernel:
     """The configuration's kernel as the cost model sees it (GemmMetal's instruction and partition)."""
-    kernel = cost_model.from_config(cfg, K, metal4=_has_metal4(target), features=_features(target))
+    capabilities = resolve_capabilities(target)
+    kernel = cost_model.from_config(cfg, K, metal4=capabilities.metal4, features=capabilities.features)
     if kernel is None:
         raise ValueError(f"{cfg.describe()}: no legal warp partition (config_space drops it)")
     return kernel
@@ -274,7 +260,8 @@ def route_candidates(M: int, N: int, K: int, *, chip: Chip, target: Any, space: 
     from .kernels.gemv import GEMV_MAX_ROWS
     from .kernels.matmul import MAX_SPLITS, MIN_SLICE_K
 
-    metal4, features = _has_metal4(target), _features(target)
+    capabilities = resolve_capabilities(target)
+    metal4, features = capabilities.metal4, capabilities.features
     space = space if space is not None else config_space(M, N, K, dtype=dtype, target=target)
     found: list[RouteCandidate] = []
     if min(M, N) <= GEMV_MAX_ROWS:

@@ -301,14 +301,16 @@ def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4
 @functools.lru_cache(maxsize=8192)  # the dispatch and the rankings ask for the same tilings again and again
 def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: bool, block_k: int, stages: int, swizzle: int,
                    splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool) -> GemmKernel | None:
+    from .capabilities import capabilities_with
+    from .isa import METAL4_FEATURE
     from .register_budget import staging_elements
     from .selection import WarpPolicy, select_inst, warp_partition
 
     shared = path == SHARED
     c_scope = "local.fragment" if shared else "global"
+    capabilities = capabilities_with(features | ({METAL4_FEATURE} if metal4 else frozenset()))
     selection = select_inst(c_scope=c_scope, M=block_m, N=block_n, K=block_k if shared else K, threads=threads,
-                            policy=WarpPolicy.SQUARE, has_metal4=metal4, route_fragments_to_cooperative_tensor=fragment_ct,
-                            features=features)
+                            policy=WarpPolicy.SQUARE, capabilities=capabilities, route_fragments_to_cooperative_tensor=fragment_ct)
     part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, block_m, block_n, threads // SIMD_WIDTH)
     if part is None:
         return None

@@ -31,15 +31,16 @@ PRELUDE_VARS_ATTR = "tilelang_metal.prelude_vars"
 # Function attribute: data var -> encoded MatrixStorage (transform/matrix_storage.py).
 MATRIX_STORAGE_ATTR = "tilelang_metal.matrix_storage"
 
-SIMDGROUP = "simdgroup"
-COOPERATIVE = "cooperative"
+# MatrixStorage.kind: how a per-thread accumulator array is held (the instruction kinds are isa.*_KIND)
+SIMDGROUP_MATRIX_STORAGE = "simdgroup"
+COOPERATIVE_TENSOR_STORAGE = "cooperative"
 
 
 @dataclass(frozen=True)
 class MatrixStorage:
     """How a per-thread array is stored: an array of simdgroup matrices, or MPP destination tensors."""
 
-    kind: str  # SIMDGROUP | COOPERATIVE
+    kind: str  # SIMDGROUP_MATRIX_STORAGE | COOPERATIVE_TENSOR_STORAGE
     matrices: int  # simdgroup matrices in the array, or destination fragments
     elided: bool = True  # cooperative only: no backing thread array
     a_dtype: str = ""  # cooperative only: operand element types (they type the destination)

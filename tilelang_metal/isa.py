@@ -31,7 +31,7 @@ SIMD_WIDTH = 32  # lanes per simdgroup on every Apple GPU
 SIMDGROUP_KIND = "metal.simdgroup"
 COOPERATIVE_TENSOR_KIND = "metal.cooperative_tensor"
 
-METAL4_FEATURE = "metal4"  # the target key of Metal 4 (target.METAL4_KEY): MPP tensor operations
+METAL4_FEATURE = "metal4"  # the target key of Metal 4 and the instruction feature it gives: MPP tensor operations
 
 LANE, ELEM = "lane", "elem"  # sources of a forward lane map
 ROW, COL = "row", "col"  # sources of an inverse one

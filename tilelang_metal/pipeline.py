@@ -23,8 +23,9 @@ from __future__ import annotations
 
 
 from . import gemm as gemm_metal
+from .capabilities import capabilities_of
 from .ir_attrs import STAGING_KEPT_ATTR, collect_decisions
-from .options import LoweringOptions, lowering, lowering_scope, stamp, stamped
+from .config import LoweringOptions, lowering, lowering_scope, stamp, stamped
 from .codegen.build import build_metal, build_metal_runtime
 from .lowering_cache import cached_lowering
 from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
@@ -83,6 +84,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     ctx = tl.get_pass_context()
     threadgroup_buffers = ThreadgroupBufferLog()  # plugin: names and sizes for the threadgroup-memory refusal
 
+    capabilities = capabilities_of(target)  # the plugin passes read these, never the target's keys
     shape_vars = shape_variables(mod)  # plugin: tensor dimensions (>= 0), for ShieldPowerOfTwoDivisions
     mod = tirx.BindTarget(target)(mod)
     mod = CheckScalarParams(mod)  # plugin: a bfloat16 / fp8 scalar parameter by name (MakePackedAPI fails on it without one)
@@ -92,7 +94,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     )(mod)
     mod = LinearizeThreadLaunch(mod)  # plugin: a 2-D / 3-D launch with tile ops runs as one linear x index (tile ops partition over x only)
     mod = GuardPossiblyEmptyLoops(mod)  # plugin: tl.Simplify folds an extent in [0, 1] to 1 unless the loop is known to run
-    mod = BypassSharedStaging(mod, target, options)  # plugin: staging-only shared operands -> direct-global T.gemm
+    mod = BypassSharedStaging(mod, capabilities, options)  # plugin: staging-only shared operands -> direct-global T.gemm
     threadgroup_buffers.staging_kept = [str(r) for f in _prim_funcs(mod) if f.attrs is not None and STAGING_KEPT_ATTR in f.attrs for r in f.attrs[STAGING_KEPT_ATTR]]
     mod = SyncDeviceMemory(mod)  # plugin: mem_device barriers where threads exchange data through device memory
     if cfg.should_force_let_inline():
@@ -113,13 +115,13 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.InjectSoftwarePipeline()(mod)
     mod = GuardPossiblyEmptyPipelineLoops(mod)  # plugin: the pipeline's body loop (trip count minus the prologue) may be empty too
     threadgroup_buffers.record_pipelined(mod)
-    mod = MarkRegisterStaging(mod, target, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
+    mod = MarkRegisterStaging(mod, capabilities, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    shared_fragments = fragments_needing_simdgroup(mod, target, options.fragment_ct)  # plugin
-    group_plans = fragment_group_plans(mod, target, options.fragment_ct)  # plugin: fragments that meet element-wise agree
+    shared_fragments = fragments_needing_simdgroup(mod, capabilities, options.fragment_ct)  # plugin
+    group_plans = fragment_group_plans(mod, capabilities, options.fragment_ct)  # plugin: fragments that meet element-wise agree
     with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
         mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
         mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line

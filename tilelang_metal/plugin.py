@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import kernel_options, options
+from . import config
 from . import host as _host
 from . import gemm as gemm_metal
 from .pipeline import codegen_build, codegen_build_runtime
@@ -64,13 +64,13 @@ def _runtime_codegen_via_global(mod: Any, target: Any) -> Any:
 
 def _pass_config_scope(pass_configs: Any) -> tuple[dict, Any]:
     """tilelang's pass configs without the plugin's, and the options scope the kernel is lowered in
-    (options.py: the plugin's pass configs over the settings)."""
-    _, rest = kernel_options.split_pass_configs(pass_configs)
-    return rest, options.compile_scope(pass_configs)
+    (config.py: the plugin's pass configs over the settings)."""
+    _, rest = config.split_pass_configs(pass_configs)
+    return rest, config.compile_scope(pass_configs)
 
 
 def _options_key() -> str:
-    return options.current_options().key()
+    return config.current_options().key()
 
 
 def _make_emulator_adapter(**kwargs: Any) -> Any:
@@ -111,7 +111,7 @@ def build_hooks() -> _host.HostHooks:
         codegen_build=codegen_build,
         codegen_build_runtime=codegen_build_runtime,
         cache_identity={"tilelang_metal": __version__, "source": source_fingerprint()},
-        options_scope=options.compile_scope,
+        options_scope=config.compile_scope,
         options_key=_options_key,
         error_types=(MetalLoweringError, GemmLoweringError, CodegenError, ConfigError),
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},

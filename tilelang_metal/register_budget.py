@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .capabilities import capabilities_with, resolve_capabilities
 from .dtypes import DTYPE_OF_MSL
 from .isa import SIMD_WIDTH, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
@@ -158,8 +159,9 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
     """Registers per thread of a GEMM plan (`gemm.GemmPlan`) or an autotuner configuration (anything
     with `path`, `block_m`, `block_n`, `threads`, `block_k`, `num_stages`: `autotune.GemmConfig`).
 
-    A configuration is planned as GemmMetal would plan it on `target` (its instruction and warp
-    partition); `staging` (default: a shared path with 2 or more stages) adds the register-staging
+    A configuration is planned as GemmMetal would plan it on `target` (a Target, "metal", None for
+    this host's, or `TargetCapabilities`): its instruction and warp partition; `staging` (default:
+    a shared path with 2 or more stages) adds the register-staging
     array, `prefetch` the K-prefetch copy of the operands. A plan carries no staging tile, so
     `staging` must be False or None for one."""
     if hasattr(subject, "problem") and hasattr(subject, "partition"):  # a GemmPlan
@@ -174,7 +176,7 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
     shared = cfg.path == "shared"
     selection = select_inst(c_scope="local.fragment" if shared else "global", M=cfg.block_m, N=cfg.block_n,
                             K=cfg.block_k if shared else 16, threads=cfg.threads, policy=WarpPolicy.SQUARE,
-                            has_metal4=_has_metal4(target), route_fragments_to_cooperative_tensor=fragment_ct)
+                            capabilities=resolve_capabilities(target), route_fragments_to_cooperative_tensor=fragment_ct)
     c_scope = "local.fragment" if shared else "global"
     part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
     if part is None:
@@ -184,15 +186,6 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
     return gemm_registers(M=cfg.block_m, N=cfg.block_n, instruction=selection.instruction, partition=part, a_dtype=dtype,
                           b_dtype=dtype, acc_dtype=acc_dtype, shared=shared, staging_elements=elements, staging_dtype=dtype,
                           prefetch=prefetch and not shared)
-
-
-def _has_metal4(target: Any) -> bool:
-    if isinstance(target, bool):
-        return target
-    from .host import resolve_target
-    from .target import has_metal4
-
-    return has_metal4(resolve_target(target if target is not None else "metal"))
 
 
 @dataclass(frozen=True)
@@ -360,10 +353,10 @@ def attention_plan(head_dim: int, block_m: int, block_n: int, threads: int, *, m
     """The instruction and row split of attention's two GEMMs (S = Q K^T, O += P V with P in
     registers), as fragment_groups chooses them: the instruction with the fewest replicas, a
     cooperative tensor on a tie; None when no whole-tile split exists."""
-    from .isa import COOPERATIVE_TENSOR_KIND
-    from .selection import cooperative_instructions, features_of, row_partition, simdgroup_instruction
+    from .isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE
+    from .selection import cooperative_instructions, row_partition, simdgroup_instruction
 
-    features = features_of(metal4)
+    features = capabilities_with({METAL4_FEATURE} if metal4 else ()).features  # the dataflow's, not a target's
     warps = threads // SIMD_WIDTH
     best: tuple[int, AttentionPlan] | None = None
     for inst in (cooperative_instructions(features) if metal4 else []) + [simdgroup_instruction(features)]:

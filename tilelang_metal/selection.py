@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from .capabilities import TargetCapabilities
 from .isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE, REGISTRY, SIMD_WIDTH, SIMDGROUP_KIND, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
-
-SIMDGROUP = SIMDGROUP_KIND
-COOPERATIVE_TENSOR = COOPERATIVE_TENSOR_KIND
 
 
 class WarpPolicy(IntEnum):
@@ -66,14 +64,9 @@ class Selection:
         return self.instruction.kind
 
 
-def features_of(has_metal4: bool, features: Iterable[str] = ()) -> frozenset[str]:
-    """The target features selection filters the registry by: the target's keys (`metal4` among them)."""
-    return frozenset(features) | ({METAL4_FEATURE} if has_metal4 else frozenset())
-
-
 def simdgroup_instruction(features: Iterable[str] = ()) -> MatrixInstruction:
     """The simdgroup instruction: the fallback every Metal target has."""
-    found = REGISTRY.of_kind(SIMDGROUP, features)
+    found = REGISTRY.of_kind(SIMDGROUP_KIND, features)
     if not found:
         raise LookupError("no simdgroup matrix instruction is registered (isa.REGISTRY)")
     return found[0]
@@ -81,7 +74,7 @@ def simdgroup_instruction(features: Iterable[str] = ()) -> MatrixInstruction:
 
 def cooperative_instructions(features: Iterable[str]) -> list[MatrixInstruction]:
     """The cooperative-tensor instructions of a target with these features, in preference order."""
-    return REGISTRY.of_kind(COOPERATIVE_TENSOR, features)
+    return REGISTRY.of_kind(COOPERATIVE_TENSOR_KIND, features)
 
 
 def _factor_pairs(n: int) -> list[tuple[int, int]]:
@@ -209,7 +202,7 @@ def warp_partition(selection: Selection, c_scope: str, policy: int, M: int, N: i
     Cooperative tensors use the split the selection chose; a `metal.simdgroup` accumulator the split
     tilelang's copy assumes; any other simdgroup accumulator the policy's split in whole fragments."""
     inst = selection.instruction
-    if selection.kind == COOPERATIVE_TENSOR:
+    if selection.kind == COOPERATIVE_TENSOR_KIND:
         return selection.partition
     if c_scope in SIMDGROUP_SCOPES:
         return copy_compatible_square_partition(M, N, num_warps, inst.m)
@@ -224,20 +217,19 @@ def select_inst(
     K: int,
     threads: int,
     policy: int,
-    has_metal4: bool,
+    capabilities: TargetCapabilities,
     route_fragments_to_cooperative_tensor: bool = False,
-    features: Iterable[str] = (),
 ) -> Selection:
-    """Stage 1 of path selection (spec 2.1), with the reason for the decision. `features` are the
-    target's other keys: the registry's instructions that require them become candidates."""
-    have = features_of(has_metal4, features)
+    """Stage 1 of path selection (spec 2.1), with the reason for the decision. The registry's
+    instructions that require only features the target has (`capabilities.features`) are candidates."""
+    have = capabilities.features
     fallback = simdgroup_instruction(have)
     if c_scope in SIMDGROUP_SCOPES:
         return Selection(fallback, f"C is in {c_scope}")
     if c_scope in FRAGMENT_SCOPES and not route_fragments_to_cooperative_tensor:
         return Selection(fallback, f"C is in {c_scope}")
     candidates = cooperative_instructions(have)
-    if not has_metal4 or not candidates:
+    if not capabilities.metal4 or not candidates:
         return Selection(fallback, "target has no metal4 key (cooperative tensors need Metal 4); simdgroup fallback")
     if threads % SIMD_WIDTH:
         return Selection(fallback, f"threads={threads} is not a multiple of {SIMD_WIDTH}; simdgroup fallback")

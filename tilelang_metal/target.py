@@ -21,7 +21,6 @@ from .host import Target
 from .isa import METAL4_FEATURE, SIMD_WIDTH
 from .limits import MAX_THREADS_PER_THREADGROUP
 
-METAL4_KEY = METAL4_FEATURE  # the registry filters instructions by it (isa.py)
 MIN_MACOS_MAJOR = 26
 MIN_SDK_MAJOR = 26
 MIN_APPLE_M_GENERATION = 5
@@ -95,7 +94,7 @@ def metal_target_keys(facts: HostFacts | None = None) -> list[str]:
     facts = facts if facts is not None else _local_facts()
     keys = ["metal", "gpu"]
     if metal4_supported(facts):
-        keys.append(METAL4_KEY)
+        keys.append(METAL4_FEATURE)
     return keys
 
 
@@ -141,18 +140,9 @@ def is_metal(target: Target) -> bool:
     return target.kind.name == "metal"
 
 
-def has_metal4(target: Target) -> bool:
-    return is_metal(target) and METAL4_KEY in [str(k) for k in target.keys]
-
-
-def target_features(target: Target) -> frozenset[str]:
-    """The keys of a Metal target (`metal4` among them): what `isa.REGISTRY` filters instructions by."""
-    return frozenset(str(k) for k in target.keys) if is_metal(target) else frozenset()
-
-
 def metal4_target() -> Any:
     """An explicit Metal 4 target: cooperative-tensor MSL on any host (source-only on Linux)."""
-    return make_metal_target(["metal", "gpu", "metal4"])
+    return make_metal_target(["metal", "gpu", METAL4_FEATURE])
 
 
 def plain_metal_target() -> Any:

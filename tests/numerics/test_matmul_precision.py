@@ -14,7 +14,7 @@ from gemm_support import lower_source
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import ConfigError
-from tilelang_metal.kernel_options import PRECISE_MATH, RELAXED_PRECISION
+from tilelang_metal.config import PRECISE_MATH, RELAXED_PRECISION
 
 M, N, K = 37, 70, 48  # ragged: neither M nor N fills a tile (cooperative tensors need K % 16 == 0)
 EXACT_RTOL = 1e-5  # float32 GEMM tolerance, relative to sum_k |a_ik| |b_kj|

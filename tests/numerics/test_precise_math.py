@@ -13,7 +13,7 @@ import tilelang.language as T
 import torch
 
 from tilelang_metal.emulator import racecheck
-from tilelang_metal.kernel_options import PRECISE_MATH
+from tilelang_metal.config import PRECISE_MATH
 
 N = 67  # odd: one threadgroup of 64 threads and a guarded tail
 THREADS = 64

@@ -8,6 +8,9 @@ from dataclasses import replace
 
 from tilelang_metal import autotune, cost_model, kernels, roofline
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.capabilities import capabilities_with
+
+METAL4 = capabilities_with({"metal4"})
 
 M4 = roofline.chip("M4")
 

@@ -9,9 +9,13 @@ from tilelang import tvm
 
 from tilelang_metal import autotune
 from tilelang_metal import kernels as examples
+from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
+
+METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +115,7 @@ def test_configurations_over_the_register_budget_are_pruned_with_the_reason(spac
     assert "over the register budget" in rejection(over, target=examples.metal4_target())
     assert GemmConfig(DIRECT_GLOBAL, 128, 128, 128) in reasons
     assert GemmConfig(SHARED, 128, 128, 256, 32, 2) in space_4096
-    assert all(estimate_registers(c, target=True, staging=False).fits for c in space_4096)
+    assert all(estimate_registers(c, target=METAL4, staging=False).fits for c in space_4096)
     assert any("registers" in line for line in report.describe())
 
 
@@ -121,11 +125,11 @@ def test_warp_partition_is_the_one_gemm_lowering_uses():
     fragment the policy's split in 8x8 fragments, and None when no split exists."""
     from tilelang_metal import selection as sel
 
-    ct = sel.select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=sel.WarpPolicy.SQUARE, has_metal4=True)
-    assert ct.kind == sel.COOPERATIVE_TENSOR
+    ct = sel.select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=sel.WarpPolicy.SQUARE, capabilities=METAL4)
+    assert ct.kind == COOPERATIVE_TENSOR_KIND
     assert sel.warp_partition(ct, "global", 0, 64, 128, 4) == ct.partition
-    sg = sel.select_inst(c_scope="metal.simdgroup", M=64, N=32, K=64, threads=128, policy=0, has_metal4=True)
+    sg = sel.select_inst(c_scope="metal.simdgroup", M=64, N=32, K=64, threads=128, policy=0, capabilities=METAL4)
     assert sel.warp_partition(sg, "metal.simdgroup", 0, 64, 32, 4) == sel.copy_compatible_square_partition(64, 32, 4)
-    frag = sel.select_inst(c_scope="local.fragment", M=64, N=32, K=64, threads=128, policy=1, has_metal4=False)
+    frag = sel.select_inst(c_scope="local.fragment", M=64, N=32, K=64, threads=128, policy=1, capabilities=PLAIN)
     assert sel.warp_partition(frag, "local.fragment", 1, 64, 32, 4) == sel.Partition(4, 1)
     assert sel.warp_partition(frag, "local.fragment", 0, 16, 16, 3) is None

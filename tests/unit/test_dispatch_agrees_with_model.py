@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.isa import METAL4_FEATURE
 from tilelang_metal import autotune, cost_model, kernels, roofline
 
 SIZES = (1024, 2048, 4096)
@@ -27,10 +29,14 @@ DOC = Path(__file__).parents[2] / "docs" / "performance.md"
 START, END = "<!-- dispatch-agreement:start -->", "<!-- dispatch-agreement:end -->"
 
 
+def _capabilities(metal4: bool):
+    return capabilities_with({METAL4_FEATURE} if metal4 else ())
+
+
 @functools.lru_cache(maxsize=None)
 def space(size: int, metal4: bool) -> tuple[autotune.GemmConfig, ...]:
     """The autotuner's space (the same for every chip of a target)."""
-    return tuple(autotune.config_space(size, size, size, target=metal4))
+    return tuple(autotune.config_space(size, size, size, target=_capabilities(metal4)))
 
 
 def agreement(name: str, size: int) -> tuple[float, float, str, str]:
@@ -39,7 +45,7 @@ def agreement(name: str, size: int) -> tuple[float, float, str, str]:
     chip = roofline.CHIPS[name]
     choice = kernels.matmul_config(size, size, size, chip=chip)
     metal4 = chip.generation >= 5
-    found = autotune.route_candidates(size, size, size, chip=chip, target=metal4, space=space(size, metal4))
+    found = autotune.route_candidates(size, size, size, chip=chip, target=_capabilities(metal4), space=space(size, metal4))
     best = min(found, key=lambda c: c.seconds)
     staged = min((c for c in found if c.kernel is not None and c.kernel.path == cost_model.SHARED), key=lambda c: c.seconds)
     pick = cost_model.predict_choice(choice, chip=chip)

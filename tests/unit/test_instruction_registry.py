@@ -14,8 +14,11 @@ import pytest
 
 from tilelang_metal import cost_model, isa, roofline
 from tilelang_metal.emulator import COUNTER_NAMES
-from tilelang_metal.isa import ELEM, LANE, REGISTRY, LaneMap, bits
-from tilelang_metal.selection import COOPERATIVE_TENSOR, SIMDGROUP, cooperative_tensor_blockers, select_inst
+from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND, ELEM, LANE, REGISTRY, SIMDGROUP_KIND, LaneMap, bits
+from tilelang_metal.selection import cooperative_tensor_blockers, select_inst
+
+METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 
 SHIM = Path(isa.__file__).parent / "emulator" / "shim" / "tlm"
 WIDE_KEY = "tlm_test_wide_mpp"  # no real target has it
@@ -64,7 +67,7 @@ def test_inverse_maps_and_run_widths_derive_from_the_tables(inst):
             for e in range(role.elems):
                 r, c = role.row(lane, e), role.col(lane, e)
                 assert (role.lane_of(r, c), role.elem_of(r, c)) == (lane, e)
-    assert inst.run == (2 if inst.kind == SIMDGROUP else 4)
+    assert inst.run == (2 if inst.kind == SIMDGROUP_KIND else 4)
 
 
 def test_shapes_element_counts_and_flops_are_the_instructions_own():
@@ -78,7 +81,7 @@ def test_shapes_element_counts_and_flops_are_the_instructions_own():
 def test_a_non_bijective_lane_map_is_refused_with_one_line():
     broken = LaneMap(row=(bits(LANE, 4, at=2), bits(LANE, 2, at=1), bits(LANE, 2, at=0)), col=isa.SIMDGROUP_8x8_MAP.col)
     inst = isa.MatrixInstruction(
-        "broken_8x8x8", SIMDGROUP, 8, 8, 8, **isa.roles(8, 8, 8, broken), operation="simdgroup_multiply_accumulate", msl=""
+        "broken_8x8x8", SIMDGROUP_KIND, 8, 8, 8, **isa.roles(8, 8, 8, broken), operation="simdgroup_multiply_accumulate", msl=""
     )
     with pytest.raises(ValueError, match=r"^broken_8x8x8 left: lane \d+ element \d maps to \(\d, \d\), outside or taken$"):
         REGISTRY.register(inst)
@@ -98,31 +101,31 @@ def test_registry_filters_by_target_features():
 
 
 def test_selection_carries_the_instruction_and_derives_its_kind():
-    ct = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, has_metal4=True)
-    assert ct.instruction is isa.MATMUL2D_16x32x16 and ct.kind == COOPERATIVE_TENSOR
-    sg = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, has_metal4=False)
-    assert sg.instruction is isa.SIMDGROUP_8x8x8 and sg.kind == SIMDGROUP
+    ct = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, capabilities=METAL4)
+    assert ct.instruction is isa.MATMUL2D_16x32x16 and ct.kind == COOPERATIVE_TENSOR_KIND
+    sg = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, capabilities=PLAIN)
+    assert sg.instruction is isa.SIMDGROUP_8x8x8 and sg.kind == SIMDGROUP_KIND
 
 
 def test_a_registered_instruction_is_selected_only_where_the_target_has_its_features():
     with REGISTRY.registered(wide_instruction(), first=True) as wide:
-        default = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, has_metal4=True)
+        default = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, capabilities=METAL4)
         assert default.instruction is isa.MATMUL2D_16x32x16  # not selectable by default
-        chosen = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, has_metal4=True, features={WIDE_KEY})
-        assert chosen.instruction is wide and chosen.kind == COOPERATIVE_TENSOR
+        chosen = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, capabilities=capabilities_with({"metal4", WIDE_KEY}))
+        assert chosen.instruction is wide and chosen.kind == COOPERATIVE_TENSOR_KIND
         p = chosen.partition
         assert p.simdgroups == 4 and 64 % (p.m_warp * 32) == 0 and 128 % (p.n_warp * 32) == 0
         # 16 rows are not whole 32-row fragments: the next instruction in preference order takes it
-        short = select_inst(c_scope="global", M=16, N=128, K=64, threads=128, policy=0, has_metal4=True, features={WIDE_KEY})
+        short = select_inst(c_scope="global", M=16, N=128, K=64, threads=128, policy=0, capabilities=capabilities_with({"metal4", WIDE_KEY}))
         assert short.instruction is isa.MATMUL2D_16x32x16
         assert cooperative_tensor_blockers(0, 16, 128, 64, 4, wide) == ["M=16 is not a multiple of 32"]
         # neither fits: the reason names each candidate's blockers
-        odd = select_inst(c_scope="global", M=48, N=96, K=72, threads=128, policy=0, has_metal4=True, features={WIDE_KEY})
-        assert odd.kind == SIMDGROUP and "matmul2d_32x32x16: M=48 is not a multiple of 32" in odd.reason
+        odd = select_inst(c_scope="global", M=48, N=96, K=72, threads=128, policy=0, capabilities=capabilities_with({"metal4", WIDE_KEY}))
+        assert odd.kind == SIMDGROUP_KIND and "matmul2d_32x32x16: M=48 is not a multiple of 32" in odd.reason
         assert "matmul2d_16x32x16: K=72 is not a multiple of 16" in odd.reason
         # the wide key without metal4 selects nothing cooperative
-        plain = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, has_metal4=False, features={WIDE_KEY})
-        assert plain.kind == SIMDGROUP
+        plain = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=0, capabilities=capabilities_with({WIDE_KEY}))
+        assert plain.kind == SIMDGROUP_KIND
     assert wide.name not in [i.name for i in REGISTRY]
 
 

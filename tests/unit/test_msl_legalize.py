@@ -7,7 +7,7 @@ import pytest
 
 from tilelang_metal import intrinsics
 from tilelang_metal.codegen.printer import print_kernel
-from tilelang_metal.options import LoweringOptions, lowering
+from tilelang_metal.config import LoweringOptions, lowering
 from tilelang_metal.errors import CodegenError
 from tilelang_metal.host import tir, tvm
 from tilelang_metal.ir_attrs import THREAD_ARRAY_ALIGN_ATTR

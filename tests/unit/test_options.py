@@ -1,4 +1,4 @@
-"""tilelang_metal.options: one frozen LoweringOptions per lowering, read from the settings once; its
+"""tilelang_metal.config's LoweringOptions: one frozen LoweringOptions per lowering, read from the settings once; its
 key is the plugin's part of the kernel identity; --explain reads the lowering's decisions from the IR."""
 
 from __future__ import annotations
@@ -10,24 +10,20 @@ import pytest
 import tilelang
 
 import tilelang_metal
-from tilelang_metal import config, kernel_options
+from tilelang_metal import config
 from tilelang_metal import kernels as E
 from tilelang_metal.host import resolve_target
 from tilelang_metal.host.passes import pass_context
 from tilelang_metal.ir_attrs import DECISIONS_ATTR
-from tilelang_metal.options import OPTIONS_ATTR, LoweringOptions, current_options, lowering, stamped
+from tilelang_metal.config import OPTIONS_ATTR, LoweringOptions, current_options, lowering, stamped
 
 PACKAGE = Path(tilelang_metal.__file__).resolve().parent
 
-# The config accessors of settings that change lowering or printing: only options.py calls them.
+# The config accessors of settings that change lowering or printing: only LoweringOptions.from_settings calls them.
 LOWERING_ACCESSORS = {
     "fragment_ct", "staging_bypass", "k_prefetch_mode", "k_prefetch", "register_staging_mode", "register_staging",
     "relaxed_precision", "precise_math", "debug",
 }
-
-# What kernel_options offers besides the options themselves: the pass-config keys and their parsing.
-PASS_CONFIG_NAMES = ("split_pass_configs", "RELAXED_PRECISION", "PRECISE_MATH", "PASS_CONFIG_KEYS", "NAMESPACE")
-
 
 @pytest.fixture
 def clean_env(monkeypatch):
@@ -37,25 +33,21 @@ def clean_env(monkeypatch):
 
 
 def _setting_reads(path: Path) -> list[str]:
-    """Where `path` reads a lowering setting: `config.<accessor>` (called or passed on), an accessor
-    imported from config, or anything but the pass-config parsing taken from kernel_options."""
+    """Where `path` reads a lowering setting: `config.<accessor>` (called or passed on) or an accessor
+    imported from config."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr in LOWERING_ACCESSORS and isinstance(node.value, ast.Name) and node.value.id == "config":
             found.append(f"{node.lineno}: config.{node.attr}")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "config":
             found += [f"{node.lineno}: from config import {a.name}" for a in node.names if a.name in LOWERING_ACCESSORS]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "kernel_options":
-            found += [f"{node.lineno}: from kernel_options import {a.name}" for a in node.names if a.name not in PASS_CONFIG_NAMES]
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "kernel_options" and node.attr not in PASS_CONFIG_NAMES:
-            found.append(f"{node.lineno}: kernel_options.{node.attr}")
     return found
 
 
 def test_no_module_reads_a_lowering_setting_outside_options():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.parent == PACKAGE and path.name in ("config.py", "options.py"):
+        if path.parent == PACKAGE and path.name == "config.py":
             continue
         offenders += [f"{path.relative_to(PACKAGE)}:{where}" for where in _setting_reads(path)]
     assert offenders == [], "take lowering settings from the LoweringOptions passed in or current_options(): " + ", ".join(offenders)
@@ -63,14 +55,14 @@ def test_no_module_reads_a_lowering_setting_outside_options():
 
 def test_the_ast_check_sees_a_setting_read(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from .. import config\nfrom ..config import staging_bypass\nfrom ..kernel_options import precise_math\n\n"
-                   "def f():\n    return config.fragment_ct() and kernel_options.matmul_relaxed()\n")
+    bad.write_text("from .. import config\nfrom ..config import LoweringOptions, staging_bypass\n\n"
+                   "def f():\n    return config.fragment_ct() and config.split_pass_configs({})\n")
     found = sorted(w.split(": ")[1] for w in _setting_reads(bad))
-    assert found == ["config.fragment_ct", "from config import staging_bypass", "from kernel_options import precise_math", "kernel_options.matmul_relaxed"]
+    assert found == ["config.fragment_ct", "from config import staging_bypass"]
 
 
 def test_codegen_fields_are_exactly_the_settings_that_change_codegen(clean_env):
-    from tilelang_metal.options import CODEGEN_SETTINGS
+    from tilelang_metal.config import CODEGEN_SETTINGS
 
     changing = {s.name for s in config.SETTINGS.values() if s.changes_codegen}
     assert set(LoweringOptions.from_settings().codegen_items()) == set(CODEGEN_SETTINGS.values()) == changing
@@ -96,7 +88,7 @@ def test_options_are_frozen_and_keyed_by_what_changes_code(clean_env):
 def test_pass_configs_win_over_the_settings(clean_env):
     clean_env.setenv(config.PREFIX + "PRECISE_MATH", "1")
     clean_env.setenv(config.PREFIX + "RELAXED_PRECISION", "0")
-    chosen = LoweringOptions.from_settings({kernel_options.PRECISE_MATH: False, kernel_options.RELAXED_PRECISION: True, "tl.disable_tma_lower": True})
+    chosen = LoweringOptions.from_settings({config.PRECISE_MATH: False, config.RELAXED_PRECISION: True, "tl.disable_tma_lower": True})
     assert (chosen.precise_math, chosen.relaxed_precision) == (False, "on")
     assert chosen.matmul_relaxed("float32", "float32") and not LoweringOptions().matmul_relaxed("float32", "float32")
 
@@ -179,8 +171,6 @@ def test_one_compile_builds_its_options_once(clean_env, tmp_path):
     share one LoweringOptions, so a variable changed in between cannot split them."""
     from tilelang import env
 
-    from tilelang_metal import options as options_module
-
     built = []
     from_settings = LoweringOptions.from_settings.__func__
 
@@ -188,15 +178,15 @@ def test_one_compile_builds_its_options_once(clean_env, tmp_path):
         built.append(pass_configs)
         return from_settings(cls, pass_configs)
 
-    clean_env.setattr(options_module.LoweringOptions, "from_settings", classmethod(counting))
+    clean_env.setattr(config.LoweringOptions, "from_settings", classmethod(counting))
     clean_env.setenv("TILELANG_CACHE_DIR", str(tmp_path))
     clean_env.setenv("TILELANG_DISABLE_CACHE", "0")
     was_enabled = env.is_cache_enabled()
     env.enable_cache()
     try:
         kernel = tilelang.compile(E.gemm_shared(64, 64, 32), out_idx=[-1], target=E.metal4_target(), execution_backend="emulator",
-                                  pass_configs={kernel_options.PRECISE_MATH: True})
+                                  pass_configs={config.PRECISE_MATH: True})
     finally:
         (env.enable_cache if was_enabled else env.disable_cache)()
-    assert len(built) == 1 and dict(built[0]) == {kernel_options.PRECISE_MATH: True}
+    assert len(built) == 1 and dict(built[0]) == {config.PRECISE_MATH: True}
     assert stamped(kernel.artifact.device_mod.functions.values()) == LoweringOptions(precise_math=True)

@@ -2,9 +2,9 @@
 
 import pytest
 
+from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND, SIMDGROUP_KIND
 from tilelang_metal.selection import (
-    COOPERATIVE_TENSOR,
-    SIMDGROUP,
     Partition,
     WarpPolicy,
     can_use_cooperative_tensor,
@@ -15,50 +15,51 @@ from tilelang_metal.selection import (
 )
 
 SQ, ROW, COL = WarpPolicy.SQUARE, WarpPolicy.FULL_ROW, WarpPolicy.FULL_COL
+METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 
 
 @pytest.mark.parametrize("c_scope", ["metal.simdgroup", "local.fragment"])
 @pytest.mark.parametrize("metal4", [True, False])
 def test_register_accumulators_take_simdgroup_in_the_spec_table(c_scope, metal4):
-    sel = select_inst(c_scope=c_scope, M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=metal4)
-    assert sel.kind == SIMDGROUP
+    sel = select_inst(c_scope=c_scope, M=64, N=128, K=64, threads=128, policy=SQ, capabilities=METAL4 if metal4 else PLAIN)
+    assert sel.kind == SIMDGROUP_KIND
     assert c_scope in sel.reason
 
 
 def test_fragment_extension_routes_fragments_to_cooperative_tensors_on_metal4():
-    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=True,
+    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=METAL4,
                       route_fragments_to_cooperative_tensor=True)
-    assert sel.kind == COOPERATIVE_TENSOR
+    assert sel.kind == COOPERATIVE_TENSOR_KIND
     # an explicit simdgroup accumulator is never rerouted
-    sel = select_inst(c_scope="metal.simdgroup", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=True,
+    sel = select_inst(c_scope="metal.simdgroup", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=METAL4,
                       route_fragments_to_cooperative_tensor=True)
-    assert sel.kind == SIMDGROUP
+    assert sel.kind == SIMDGROUP_KIND
     # and the extension still needs metal4
-    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=False,
+    sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=PLAIN,
                       route_fragments_to_cooperative_tensor=True)
-    assert sel.kind == SIMDGROUP
+    assert sel.kind == SIMDGROUP_KIND
 
 
 @pytest.mark.parametrize("c_scope", ["global", "shared", "shared.dyn"])
 @pytest.mark.parametrize(
     "M,N,K,threads,expected",
     [
-        (64, 128, 64, 128, COOPERATIVE_TENSOR),
-        (16, 32, 16, 32, COOPERATIVE_TENSOR),
-        (128, 128, 32, 256, COOPERATIVE_TENSOR),
-        (64, 128, 72, 128, SIMDGROUP),  # K % 16
-        (48, 128, 64, 128, COOPERATIVE_TENSOR),  # 1x4 split: each simdgroup 48x32
-        (48, 96, 64, 128, SIMDGROUP),  # 3x3 fragments cannot be split over 4 simdgroups
-        (16, 64, 64, 128, SIMDGROUP),  # 1x2 fragments, 4 simdgroups
-        (8, 128, 64, 128, SIMDGROUP),  # M % 16
-        (64, 40, 64, 128, SIMDGROUP),  # N % 32
-        (64, 128, 64, 96, SIMDGROUP),  # 3 warps: 4x4 fragments cannot split 3 ways
+        (64, 128, 64, 128, COOPERATIVE_TENSOR_KIND),
+        (16, 32, 16, 32, COOPERATIVE_TENSOR_KIND),
+        (128, 128, 32, 256, COOPERATIVE_TENSOR_KIND),
+        (64, 128, 72, 128, SIMDGROUP_KIND),  # K % 16
+        (48, 128, 64, 128, COOPERATIVE_TENSOR_KIND),  # 1x4 split: each simdgroup 48x32
+        (48, 96, 64, 128, SIMDGROUP_KIND),  # 3x3 fragments cannot be split over 4 simdgroups
+        (16, 64, 64, 128, SIMDGROUP_KIND),  # 1x2 fragments, 4 simdgroups
+        (8, 128, 64, 128, SIMDGROUP_KIND),  # M % 16
+        (64, 40, 64, 128, SIMDGROUP_KIND),  # N % 32
+        (64, 128, 64, 96, SIMDGROUP_KIND),  # 3 warps: 4x4 fragments cannot split 3 ways
     ],
 )
 def test_memory_accumulators_on_metal4(c_scope, M, N, K, threads, expected):
-    sel = select_inst(c_scope=c_scope, M=M, N=N, K=K, threads=threads, policy=SQ, has_metal4=True)
+    sel = select_inst(c_scope=c_scope, M=M, N=N, K=K, threads=threads, policy=SQ, capabilities=METAL4)
     assert sel.kind == expected, sel.reason
-    if expected == COOPERATIVE_TENSOR:
+    if expected == COOPERATIVE_TENSOR_KIND:
         p = sel.partition
         assert p.m_warp * p.n_warp == threads // 32
         assert M % (p.m_warp * 16) == 0 and N % (p.n_warp * 32) == 0
@@ -67,13 +68,13 @@ def test_memory_accumulators_on_metal4(c_scope, M, N, K, threads, expected):
 
 
 def test_no_metal4_key_means_simdgroup_with_reason():
-    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=SQ, has_metal4=False)
-    assert sel.kind == SIMDGROUP and "metal4" in sel.reason
+    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=PLAIN)
+    assert sel.kind == SIMDGROUP_KIND and "metal4" in sel.reason
 
 
 def test_threads_not_multiple_of_32_fall_back_with_reason():
-    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=100, policy=SQ, has_metal4=True)
-    assert sel.kind == SIMDGROUP and "multiple of 32" in sel.reason
+    sel = select_inst(c_scope="global", M=64, N=128, K=64, threads=100, policy=SQ, capabilities=METAL4)
+    assert sel.kind == SIMDGROUP_KIND and "multiple of 32" in sel.reason
 
 
 def test_blockers_name_each_failed_condition():

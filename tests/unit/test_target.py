@@ -4,7 +4,8 @@ import pytest
 from tilelang import tvm
 
 import tilelang_metal  # noqa: F401
-from tilelang_metal.target import HostFacts, has_metal4, metal4_supported, metal_target_keys, normalize_metal_target
+from tilelang_metal.capabilities import capabilities_of
+from tilelang_metal.target import HostFacts, metal4_supported, metal_target_keys, normalize_metal_target
 
 M5_HOST = HostFacts("26.5.1", "arm64", "26.4", "Apple M5")
 
@@ -30,14 +31,14 @@ def test_metal4_support_needs_all_three(facts, expected):
 def test_plain_metal_string_on_linux_has_no_metal4():
     linux = HostFacts("", "x86_64", None, None)
     target = normalize_metal_target("metal", linux)
-    assert target.kind.name == "metal" and not has_metal4(target)
-    assert has_metal4(normalize_metal_target("metal", M5_HOST))
+    assert target.kind.name == "metal" and not capabilities_of(target).metal4
+    assert capabilities_of(normalize_metal_target("metal", M5_HOST)).metal4
 
 
 def test_explicit_keys_are_honoured_untouched():
     explicit = {"kind": "metal", "keys": ["metal", "gpu", "metal4"]}
     target = normalize_metal_target(explicit, HostFacts("", "x86_64", None, None))
-    assert has_metal4(target)
+    assert capabilities_of(target).metal4
     obj = tvm.target.Target({"kind": "metal", "keys": ["metal", "gpu"]})
     assert normalize_metal_target(obj, M5_HOST) is obj
     assert normalize_metal_target("cuda") is None
@@ -48,9 +49,9 @@ def test_tilelang_resolves_metal_through_the_plugin():
 
     target = determine_target("metal", return_object=True)
     assert target.kind.name == "metal"
-    assert not has_metal4(target)  # this CI host is Linux
+    assert not capabilities_of(target).metal4  # this CI host is Linux
     explicit = determine_target({"kind": "metal", "keys": ["metal", "gpu", "metal4"]}, return_object=True)
-    assert has_metal4(explicit)
+    assert capabilities_of(explicit).metal4
 
 
 def test_apple_gpu_generation_reads_the_brand_string():

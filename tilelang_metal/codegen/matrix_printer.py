@@ -18,7 +18,7 @@ from .. import intrinsics
 from ..host import tir
 from ..errors import CodegenError
 from ..isa import MatrixInstruction
-from ..ir_attrs import COOPERATIVE, SIMDGROUP, MatrixStorage
+from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, SIMDGROUP_MATRIX_STORAGE, MatrixStorage
 from .artifact import CooperativeTensorDecl, ThreadArrayDecl
 from .msl_types import msl_type, scalar_type
 
@@ -38,11 +38,11 @@ class MatrixPrinting:
 
     def is_elided_cooperative(self, var: Any) -> bool:
         s = self.storage.get(var)
-        return s is not None and s.kind == COOPERATIVE and s.elided
+        return s is not None and s.kind == COOPERATIVE_TENSOR_STORAGE and s.elided
 
     def is_simdgroup(self, var: Any) -> bool:
         s = self.storage.get(var)
-        return s is not None and s.kind == SIMDGROUP
+        return s is not None and s.kind == SIMDGROUP_MATRIX_STORAGE
 
     def declare_matrix(self, var: Any, name: str, dtype: str) -> bool:
         """Declare `var` as matrix objects if the storage pass chose so; False otherwise."""
@@ -51,7 +51,7 @@ class MatrixPrinting:
             return False
         inst = s.instruction
         self.uses_instruction(inst.name)
-        if s.kind == SIMDGROUP:
+        if s.kind == SIMDGROUP_MATRIX_STORAGE:
             matrix = inst.msl.format(scalar=scalar_type(dtype), rows=inst.m, cols=inst.n)
             self.thread_array(ThreadArrayDecl(name, matrix, s.matrices))
             return True

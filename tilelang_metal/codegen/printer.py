@@ -13,7 +13,7 @@ from ..host import NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
 from .. import intrinsics
 from ..errors import CodegenError
 from ..limits import BUFFER_ARGUMENT_SLOTS
-from ..options import current_options
+from ..config import current_options
 from ..ir_attrs import (
     LANE_ID_ATTR,
     POSITION_NAMES_ATTR,
@@ -99,7 +99,7 @@ class KernelPrinter(ExpressionPrinting, MatrixPrinting, WarpPrinting, AtomicPrin
         # threadgroup / thread storage that T.view reads as another dtype (codegen/storage_views.py)
         self.reinterpreted = reinterpreted_storage(func.body, set(func.params))
         self.uniform_ifs: list[Any] = []  # IfThenElse nodes recorded as threadgroup-uniform
-        self.options = current_options()  # the lowering's options (options.py), fixed for the whole kernel
+        self.options = current_options()  # the lowering's options (config.py), fixed for the whole kernel
         self.precise_math = self.options.precise_math  # float32 math as metal::precise:: calls (docs/math.md)
         self.mpp_ops: list[tuple[str, bool]] = []  # (instruction key, relaxed) of each matmul2d object
         self.helpers: set[str] = set()  # math helpers (math_functions.HELPERS) the kernel calls

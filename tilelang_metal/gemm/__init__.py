@@ -16,20 +16,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import layout_is_row_major, make_fragment_layout, tvm
+from ..capabilities import capabilities_of
 from ..errors import GemmLoweringError
 from ..ir_attrs import mark_decisions
-from ..isa import SIMD_WIDTH, MatrixInstruction
-from ..options import current_options
+from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
+from ..config import current_options
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
-    COOPERATIVE_TENSOR,
     Partition,
     Selection,
     select_inst,
     simdgroup_instruction,
     warp_partition,
 )
-from ..target import has_metal4, target_features
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
 from .register_operand import (
@@ -143,6 +142,7 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     problem = GemmProblem.from_node(node)
     threads = _threads(thread_bounds)
     shared_with_simdgroup = problem.C.buffer.data in getattr(_lowering, "simdgroup_fragments", frozenset())
+    capabilities = capabilities_of(target)
     selection = select_inst(
         c_scope=problem.c_scope,
         M=problem.M,
@@ -150,9 +150,8 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
         K=problem.K,
         threads=threads,
         policy=problem.policy,
-        has_metal4=has_metal4(target),
+        capabilities=capabilities,
         route_fragments_to_cooperative_tensor=options.fragment_ct and not shared_with_simdgroup,
-        features=target_features(target),
     )
     if shared_with_simdgroup:
         selection = Selection(
@@ -171,10 +170,10 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
             dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
     elif has_register_a(problem):
         validate_register_a(problem)
-        blockers = register_a_blockers(problem, selection.instruction) if selection.kind == COOPERATIVE_TENSOR else []
+        blockers = register_a_blockers(problem, selection.instruction) if selection.kind == COOPERATIVE_TENSOR_KIND else []
         if blockers:
             selection = Selection(
-                simdgroup_instruction(target_features(target)),
+                simdgroup_instruction(capabilities.features),
                 "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers),
             )
         part = register_a_partition(problem, selection.instruction, num_warps)
@@ -239,7 +238,7 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         expected = register_a_layout(gp.problem, gp.instruction, gp.partition, make_fragment_layout)
         check_register_a_layout(gp.problem, expected, layout_map)
     problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
-    if gp.selection.kind == COOPERATIVE_TENSOR:
+    if gp.selection.kind == COOPERATIVE_TENSOR_KIND:
         body = lower_cooperative_tensor(problem, gp.instruction, gp.partition, analyzer, thread_index, gp.dataflow)
     else:
         body = lower_simdgroup(problem, gp.instruction, gp.partition, analyzer, thread_index)

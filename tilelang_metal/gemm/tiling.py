@@ -18,7 +18,7 @@ from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem, const_int
 from .. import config
 from ..ir_attrs import mark_decisions
-from ..options import current_options
+from ..config import current_options
 from ..register_budget import RegisterDecision, gemm_registers
 from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from .edge_split import interior_condition, uniform_branch

@@ -45,9 +45,10 @@ from typing import Any, Callable
 import tilelang.language as T
 
 from ..errors import MetalLoweringError
-from ..limits import THREADGROUP_MEMORY_BYTES
+from ..isa import SIMD_WIDTH
+from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
 from ..register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
-from ..target import has_metal4, normalize_metal_target
+from ..capabilities import resolve_capabilities
 from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"
@@ -67,8 +68,6 @@ DATAFLOWS = (DIRECT, STAGED)
 # V, a simd sum per key (no matrix operation, no threadgroup memory, no barrier).
 VECTOR = "vector"
 DECODING_DATAFLOWS = (VECTOR, DIRECT, STAGED)
-SIMD_WIDTH = 32
-MAX_THREADS = 1024
 # Padding of each staged K / V row: 16 bytes shifts consecutive rows by four 4-byte banks, so the
 # 8 rows an 8x8 simdgroup_load touches start on 8 different banks (64 or 128 halves per row would
 # put all of them on one bank).
@@ -87,8 +86,7 @@ def _multiples_near(value: int, step: int) -> str:
 def attention_dataflow(target: Any = None) -> str:
     """DIRECT on a Metal 4 target (cooperative tensors read device memory directly), STAGED
     otherwise; `target` is what `tilelang.compile` gets (None or "metal": this host's Metal)."""
-    resolved = normalize_metal_target(target if target is not None else "metal")
-    return DIRECT if resolved is not None and has_metal4(resolved) else STAGED
+    return DIRECT if resolve_capabilities(target).metal4 else STAGED
 
 
 def _resolve_dataflow(dataflow: str | None, target: Any) -> str:

@@ -10,6 +10,8 @@ import tilelang.language as T
 
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
+from ..isa import SIMD_WIDTH
+from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
 from .sizes import flags, integer_sizes, one_of
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
@@ -17,8 +19,6 @@ ALPHA, BETA = 1.5, -0.5  # the alpha_beta epilogue: C = ALPHA * (A @ B) + BETA *
 GELU_TANH_SCALE = 0.7978845608028654  # sqrt(2 / pi)
 
 
-SIMD_WIDTH = 32
-MAX_THREADS = 1024
 THREADS_MULTIPLE = (SIMD_WIDTH, "whole 32-thread simdgroups")
 SWIZZLE_ORDERS = ("mlx", "row", "column")  # T.use_swizzle's orders, all three lowered for Metal (transform/block_swizzle.py)
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
-from ..target import has_metal4, metal4_target, plain_metal_target
+from ..capabilities import capabilities_of
+from ..target import metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
 from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
@@ -147,7 +148,7 @@ def _resolve_target(target: Any, on: Chip) -> tuple[str, str]:
         if target not in ("metal4", "metal"):
             raise ValueError(f"matmul target={target!r} is not supported; use 'metal4', 'metal' or a tilelang Target")
         return target, f"target {target}, as given"
-    name = "metal4" if has_metal4(target) else "metal"
+    name = capabilities_of(target).name
     return name, f"target {name}, from the given Target's keys"
 
 

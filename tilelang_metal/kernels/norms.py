@@ -32,12 +32,13 @@ from typing import Any
 
 import tilelang.language as T
 
-from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, SIMD_WIDTH, _ELEMENT_BYTES, run_loader
+from ..isa import SIMD_WIDTH
+from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
+from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, _ELEMENT_BYTES, run_loader
 from .sizes import integer_sizes
 
 KINDS = ("rms_norm", "layer_norm")
 WIDE_ROUNDS = 4  # rows of more than 4 runs per lane of a simdgroup take a threadgroup
-MAX_THREADS = 1024
 
 
 def _check_norm(what: str, rows: Any, cols: Any, dtype: str, eps: Any, threads: Any) -> tuple[Any, int, float, int]:
@@ -54,7 +55,7 @@ def _check_norm(what: str, rows: Any, cols: Any, dtype: str, eps: Any, threads: 
         raise ValueError(f"{what} dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
         raise ValueError(f"{what} eps={eps!r} must be a finite float >= 0 (e.g. 1e-5)")
-    if threads < SIMD_WIDTH or threads > 1024 or threads % SIMD_WIDTH:
+    if threads < SIMD_WIDTH or threads > MAX_THREADS or threads % SIMD_WIDTH:
         raise ValueError(f"{what} threads={threads} must be a multiple of 32 from 32 to 1024 (one simdgroup per row); use 128")
     return rows, cols, float(eps), threads
 

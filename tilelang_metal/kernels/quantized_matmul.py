@@ -40,6 +40,7 @@ from typing import Any
 
 import tilelang.language as T
 
+from ..isa import SIMD_WIDTH
 from .quantize import BITS, GROUP_SIZES
 from .sizes import integer_sizes
 
@@ -50,7 +51,6 @@ WORDS_PER_LANE = 2  # 8 bytes of w per lane and step: 16 levels at 4 bits, 8 at 
 COLUMNS = 4  # output columns per simdgroup
 SIMDGROUPS = 2
 MAX_ROWS = 4  # rows of x per threadgroup (the second grid axis walks M in chunks of this)
-SIMD_WIDTH = 32
 # the tiled kernel (prefill): x and dequantized w tiles in threadgroup memory, T.gemm on them
 TILE_M, TILE_N, TILE_K, TILE_THREADS = 32, 64, 32, 128  # TILE_K divides every group size: one scale per row and step
 VECTOR, TILED = "vector", "tiled"

@@ -22,6 +22,7 @@ from typing import Any
 
 import tilelang.language as T
 
+from ..isa import SIMD_WIDTH
 from .sizes import integer_sizes
 
 ACCUM = "float32"
@@ -29,7 +30,6 @@ DTYPES = ("float16", "bfloat16", "float32")
 KINDS = ("sum", "max")
 MAX_BLOCK_COLS = 4096  # a 4096-column row in one block: 16 floats per thread at 256 threads
 MAX_BLOCK_ELEMENTS = 4096
-SIMD_WIDTH = 32
 RUN_BYTES = 16  # a lane's vector load in the per-simdgroup layout
 _ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..host import tir
 from ..host import vocab
-from ..ir_attrs import COOPERATIVE, THREAD_ARRAY_ALIGN_ATTR, storage_of
+from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, THREAD_ARRAY_ALIGN_ATTR, storage_of
 from ..scopes import SHARED_SCOPES
 
 DEVICE, THREADGROUP, THREAD = "device", "threadgroup", "thread"
@@ -55,7 +55,7 @@ class KernelMemory:
             return
         storage = self.matrices.get(var)
         # a cooperative accumulator kept as an array is float32, like the MPP destination
-        self._record(var, THREAD, "float32" if storage is not None and not storage.elided and storage.kind == COOPERATIVE else str(buf.dtype))
+        self._record(var, THREAD, "float32" if storage is not None and not storage.elided and storage.kind == COOPERATIVE_TENSOR_STORAGE else str(buf.dtype))
         if storage is None and node.annotations:
             self.alignment[var] = int(node.annotations.get(THREAD_ARRAY_ALIGN_ATTR, 0))
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import gemm_call_fields, tir
+from ..capabilities import TargetCapabilities
 from ..isa import SIMD_WIDTH
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
-from ..target import has_metal4, target_features
 from ..ir_attrs import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
 
 
-def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> set:
+def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> set:
     """Data variables of fragments written by T.gemm calls that would pick different instructions."""
     forced: set = set()
-    metal4 = has_metal4(target)
-    features = target_features(target)
     for func in mod.functions.values():
         if not isinstance(func, tir.PrimFunc):
             continue
@@ -45,9 +43,8 @@ def fragments_needing_simdgroup(mod: Any, target: Any, route_fragments_to_cooper
                     K=fields.k,
                     threads=threads,
                     policy=fields.policy,
-                    has_metal4=metal4,
+                    capabilities=capabilities,
                     route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
-                    features=features,
                 ).instruction.name  # another instruction, even of the same kind, is another lane layout
                 instructions.setdefault(fields.c_buffer.data, set()).add(chosen)
         forced |= {var for var, seen in instructions.items() if len(seen) > 1}

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import gemm_call_fields, tir
+from ..capabilities import TargetCapabilities
 from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import (
@@ -49,7 +50,6 @@ from ..selection import (
     simdgroup_instruction,
     warp_partition,
 )
-from ..target import has_metal4, target_features
 from ..ir_attrs import find_nodes
 from ..host import vocab
 
@@ -176,13 +176,11 @@ class GroupPlan:
     partition: Partition
 
 
-def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_tensor: bool) -> dict[tuple, GroupPlan]:
+def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> dict[tuple, GroupPlan]:
     """Per T.gemm (keyed by `gemm_key(A, B, C data)`) whose fragments meet another T.gemm's element
     by element: the instruction and partition all of them use."""
     plans: dict[tuple, GroupPlan] = {}
     pinned: set[tuple] = set()  # plans whose partition their element group needs (not just its policy's)
-    metal4 = has_metal4(target)
-    features = target_features(target)
     for threads, body in _kernels(mod):
         sites = _sites(body)
         if len(sites) < 2 or threads % SIMD_WIDTH:
@@ -196,7 +194,7 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
             consumers = [s for s in sites if s.register_a and groups.find(s.a) is root]
             if not producers or (not consumers and len(producers) < 2):
                 continue  # one T.gemm fixes every layout of the group: its own selection stands
-            choice = _choose(producers, consumers, num_warps, metal4 and route_fragments_to_cooperative_tensor, features)
+            choice = _choose(producers, consumers, num_warps, capabilities.metal4 and route_fragments_to_cooperative_tensor, capabilities.features)
             if choice is None:
                 continue
             inst, parts = choice
@@ -210,7 +208,7 @@ def fragment_group_plans(mod: Any, target: Any, route_fragments_to_cooperative_t
         _row_links(body, rows)
         for root in {rows.find(s.c) for s in sites}:
             members = [s for s in sites if rows.find(s.c) is root]
-            plans.update(_row_group_plans(members, plans, pinned, num_warps, metal4, route_fragments_to_cooperative_tensor, features))
+            plans.update(_row_group_plans(members, plans, pinned, num_warps, capabilities, route_fragments_to_cooperative_tensor))
     return plans
 
 
@@ -219,9 +217,8 @@ def _row_group_plans(
     plans: dict[tuple, GroupPlan],
     pinned: set[tuple],
     num_warps: int,
-    metal4: bool,
+    capabilities: TargetCapabilities,
     route_ct: bool,
-    features: frozenset[str],
 ) -> dict[tuple, GroupPlan]:
     """Plans for the T.gemm calls of one row group (accumulators whose rows meet through 1-D row
     fragments) that make their row splits agree; none when they already agree or cannot. A call
@@ -236,7 +233,7 @@ def _row_group_plans(
             continue
         selection = select_inst(
             c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
-            has_metal4=metal4, route_fragments_to_cooperative_tensor=route_ct, features=features,
+            capabilities=capabilities, route_fragments_to_cooperative_tensor=route_ct,
         )
         if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
             own[s.key] = (selection.instruction, row_partition(s.m, s.n, num_warps, selection.instruction.m, selection.instruction.n, split_n=True))
@@ -253,7 +250,8 @@ def _row_group_plans(
         return {}  # a register A operand reads cooperative tensors only where GemmMetal's later checks allow
     # a register A operand reads cooperative tensors only under conditions GemmMetal checks later
     # (register_a_blockers): such a group takes simdgroup matrices
-    may_use_ct = metal4 and route_ct and not any(s.register_a for s in free)
+    may_use_ct = capabilities.metal4 and route_ct and not any(s.register_a for s in free)
+    features = capabilities.features
     candidates = list(fixed.values()) or (cooperative_instructions(features) if may_use_ct else []) + [simdgroup_instruction(features)]
     best = None
     for inst in candidates:

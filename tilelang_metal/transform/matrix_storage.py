@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import intrinsics
 from ..host import tir
-from ..ir_attrs import COOPERATIVE, MATRIX_STORAGE_ATTR, SIMDGROUP, MatrixStorage, find_nodes
+from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, MATRIX_STORAGE_ATTR, SIMDGROUP_MATRIX_STORAGE, MatrixStorage, find_nodes
 from ..isa import REGISTRY, MatrixInstruction
 from .function_pass import per_function_pass
 from ..host import vocab
@@ -68,12 +68,12 @@ def decide(body: Any) -> dict[Any, MatrixStorage]:
         # a `metal.simdgroup` buffer stores whole tiles (tilelang's convention); a thread array
         # in lane layout holds the instruction's elements per lane for each matrix
         per_matrix = inst.m * inst.n if str(buf.scope()) == "metal.simdgroup" else inst.dest_elems
-        decisions[var] = MatrixStorage(SIMDGROUP, max(1, _element_count(buf) // per_matrix), instruction_name=inst.name)
+        decisions[var] = MatrixStorage(SIMDGROUP_MATRIX_STORAGE, max(1, _element_count(buf) // per_matrix), instruction_name=inst.name)
     non_constant = {node.buffer.data for node in accesses if not all(_constant_index(i) for i in node.indices)}
     for var, mma in cooperative.items():
         inst = mma.instruction
         decisions[var] = MatrixStorage(
-            COOPERATIVE,
+            COOPERATIVE_TENSOR_STORAGE,
             _element_count(allocs[var]) // inst.dest_elems,
             # one destination tensor type per accumulator: mmas of different transposes copy in and out
             elided=var not in non_constant and len(keys[var]) == 1,

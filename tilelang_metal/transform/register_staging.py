@@ -33,15 +33,15 @@ import math
 
 from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
 from .. import config, register_budget
+from ..config import LoweringOptions
+from ..capabilities import TargetCapabilities
 from ..isa import SIMD_WIDTH
 from ..register_budget import RegisterEstimate
 from ..scopes import FRAGMENT_SCOPES
 from ..selection import select_inst, warp_partition
-from ..target import has_metal4
 from .kernel_launches import kernels
 from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from ..ir_attrs import find_nodes, with_decisions
-from ..options import LoweringOptions
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from ..host import vocab
@@ -187,7 +187,7 @@ def _copy_elements(loop: Any) -> dict[str, int]:
     return out
 
 
-def loop_registers(loop: Any, threads: int, metal4: bool, fragment_ct: bool) -> RegisterEstimate | None:
+def loop_registers(loop: Any, threads: int, capabilities: TargetCapabilities, fragment_ct: bool) -> RegisterEstimate | None:
     """The register estimate of a pipelined loop with register staging: the T.gemm calls in its body
     (accumulators and operand fragments as GemmMetal would plan them) plus the staging array; None
     when a copy's size is not a constant (nothing to compare)."""
@@ -200,7 +200,7 @@ def loop_registers(loop: Any, threads: int, metal4: bool, fragment_ct: bool) -> 
     shared = False
     for f in sites:
         c_scope = str(f.c_buffer.scope())
-        selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, has_metal4=metal4,
+        selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, capabilities=capabilities,
                                 route_fragments_to_cooperative_tensor=fragment_ct)
         part = warp_partition(selection, c_scope, f.policy, f.m, f.n, threads // SIMD_WIDTH)
         if part is None:
@@ -224,12 +224,12 @@ def _loop_threads(func: Any) -> dict[Any, int]:
     return found
 
 
-def _fits(loop: Any, threads: int | None, metal4: bool, names: list[str], options: LoweringOptions, decisions: list[str]) -> bool:
+def _fits(loop: Any, threads: int | None, capabilities: TargetCapabilities, names: list[str], options: LoweringOptions, decisions: list[str]) -> bool:
     """Whether staging this loop keeps the register estimate within the budget; adds the decision
     for `--explain` to `decisions` when it does not."""
     if threads is None or threads % SIMD_WIDTH:
         return True  # no estimate: staging as before (a GEMM refuses such a launch itself)
-    estimate = loop_registers(loop, threads, metal4, options.fragment_ct)
+    estimate = loop_registers(loop, threads, capabilities, options.fragment_ct)
     if estimate is None or estimate.fits:
         return True
     subject = f"the pipelined loop over {loop.loop_var.name} (copies into {', '.join(names)})"
@@ -237,12 +237,11 @@ def _fits(loop: Any, threads: int | None, metal4: bool, names: list[str], option
     return False
 
 
-def mark_function(func: Any, target: Any, options: LoweringOptions) -> Any:
+def mark_function(func: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
     mode = options.register_staging
     if mode == config.OFF:
         return func
     threads_of = _loop_threads(func) if mode == config.FIT else {}
-    metal4 = target is not None and has_metal4(target)
     decisions: list[str] = []  # on the function for --explain (ir_attrs.DECISIONS_ATTR)
 
     def postorder(node: Any) -> Any:
@@ -251,7 +250,7 @@ def mark_function(func: Any, target: Any, options: LoweringOptions) -> Any:
         names = _stageable(node)
         if not names:
             return None
-        if mode == config.FIT and not _fits(node, threads_of.get(node.loop_var), metal4, names, options, decisions):
+        if mode == config.FIT and not _fits(node, threads_of.get(node.loop_var), capabilities, names, options, decisions):
             return None
         annotations = dict(node.annotations.items())
         annotations[STAGED_BUFFERS_ATTR] = names
@@ -261,9 +260,9 @@ def mark_function(func: Any, target: Any, options: LoweringOptions) -> Any:
     return with_decisions(func.with_body(body), decisions)
 
 
-def MarkRegisterStaging(mod: Any, target: Any, options: LoweringOptions) -> Any:
+def MarkRegisterStaging(mod: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
     """Mark the pipelined loops whose copies may split (see `mark_function`), on every PrimFunc."""
-    return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, target, options))(mod)
+    return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, capabilities, options))(mod)
 
 
 # ---------------------------------------------------------------------------------------------

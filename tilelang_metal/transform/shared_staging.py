@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..capabilities import TargetCapabilities
 from ..ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
-from ..options import LoweringOptions
+from ..config import LoweringOptions
 from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
 from ..limits import THREADGROUP_MEMORY_BYTES
 from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
-from ..target import has_metal4
 from ..gemm.problem import tile_view_refusal
 from ..host import vocab
 
@@ -251,21 +251,20 @@ def _rewrite(body: Any, bypass: list[tuple[Any, list[_Staging]]], stages: dict[A
     return tvm.tirx.stmt_functor.ir_transform(body, None, unpipeline, [vocab.TIRX_FOR]) if bypass else body
 
 
-def bypass_function(func: Any, target: Any, options: LoweringOptions) -> Any:
+def bypass_function(func: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
     """`func` with its staging-only operands bypassed where the rules above say so, and every
     decision on it (`_decide`)."""
     decisions: list[StagingDecision] = []
-    new = _bypass(func, target, options.staging_bypass, decisions.append)
+    new = _bypass(func, capabilities, options.staging_bypass, decisions.append)
     kept = [d.reason for d in decisions if d.action == "keep"]
     return with_decisions(with_decisions(new, [d.describe() for d in decisions]), kept, STAGING_KEPT_ATTR)
 
 
-def _bypass(func: Any, target: Any, enabled: bool, record: Any) -> Any:
+def _bypass(func: Any, capabilities: TargetCapabilities, enabled: bool, record: Any) -> Any:
     kernel = _Kernel(func.body)
     found = _candidates(kernel)
     if not found:
         return func
-    metal4 = has_metal4(target)
     if func.attrs is not None and KEEP_STAGING_ATTR in func.attrs and bool(func.attrs[KEEP_STAGING_ATTR]):
         for gemm_stmt, _, _ in found:
             record(StagingDecision(_gemm_name(gemm_stmt.value), "keep", f"the kernel sets {KEEP_STAGING_ATTR}"))
@@ -282,7 +281,7 @@ def _bypass(func: Any, target: Any, enabled: bool, record: Any) -> Any:
         for g, _ in ready:
             record(StagingDecision(_gemm_name(g.value), "keep", "TILELANG_METAL_STAGING_BYPASS=0"))
         return func
-    if metal4:
+    if capabilities.metal4:
         bypass = ready
         reason = "A and B are staging only (one T.copy from global, read only by the T.gemm) and the target has metal4 (direct-global cooperative tensors)"
     else:
@@ -305,11 +304,11 @@ def _bypass(func: Any, target: Any, enabled: bool, record: Any) -> Any:
     return func.with_body(_rewrite(func.body, bypass, stages))
 
 
-def BypassSharedStaging(mod: Any, target: Any, options: LoweringOptions) -> Any:
+def BypassSharedStaging(mod: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
     updates = {}
     for gvar, func in mod.functions.items():
         if isinstance(func, tir.PrimFunc):
-            new = bypass_function(func, target, options)
+            new = bypass_function(func, capabilities, options)
             if not new.same_as(func):
                 updates[gvar] = new
     for gvar, func in updates.items():
