@@ -7,7 +7,8 @@ problem to them without changing the call:
 - `gemv_small_m` (y = x^T B, a few rows of x; M = 1 is decoding's `x @ W`): each lane owns
   `vec` neighbouring columns of B and reads them with one vector load per K row (B is row-major:
   its rows are contiguous along N), for every row of A at once; the lanes of a simdgroup split K
-  between them and add their partials with simd shuffles (no threadgroup memory, no barrier).
+  between them, share A's elements with simd shuffles (each loaded by one lane of the group that
+  needs it) and add their partials with simd shuffles (no threadgroup memory, no barrier).
 - `gemv_small_n` (y = A x, a few columns of x): one simdgroup per row of A, lanes read `vec`
   neighbouring elements along K (A's contiguous axis) and the row's partials are summed with a
   simd reduction (`T.warp_reduce_sum`).
