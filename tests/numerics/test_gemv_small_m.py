@@ -20,7 +20,7 @@ import torch
 from tilelang_metal import kernels
 from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters, racecheck
-from tilelang_metal.register_budget import REGISTER_BUDGET, kernel_registers
+from tilelang_metal.register_budget import REGISTER_BUDGET, kernel_occupancy, kernel_registers
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-4}
@@ -95,3 +95,12 @@ def test_gemv_small_m_fits_the_register_budget_at_8_rows():
     """8 rows of 8 fp32 accumulators per lane (64 registers) beside the rows of A and B: within the budget."""
     (record,) = artifact_of(gemv(8, "float16").get_kernel_source()).kernels
     assert kernel_registers(record).total <= REGISTER_BUDGET.registers
+
+
+def test_gemv_small_m_keeps_8_threadgroups_per_core_at_4_rows():
+    """MLX's steel split-K at M = 4 makes 8 threadgroups per core. The lanes take A's elements row of
+    B by row of B (M of them held), not all M x 8 of a step at once (66 registers: 6 per core)."""
+    source = tilelang.lower(kernels.gemv_small_m(4, 4096, 4096), target=kernels.plain_metal_target()).kernel_source
+    (record,) = artifact_of(source).kernels
+    registers, occupancy = kernel_occupancy(record)
+    assert occupancy.threadgroups >= 8, registers

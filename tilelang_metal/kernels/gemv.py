@@ -133,14 +133,16 @@ def gemv_small_m(
             sg = T.get_thread_binding(1)
             acc = T.alloc_local((M, vec), ACCUM)
             own = T.alloc_local((slots, rows), dtype)
-            a = T.alloc_local((M, rows), dtype)
+            a = T.alloc_local((M,), dtype)
             b = T.alloc_local((vec,), dtype)
             T.clear(acc)
             n0 = bx * block_n + sg * sg_n + lane % n_lanes * vec
             for ks in T.serial(T.ceildiv(K, k_step)):
                 k0 = ks * k_step + lane // n_lanes * rows
-                # every lane of a group loads its share of A (zeros outside A) and every lane runs the
-                # shuffles: the sources are the lanes of the same group, none of them inactive
+                # Every lane of a group loads its share of A and runs every shuffle (the sources are the
+                # lanes of its group, none inactive), so nothing here branches on K: past K (and past A's
+                # rows) A and B read as zeros. A row's elements are shuffled when its row of B is used,
+                # so a lane holds M of them, not M x rows (registers: 8 threadgroups per core at M = 4).
                 for s in T.unroll(slots):
                     m = s * n_lanes + lane % n_lanes
                     if m < M and k0 + rows <= K:
@@ -150,21 +152,19 @@ def gemv_small_m(
                         for r in T.serial(rows):
                             own[s, r] = T.if_then_else(m < M and k0 + r < K, A[ac(bz, T.min(m, M - 1), T.min(k0 + r, K - 1))],
                                                        T.cast(0, dtype))
-                for m in T.unroll(M):
-                    for r in T.unroll(rows):
-                        a[m, r] = T.shfl_sync(own[m // n_lanes, r], m % n_lanes, n_lanes)
-                if k0 < K:
-                    for r in T.unroll(rows):
-                        if k0 + r < K:
-                            if n0 + vec <= N:
-                                for v in T.vectorized(vec):
-                                    b[v] = B[bi(bz, k0 + r, n0 + v)]
-                            else:
-                                for v in T.serial(vec):
-                                    b[v] = T.if_then_else(n0 + v < N, B[bi(bz, k0 + r, T.min(n0 + v, N - 1))], T.cast(0, dtype))
-                            for m in T.serial(M):
-                                for v in T.serial(vec):
-                                    acc[m, v] += T.cast(a[m, r], ACCUM) * T.cast(b[v], ACCUM)
+                for r in T.unroll(rows):
+                    if k0 + r < K and n0 + vec <= N:
+                        for v in T.vectorized(vec):
+                            b[v] = B[bi(bz, k0 + r, n0 + v)]
+                    else:
+                        for v in T.serial(vec):
+                            b[v] = T.if_then_else(k0 + r < K and n0 + v < N,
+                                                  B[bi(bz, T.min(k0 + r, K - 1), T.min(n0 + v, N - 1))], T.cast(0, dtype))
+                    for m in T.unroll(M):
+                        a[m] = T.shfl_sync(own[m // n_lanes, r], m % n_lanes, n_lanes)
+                    for m in T.serial(M):
+                        for v in T.serial(vec):
+                            acc[m, v] += T.cast(a[m], ACCUM) * T.cast(b[v], ACCUM)
             for m in T.serial(M):
                 for v in T.serial(vec):
                     for s in T.unroll(levels):  # every lane runs the shuffles: no divergence around them
