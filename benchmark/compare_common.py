@@ -24,7 +24,7 @@ class Problem:
     def flops(self) -> float:
         d = self.dims
         if self.kind in ("gemm", "qmv", "qmm"):  # a quantized product: the same multiply-adds as its dense one
-            return 2.0 * d["M"] * d["N"] * d["K"]
+            return 2.0 * d["M"] * d["N"] * d["K"] * (d.get("batch") or 1)  # a bias's M * N adds not counted
         if self.kind == "attention":
             full = 4.0 * d["heads"] * d["seq"] * d["seq"] * d["head_dim"]
             return full / 2 if d["causal"] else full
@@ -35,8 +35,12 @@ class Problem:
         return 1.0 * d["rows"] * d["cols"]
 
 
-def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "float16") -> Problem:
-    return Problem(name, "gemm", ("nax", "steel"), {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype})
+def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "float16", batch: int = 0,
+          epilogue: str = "none") -> Problem:
+    """A GEMM problem; `batch`: that many products, A (batch, M, K), B (batch, K, N); `epilogue`
+    "bias": a bias (N,) added (kernels.matmul's epilogue, MLX's addmm)."""
+    return Problem(name, "gemm", ("nax", "steel"), {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype, "batch": batch,
+                                                     "epilogue": epilogue})
 
 
 def quantized_problem(kind: str, M: int, N: int, K: int, bits: int, group_size: int = 64) -> Problem:
@@ -59,7 +63,12 @@ PROBLEMS: tuple[Problem, ...] = (
     # decoding's matrix-vector products (MLX: qmv_fast at these shapes) and a prefill's (MLX: affine_qmm_t)
     *(quantized_problem("qmv", 1, n, 4096, bits) for bits in (4, 8) for n in (4096, 14336)),
     quantized_problem("qmm", 512, 4096, 4096, 4),
+    # issue 35 item 5: a batch of products (MLX: its GEMM with the batch on the grid's z axis) and a
+    # bias (MLX's addmm: the same GEMM reading the bias as its output source)
+    _gemm("gemm-nn-fp16-batch8-1024", 1024, 1024, 1024, batch=8),
+    _gemm("gemm-nn-fp16-bias-4096", 4096, 4096, 4096, epilogue="bias"),
 )
+PROXY_BATCH = 2  # products a batched proxy launches; its counts scale by batch / PROXY_BATCH (each z does the same work)
 
 
 @dataclass
@@ -111,6 +120,24 @@ def gemm_operands(M: int, N: int, K: int, layout: str, dtype: str, seed: int = 0
     a_s = a.t().contiguous() if layout == "tn" else a
     b_s = b.t().contiguous() if layout == "nt" else b
     return a_s.to(dt), b_s.to(dt), ref
+
+
+def gemm_case(M: int, N: int, K: int, layout: str, dtype: str, batch: int = 0, bias: bool = False,
+              seed: int = 0) -> tuple[tuple[Any, ...], Any]:
+    """The operands of one GEMM problem's proxy as `gemm_operands` stores them, stacked over `batch`
+    products (A (batch, M, K), B (batch, K, N)) when batch, then a bias (N,) when asked; and the fp32
+    reference (the bias added)."""
+    import torch
+
+    if batch:
+        cases = [gemm_operands(M, N, K, layout, dtype, seed + i) for i in range(batch)]
+        a, b, ref = (torch.stack([c[i] for c in cases]) for i in range(3))
+    else:
+        a, b, ref = gemm_operands(M, N, K, layout, dtype, seed)
+    if not bias:
+        return (a, b), ref
+    vector = torch.randn(N, generator=torch.Generator().manual_seed(seed + 7919)).to(torch_dtype(dtype))
+    return (a, b, vector), ref + vector.float()
 
 
 def quantized_operands(M: int, N: int, K: int, bits: int, group_size: int, dtype: str, seed: int = 0) -> tuple[Any, ...]:

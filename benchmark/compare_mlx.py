@@ -43,7 +43,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 
 import count_models  # noqa: E402
-from compare_common import CLASSES, PROBLEMS, ErrorTracker, Measured, Problem, gemm_operands, quantized_operands, torch_dtype  # noqa: E402
+from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, gemm_case,  # noqa: E402
+                            quantized_operands, torch_dtype)
 
 # device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
 # the GPU-level columns after them count what a GPU would issue (docs/emulator.md, "GPU-level counts").
@@ -114,25 +115,29 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
     target_name, chip = CLASSES[klass]
     d = p.dims
     layout = d["layout"]
+    batch, epilogue = d.get("batch", 0), d.get("epilogue", "none")
     # the dispatch's choice for the layout as stored (plain metal's NT tile is MLX's 64x32x32, not the NN tile)
     choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name, trans_A=layout == "tn",
-                                   trans_B=layout == "nt")
+                                   trans_B=layout == "nt", batch=batch or None, epilogue=epilogue)
     errors = ErrorTracker()
     if layout != "nn" and choice.route != "gemm":
         raise ValueError(f"{p.name}: the dispatch routes {choice.route}, which takes no transposed operands")
 
     def measure(m: int, n: int) -> dict[str, float]:
-        proxy = replace(choice, M=m, N=n, swizzle=0)  # the same tile at the proxy size; swizzle moves no work
+        # the same tile at the proxy size (a batch of PROXY_BATCH); swizzle moves no work
+        proxy = replace(choice, M=m, N=n, swizzle=0, **({"batch": PROXY_BATCH} if batch else {}))
         # the routed kernel, with the layout's transposes (the gemm route's kernel takes trans_A / trans_B)
         kern = matmul_module.compile_choice(proxy, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
-        a, b, ref = gemm_operands(m, n, d["K"], layout, p.dtype)
-        errors.check(kern(a, b), ref)
-        return plugin_counts(kern, a, b)
+        args, ref = gemm_case(m, n, d["K"], layout, p.dtype, PROXY_BATCH if batch else 0, epilogue == "bias")
+        errors.check(kern(*args), ref)
+        return plugin_counts(kern, *args)
 
     if choice.route == "gemv":
         total = measure(d["M"], d["N"])  # a full GEMV is small enough for the emulator
     else:
         total = count_models.gemm_counts(d["M"], d["N"], choice.block_m, choice.block_n, measure)
+    if batch:
+        total = {k: v * batch / PROXY_BATCH for k, v in total.items()}
     config = choice.summary().split(": ", 1)[1] + (f", layout {layout}" if layout != "nn" else "")
     return Measured(config, errors.worst, total)
 

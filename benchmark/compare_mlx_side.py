@@ -16,7 +16,7 @@ from typing import Any
 
 import count_models
 import mlx_registers as families
-from compare_common import ErrorTracker, Measured, Problem, gemm_operands, quantized_operands, torch_dtype
+from compare_common import PROXY_BATCH, ErrorTracker, Measured, Problem, gemm_case, gemm_operands, quantized_operands, torch_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +47,15 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
     dt = torch_dtype(p.dtype)
     errors = ErrorTracker()
     route = G.route(M, N, K, dt, ta, tb)  # MLX's Matmul::eval_gpu, before the NAX branch
+    batch, bias = d.get("batch", 0), d.get("epilogue", "none") == "bias"
+    if (batch or bias) and route != "gemm":  # MLX splits K only for one product; AddMM as Matmul here
+        raise ValueError(f"{p.name}: MLX would run {route}, which is wired here for one product without a bias only")
+    proxy_batch = PROXY_BATCH if batch else 0
+    scale = batch / PROXY_BATCH if batch else 1.0
+    extra = (f", batch {batch} on the grid's z axis" if batch else "") + (", addmm: the bias as output source" if bias else "")
+
+    def source(args: tuple[Any, ...]) -> dict[str, Any]:
+        return {"c": args[2]} if bias else {}  # AddMM(bias, a, b): alpha = beta = 1, so no axpby
 
     if route == "gemv":  # M == 1 (or N == 1): the same gemv kernel on every device
         if not (layout == "nn" and M == 1):
@@ -65,13 +74,14 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
         bm, bn, bk, wm, wn = X.gemm_tiles(M, N, K, "g")
 
         def measure(m: int, n: int) -> dict[str, float]:
-            a, b, ref = gemm_operands(m, n, K, layout, p.dtype)
-            launch = X.gemm_fused_nax_launch(include(), a, b, transpose_a=ta, transpose_b=tb, device="g")
+            args, ref = gemm_case(m, n, K, layout, p.dtype, proxy_batch, bias)
+            launch = X.gemm_fused_nax_launch(include(), *args[:2], transpose_a=ta, transpose_b=tb, device="g", **source(args))
             errors.check(launch.run(), ref)
             return _counts(launch)
 
         total = count_models.gemm_counts(M, N, bm, bn, measure)
-        return Measured(f"steel_gemm_fused_nax bm{bm} bn{bn} bk{bk} wm{wm} wn{wn} (base M5)", errors.worst, total,
+        total = {k: v * scale for k, v in total.items()}
+        return Measured(f"steel_gemm_fused_nax bm{bm} bn{bn} bk{bk} wm{wm} wn{wn} (base M5){extra}", errors.worst, total,
                         _occupancy(families.nax_gemm(bm, bn, bk, wm, wn, p.dtype)))
 
     if route == "splitk":
@@ -90,18 +100,19 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
         return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum (M3)", errors.worst, total,
                         _occupancy(est))
 
-    tile = G.gemm_tile(M, N, K, dt, ta, tb)
+    tile = G.gemm_tile(M, N, K, dt, ta, tb, batch=batch or 1)
     bm, bn = tile[0], tile[1]
 
     def measure(m: int, n: int) -> dict[str, float]:
-        a, b, ref = gemm_operands(m, n, K, layout, p.dtype)
-        out, launch = G.steel_gemm(a, b, transpose_a=ta, transpose_b=tb, include=include(), tile=tile)
+        args, ref = gemm_case(m, n, K, layout, p.dtype, proxy_batch, bias)
+        out, launch = G.steel_gemm(*args[:2], transpose_a=ta, transpose_b=tb, include=include(), tile=tile, **source(args))
         errors.check(out, ref)
         return _counts(launch)
 
     total = count_models.gemm_counts(M, N, bm, bn, measure)
+    total = {k: v * scale for k, v in total.items()}
     est = families.steel_gemm(*tile[:5], p.dtype, transpose_a=ta, transpose_b=tb)
-    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile), errors.worst, total, _occupancy(est))
+    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile) + extra, errors.worst, total, _occupancy(est))
 
 
 def mlx_attention(p: Problem, klass: str) -> Measured:

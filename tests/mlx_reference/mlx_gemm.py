@@ -8,8 +8,8 @@ sources: they include MLX's headers as MLX's `steel_gemm_fused.metal`, `steel_ge
 `gemv.metal` do and instantiate one template each with `template [[host_name(...)]] [[kernel]]`,
 under MLX's host name for it.
 
-The subset modelled: one 2-D row-major (or, with `transpose_*`, column-major) product, no batch, no
-bias (`alpha = 1, beta = 0`), a GPU without neural accelerators (`is_nax_available()` false: before
+The subset modelled: one 2-D row-major (or, with `transpose_*`, column-major) product (`steel_gemm`
+also a batch of them and AddMM's output source: a bias, `alpha`, `beta`), a GPU without neural accelerators (`is_nax_available()` false: before
 M5). Each entry point returns `(out, launch)`: `out` the result, `launch` the `Launch`
 (mlx_launch.py) that can run the same launch again, take `counters()` or run `racecheck()`.
 """
@@ -69,6 +69,34 @@ def _mkn(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool)
     if K != Kb:
         raise ValueError(f"op(a) is {M}x{K} but op(b) is {Kb}x{N}: the inner dimensions differ")
     return int(M), int(N), int(K)
+
+
+def batched_mkn(a: torch.Tensor, b: torch.Tensor, transpose_a: bool, transpose_b: bool) -> tuple[int, int, int, int]:
+    """(batch, M, N, K): 2-D operands are one product (batch 1); 3-D ones a batch of them, B one per
+    batch (MLX folds a B shared by the batch into M, a 2-D product: pass that as one)."""
+    if a.dim() == 2:
+        return (1, *_mkn(a, b, transpose_a, transpose_b))
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        raise ValueError(f"a batch needs a (batch, ., .) and b (batch, ., .), got {tuple(a.shape)} and {tuple(b.shape)}")
+    _check(a, "a")
+    _check(b, "b")
+    return (int(a.shape[0]), *_mkn(a[0], b[0], transpose_a, transpose_b))
+
+
+class GEMMAddMMParams(ctypes.Structure):  # steel/gemm/params.h
+    _fields_ = [("ldc", ctypes.c_int), ("fdc", ctypes.c_int), ("batch_stride_c", ctypes.c_int64), ("alpha", ctypes.c_float),
+                ("beta", ctypes.c_float)]
+
+
+def addmm_params(c: torch.Tensor, M: int, N: int, alpha: float, beta: float) -> GEMMAddMMParams:
+    """AddMM::eval_gpu's output source: ldc and fdc are c's last two strides as broadcast to the output
+    ((N,) a bias: 0 and 1; (M, N): N and 1), batch_stride_c collapse_batches' (M * N for a (batch, M,
+    N) c, 0 when c has no batch)."""
+    _check(c, "c")
+    if tuple(c.shape) not in ((N,), (M, N)) and not (c.dim() == 3 and tuple(c.shape[1:]) == (M, N)):
+        raise ValueError(f"c must be (N,), (M, N) or (batch, M, N) for an {M}x{N} output, got {tuple(c.shape)}")
+    ldc = 0 if c.dim() == 1 else N
+    return GEMMAddMMParams(ldc=ldc, fdc=1, batch_stride_c=M * N if c.dim() == 3 else 0, alpha=alpha, beta=beta)
 
 
 # ---------------------------------------------------------------- MLX's dispatch decisions
@@ -168,31 +196,41 @@ def _transposes(transpose_a: bool, transpose_b: bool) -> str:
 
 def steel_gemm(a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
                include: str, device: Device = DEFAULT_DEVICE, tile: tuple[int, int, int, int, int] | None = None,
-               ) -> tuple[torch.Tensor, Launch]:
+               c: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0) -> tuple[torch.Tensor, Launch]:
     """op(a) @ op(b) with MLX's `gemm` kernel (steel_gemm_fused.h), launched as
     steel_matmul_regular_axpby does; op(x) is x.T when transpose_x (x then holds the K x M / N x K
     operand row-major, i.e. the M x K / K x N one column-major). `tile` overrides MLX's choice (bm,
-    bn, bk, wm, wn) with another of the shapes steel_gemm_fused.metal instantiates."""
-    M, N, K = _mkn(a, b, transpose_a, transpose_b)
-    bm, bn, bk, wm, wn = tile or gemm_tile(M, N, K, a.dtype, transpose_a, transpose_b, device)
+    bn, bk, wm, wn) with another of the shapes steel_gemm_fused.metal instantiates. 3-D a and b: a
+    batch on the grid's z axis (`batched_mkn`). `c`: AddMM's `alpha * op(a) @ op(b) + beta * c`
+    (`addmm_params`; a bias (N,) with alpha = beta = 1 is its plain add)."""
+    batch, M, N, K = batched_mkn(a, b, transpose_a, transpose_b)
+    bm, bn, bk, wm, wn = tile or gemm_tile(M, N, K, a.dtype, transpose_a, transpose_b, device, batch)
     t = MSL_TYPE[a.dtype]
     host = (f"steel_gemm_fused_{_transposes(transpose_a, transpose_b)}_{TYPE_NAME[a.dtype]}_{TYPE_NAME[a.dtype]}"
             f"_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}")
     callee = f"gemm<{t}, {bm}, {bn}, {bk}, {wm}, {wn}, {str(transpose_a).lower()}, {str(transpose_b).lower()}, float>"
-    # steel_matmul_regular_axpby's function constants; Matmul (not AddMM) has no out source, and one
-    # 2-D product has batch_shape {1} (collapse_batches), so has_batch = batch_shape.size() > 1 is false
-    constants = ((10, False), (100, False), (110, False), (200, M % bm == 0), (201, N % bn == 0), (202, K % bk == 0))
+    # steel_matmul_regular_axpby's function constants: has_batch = batch_shape.size() > 1 is false for
+    # one batch axis (collapse_batches; the batch strides below), use_out_source for AddMM, do_axpby
+    # unless alpha = beta = 1
+    use_out_source = c is not None
+    do_axpby = use_out_source and not (alpha == 1.0 and beta == 1.0)
+    constants = ((10, False), (100, use_out_source), (110, do_axpby), (200, M % bm == 0), (201, N % bn == 0), (202, K % bk == 0))
     kernel = _compile("fused", host, callee, include, constants)
     tn, tm = (N + bn - 1) // bn, (M + bm - 1) // bm
     swizzle_log = 0  # "TODO: Explore device-based tuning for swizzle": MLX fixes it at 0
     params = GEMMParams(M=M, N=N, K=K, lda=M if transpose_a else K, ldb=K if transpose_b else N, ldd=N,
-                        tiles_n=tn, tiles_m=tm, batch_stride_a=0, batch_stride_b=0, batch_stride_d=M * N,
+                        tiles_n=tn, tiles_m=tm, batch_stride_a=M * K if batch > 1 else 0,
+                        batch_stride_b=K * N if batch > 1 else 0, batch_stride_d=M * N,
                         swizzle_log=swizzle_log, gemm_k_iterations_aligned=K // bk, batch_ndim=1)
     tile_count = 1 << swizzle_log
-    grid = (tn * tile_count, (tm + tile_count - 1) // tile_count, 1)
-    out = torch.full((M, N), float("nan"), dtype=a.dtype)  # every element must be written
-    # buffers 0 A, 1 B, 3 D, 4 params; 2 (C), 5 (addmm params) need use_out_source, 6 and 7 has_batch
-    launch = Launch.of(out, (kernel, (a, b, out, bytes(params)), grid, (32, wn, wm)))
+    grid = (tn * tile_count, (tm + tile_count - 1) // tile_count, batch)
+    out = torch.full((*a.shape[:-2], M, N), float("nan"), dtype=a.dtype)  # every element must be written
+    # buffers 0 A, 1 B, 3 D, 4 params; 2 (C), 5 (addmm params) with use_out_source; 6 and 7 has_batch
+    if use_out_source:
+        args = (a, b, c, out, bytes(params), bytes(addmm_params(c, M, N, alpha, beta)))
+    else:
+        args = (a, b, out, bytes(params))
+    launch = Launch.of(out, (kernel, args, grid, (32, wn, wm)))
     launch.run()
     return out, launch
 

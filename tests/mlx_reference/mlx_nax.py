@@ -53,7 +53,7 @@ template [[host_name("{name}")]] [[kernel]] decltype(gemm<{t}, {bm}, {bn}, {bk},
 
 @functools.lru_cache(maxsize=None)
 def _gemm_kernel(include: str, dtype: torch.dtype, ta: bool, tb: bool, tiles: tuple[int, int, int, int, int],
-                 align: tuple[bool, bool, bool]):
+                 align: tuple[bool, bool, bool], out_source: tuple[bool, bool] = (False, False)):
     iname, mtype = _TYPE_NAMES[dtype]
     bm, bn, bk, wm, wn = tiles
     name = (f"steel_gemm_fused_nax_{'t' if ta else 'n'}{'t' if tb else 'n'}_{iname}_{iname}"
@@ -61,9 +61,10 @@ def _gemm_kernel(include: str, dtype: torch.dtype, ta: bool, tb: bool, tiles: tu
     src = _GEMM_SOURCE.format(name=name, t=mtype, bm=bm, bn=bn, bk=bk, wm=wm, wn=wn,
                               ta=str(ta).lower(), tb=str(tb).lower())
     # function constants of steel_matmul_regular_axpby_nax: has_batch (10) = batch_shape.size() > 1,
-    # false for one matrix; use_out_source (100) and do_axpby (110) false for a plain matmul
-    # (CHECK_AB = false); align_M/N/K (200-202) = M % bm == 0, N % bn == 0, K % bk == 0.
-    constants = {10: False, 100: False, 110: False, 200: align[0], 201: align[1], 202: align[2]}
+    # false for one matrix and for one batch axis; use_out_source (100) and do_axpby (110): AddMM's
+    # output source, and alpha, beta other than 1 (`out_source`); align_M/N/K (200-202) = M % bm == 0,
+    # N % bn == 0, K % bk == 0.
+    constants = {10: False, 100: out_source[0], 110: out_source[1], 200: align[0], 201: align[1], 202: align[2]}
     return compile_msl(src, name, include_dirs=[include], function_constants=constants)
 
 
@@ -77,28 +78,34 @@ def gemm_tiles(M: int, N: int, K: int, device: str = "g") -> tuple[int, int, int
 
 
 def gemm_fused_nax_launch(include: str, a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False,
-                          transpose_b: bool = False, device: str = "g") -> Launch:
+                          transpose_b: bool = False, device: str = "g", c: torch.Tensor | None = None,
+                          alpha: float = 1.0, beta: float = 1.0) -> Launch:
     """D = op(a) @ op(b) with MLX's fused NAX GEMM. `a` and `b` are the stored row-major matrices:
     `a` is M x K (K x M when transpose_a), `b` K x N (N x K when transpose_b), as MLX's
-    check_transpose sees a transposed view (stride 1 along rows, the row count as leading dim)."""
-    M, K = (a.shape[1], a.shape[0]) if transpose_a else a.shape
-    N = b.shape[0] if transpose_b else b.shape[1]
-    assert (b.shape[1] if transpose_b else b.shape[0]) == K and a.dtype == b.dtype
+    check_transpose sees a transposed view (stride 1 along rows, the row count as leading dim).
+    3-D a and b: a batch on the grid's z axis; `c`: AddMM's output source (mlx_gemm.steel_gemm)."""
+    from mlx_gemm import addmm_params, batched_mkn
+
+    batch, M, N, K = batched_mkn(a, b, transpose_a, transpose_b)
     bm, bn, bk, wm, wn = gemm_tiles(M, N, K, device)
+    out_source = (c is not None, c is not None and not (alpha == 1.0 and beta == 1.0))
     kernel = _gemm_kernel(include, a.dtype, transpose_a, transpose_b, (bm, bn, bk, wm, wn),
-                          (M % bm == 0, N % bn == 0, K % bk == 0))
+                          (M % bm == 0, N % bn == 0, K % bk == 0), out_source)
     tn, tm = math.ceil(N / bn), math.ceil(M / bm)
     swizzle_log = 2 if device in ("s", "c", "d") else (0 if tm <= 3 else 1)
-    params = GEMMParams(M=M, N=N, K=K, lda=a.shape[1], ldb=b.shape[1], ldd=N, tiles_n=tn, tiles_m=tm,
-                        batch_stride_a=0, batch_stride_b=0, batch_stride_d=M * N,  # one matrix: tid.z = 0
-                        swizzle_log=swizzle_log, gemm_k_iterations_aligned=K // bk, batch_ndim=1)
+    params = GEMMParams(M=M, N=N, K=K, lda=a.shape[-1], ldb=b.shape[-1], ldd=N, tiles_n=tn, tiles_m=tm,
+                        batch_stride_a=M * K if batch > 1 else 0, batch_stride_b=K * N if batch > 1 else 0,
+                        batch_stride_d=M * N, swizzle_log=swizzle_log, gemm_k_iterations_aligned=K // bk, batch_ndim=1)
     tile = 1 << swizzle_log
-    grid = (tn * tile, math.ceil(tm / tile), 1)  # MTL::Size(tn, tm, batch_size_out) after the swizzle
+    grid = (tn * tile, math.ceil(tm / tile), batch)  # MTL::Size(tn, tm, batch_size_out) after the swizzle
     block = (32, wn, wm)  # MTL::Size(32, wn, wm)
-    d = torch.full((M, N), float("nan"), dtype=a.dtype)
-    # buffers 0 A, 1 B, 3 D, 4 params; 2 (C) and 5 (addmm_params) exist with use_out_source, 6 and 7
-    # (batch shape and strides) with has_batch: both false, so they take no argument
-    args = (a.contiguous(), b.contiguous(), d, bytes(params))
+    d = torch.full((*a.shape[:-2], M, N), float("nan"), dtype=a.dtype)
+    # buffers 0 A, 1 B, 3 D, 4 params; 2 (C) and 5 (addmm_params) with use_out_source, 6 and 7
+    # (batch shape and strides) with has_batch (false)
+    if c is not None:
+        args = (a.contiguous(), b.contiguous(), c, d, bytes(params), bytes(addmm_params(c, M, N, alpha, beta)))
+    else:
+        args = (a.contiguous(), b.contiguous(), d, bytes(params))
     return Launch.of(d, (kernel, args, grid, block))
 
 

@@ -107,3 +107,28 @@ def test_dry_run_counts_quantized_products(mlx_include, tmp_path, monkeypatch):
         qmv = rows["qmv", "plugin"]
         assert float(qmv["device_bytes_vs_mlx"]) <= 1 and float(qmv["load_instructions_vs_mlx"]) <= 1.05, qmv
         assert float(rows["qmm", "plugin"]["load_instructions_vs_mlx"]) > 0
+
+
+@pytest.mark.slow  # 12 implementations verified and counted: about 30 s of CPU
+def test_dry_run_counts_batched_and_bias_products(mlx_include, tmp_path, monkeypatch):
+    """The batched and bias rows (issue 35 item 5) at a reduced size on both chip classes: the plugin's
+    kernels.matmul with batch= / epilogue="bias" against MLX's GEMM with the batch on the grid's z
+    axis / AddMM's output source, both verified against torch; a batch of 3 is counted from a proxy
+    of 2 (each product the same work), so its counts are 3x the one-product row's. 40 x 48 fits one
+    tile of every kernel on both sides (one proxy each)."""
+    compare = load_benchmark("compare_mlx")
+    common = importlib.import_module("compare_common")  # the module compare_mlx imported (benchmark/ on sys.path)
+    problems = (common._gemm("gemm-one-40", 40, 48, 64), common._gemm("gemm-batch3-40", 40, 48, 64, batch=3),
+                common._gemm("gemm-bias-40", 40, 48, 64, epilogue="bias"))
+    monkeypatch.setattr(compare, "PROBLEMS", problems)
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", ",".join(p.name for p in problems)]) == 0
+    rows = {(r["problem"], r["chip_class"], r["implementation"]): r for r in _rows(tmp_path)}
+    assert len(rows) == 12 and all(r["verified"] == "True" for r in rows.values()), rows
+    for klass in ("nax", "steel"):
+        assert "batch 3 on the grid's z axis" in rows["gemm-batch3-40", klass, "mlx"]["config"]
+        assert "addmm: the bias as output source" in rows["gemm-bias-40", klass, "mlx"]["config"]
+        for impl in ("plugin", "mlx"):
+            one, three = rows["gemm-one-40", klass, impl], rows["gemm-batch3-40", klass, impl]
+            assert float(three["flops"]) == 3 * float(one["flops"])
+            assert int(three["matrix_ops"]) == 3 * int(one["matrix_ops"]) > 0, (klass, impl)
+            assert int(three["store_instructions"]) == 3 * int(one["store_instructions"]) > 0, (klass, impl)

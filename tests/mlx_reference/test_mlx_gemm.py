@@ -134,6 +134,35 @@ def test_gemv_t_matches_torch(mlx_include, dtype, K, N):
     _assert_matches(out, vec.float() @ mat.float())
 
 
+def test_steel_gemm_batched_with_addmm_output_source_matches_torch(mlx_include):
+    """A batch on the grid's z axis (one batch axis: has_batch false, the batch strides in GEMMParams)
+    and AddMM's output source: a bias (N,) read with ldc = 0 (alpha = beta = 1: epilogue_op_add), and
+    a (batch, M, N) C with alpha, beta (do_axpby). M = 128 fills its row tiles; N = 90 and K = 71 do not."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(3, 128, 71, generator=g).half(), torch.randn(3, 71, 90, generator=g).half()
+    bias, c = torch.randn(90, generator=g).half(), torch.randn(3, 128, 90, generator=g).half()
+    ref = a.float() @ b.float()
+    out, launch = mg.steel_gemm(a, b, include=mlx_include)
+    assert launch.dispatches[0].grid[2] == 3
+    _assert_matches(out, ref)
+    out, _ = mg.steel_gemm(a, b, include=mlx_include, c=bias)
+    _assert_matches(out, ref + bias.float())
+    out, _ = mg.steel_gemm(a, b, include=mlx_include, c=c, alpha=1.5, beta=-0.5)
+    _assert_matches(out, 1.5 * ref - 0.5 * c.float())
+
+
+def test_steel_addmm_reads_c_past_a_ragged_row_tile(mlx_include):
+    # BlockMMA::apply_epilogue_safe bounds C's columns only: in the last row tile of M = 70 it reads
+    # the rows of C past 70 (an (M, N) C, ldc = N), past the buffer's end in the last batch. Their
+    # sums are never stored; on a GPU the read is out of bounds of C. A bias (ldc = 0) stays inside.
+    g = torch.Generator().manual_seed(4)
+    a, b, c = torch.randn(70, 48, generator=g).half(), torch.randn(48, 90, generator=g).half(), torch.randn(70, 90, generator=g).half()
+    with pytest.raises(EmulatorRuntimeError, match=r"out-of-bounds access to device buffer 'C'"):
+        mg.steel_gemm(a, b, include=mlx_include, c=c, alpha=1.5, beta=-0.5)
+    out, _ = mg.steel_gemm(a, b, include=mlx_include, c=c[0].contiguous())
+    _assert_matches(out, a.float() @ b.float() + c[0].float())
+
+
 def test_gemv_with_lanes_returned_early_is_reported_not_miscomputed(mlx_include):
     # K <= 64: a simdgroup holds 8 rows of 4 lanes; past the last row, whole rows of lanes return
     # ("Exit simdgroup if rows out of bound") and the others go on to simd_shuffle_down. Metal runs

@@ -93,6 +93,17 @@ def test_gemm_fused_nax_nan_and_inf_stay_in_their_rows_and_columns(mlx_include):
     assert not torch.isnan(d[:3]).any() and not torch.isnan(d[4:99, :129]).any()
 
 
+def test_gemm_fused_nax_batched_with_a_bias_matches_torch(mlx_include):
+    """A batch on the grid's z axis (GEMMParams' batch strides) with AddMM's output source, a bias (N,)
+    read with ldc = 0 (alpha = beta = 1), at a ragged M, N and K."""
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(2, 100, 77, generator=g).half(), torch.randn(2, 77, 130, generator=g).half()
+    bias = torch.randn(130, generator=g).half()
+    launch = mlx_nax.gemm_fused_nax_launch(mlx_include, a, b, c=bias)
+    assert launch.dispatches[0].grid[2] == 2
+    _close(launch.run(), a.float() @ b.float() + bias.float(), torch.float16)
+
+
 def test_gemm_fused_nax_counts_matmul2d_runs(mlx_include):
     # per simdgroup with output (32 x 32 of D): TM = 2 rows x TN / 2 = 1 column pair x TK = 2 per
     # SK = 32 slice of K, one matmul2d(16, 32, 16) each; out-of-range simdgroups and threadgroups run none

@@ -190,15 +190,16 @@ def test_gemv_aligned_shape_uses_vector_loads():
 
 def test_gemv_small_m_adds_its_partials_in_the_simdgroup():
     """The lanes of a column split K and add their sums with simd shuffles (MLX's gemv_t does the
-    same at 1x4096x4096): no threadgroup memory, no barrier; one vector load of B per row of K per lane."""
+    same at 1x4096x4096): no threadgroup memory, no barrier; one vector load of B per row of K per lane,
+    A's 8 elements of a step loaded by one lane of the 4 that share them (two half4) and shuffled."""
     M, N, K = 1, 256, 64
     _, kernel = routed(M, N, K)
     a, b = _inputs(M, N, K, "float16")
     total = counters(kernel, a, b).total
     assert total.get("threadgroup_load_bytes", 0) == total.get("threadgroup_store_bytes", 0) == 0
     assert total.get("threadgroup_barriers", 0) == 0 and total["simd_collectives"] > 0
-    lanes = N // 4  # 4 columns per lane, 8 lanes per column
-    assert total["device_load_instructions"] == lanes * 8 * (K // 32) * (4 + 1)  # 4 rows of B and 4 of A (one vector) per step
+    lanes, steps = N // 4 * 8, K // 64  # 4 columns per lane, 8 lanes along K per column; 8 rows of K per lane and step
+    assert total["device_load_instructions"] == lanes * steps * 8 + lanes // 4 * steps * 2
     _check(kernel, a, b, "float16", race=False)
 
 
