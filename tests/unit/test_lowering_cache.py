@@ -79,6 +79,25 @@ def test_a_hit_keeps_the_callers_shape_variables(cache_dir, rows):
     torch.testing.assert_close(kernel(x), x * 2 + 1)
 
 
+def test_a_hit_skips_tvms_python_json_upgrade(cache_dir, monkeypatch):
+    """An entry is read by TVM's loader alone: `tvm.ir.load_json` first re-encodes the whole text in
+    Python (`json_compact.upgrade_json`, most of a hit's time), a no-op on what this TVM wrote."""
+    from tvm.ir import json_compact
+
+    first = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+
+    def refuse(text):
+        raise AssertionError("the entry went through json_compact.upgrade_json")
+
+    monkeypatch.setattr(json_compact, "upgrade_json", refuse)
+    before = lowering_cache.stats()
+    kernel = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    assert _delta(before) == {"hits": 1, "misses": 0, "bypassed": 0}
+    assert kernel.get_kernel_source() == first.get_kernel_source()
+    x = torch.randn(33, 4)
+    torch.testing.assert_close(kernel(x), x * 2 + 1)
+
+
 def test_options_and_pass_configs_are_part_of_the_key(cache_dir, monkeypatch):
     func = K.gemm_direct_global(64, 128, 32)
     base = _source(func)

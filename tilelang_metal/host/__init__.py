@@ -6,6 +6,7 @@
 - `install`: what the plugin swaps into stock tilelang, recorded and restored;
 - `passes`: tilelang's pass-config readers (the pass order itself is `tilelang_metal/pipeline.py`);
 - `ir`: generic TIR rewrites.
+- `frontend`: tilelang's library macros rewritten once per process, not once per call.
 
 Everything is re-exported here; `tests/unit/test_host_boundary.py` fails when a host name, a host
 FFI lookup or an import of tilelang / TVM internals appears anywhere else in the package.

@@ -137,6 +137,15 @@ def _swap_global(name: str, func: Callable[..., Any], record: _Installed) -> Cal
     return original
 
 
+def _swap_macro_rewrite(record: _Installed) -> None:
+    """tilelang's macro rewrite done once per library macro (host/frontend.py)."""
+    from tilelang.language.eager import builder
+
+    from .frontend import caching_mutate
+
+    _swap_attr(builder, "mutate", caching_mutate(builder.mutate), record)
+
+
 def _swap_backend(manifest: BackendModule, record: _Installed) -> None:
     from tilelang.backend import module as backend_module
 
@@ -495,6 +504,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_adapter_dispatch(hooks.adapters, record)
             _swap_profiler(record)
             _swap_pass_configs(hooks.pass_config_scope, record)
+            _swap_macro_rewrite(record)
             _install_inactive_backend_hint(tuple(spec.name for spec in hooks.manifest.execution_backends), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):
