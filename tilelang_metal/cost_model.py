@@ -1,7 +1,7 @@
 """One cost model for Metal GEMMs: the autotuner's ranking (autotune.rank_by_model / rank_by_roofline), the
 metal4 GEMM dispatch's pick (kernels.matmul: `rank` over the kernels it ships), the dispatch-agreement
-check and the benchmarks' predictions (benchmark/calibrate.py) all go through `predict` and `rank`, and
-`roofline.estimate` is `roofline_estimate` below (docs/performance.md, "Cost model"). An estimate, not a
+check, the CLI's `profile` and the benchmarks' predictions (benchmark/calibrate.py) all go through
+`predict` and `rank`; `roofline_estimate` below is the counters-only bound (docs/performance.md, "Cost model"). An estimate, not a
 measurement.
 
 A kernel is described by its tiling (`GemmKernel`: route, path, tile, simdgroup grid, matrix instruction,
