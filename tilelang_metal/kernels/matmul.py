@@ -246,15 +246,6 @@ def _steel_tile(on: Chip, M: int, N: int, K: int, dtype: str, trans_A: bool, tra
     return ChipTile(bm, bn, 32 * simdgroups, bk, STAGES, why)
 
 
-def _chip_tile(on: Chip, target: str, M: int, N: int, K: int, dtype: str, *, trans_A: bool = False,
-               trans_B: bool = False, batch: int = 0) -> ChipTile:
-    """The plain-metal gemm route's tile for the chip class: MLX's steel tile (`_steel_tile`). The
-    metal4 dispatch ranks its tiles with the cost model instead (`_metal4_candidates`)."""
-    if target != "metal":
-        raise ValueError(f"_chip_tile is the plain metal target's tile; {target} ranks METAL4_TILES with the cost model")
-    return _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
-
-
 # metal4: the direct-global tiles (block_m, block_n, threads) the dispatch may ship, for the cost model to
 # rank with each K split. First the in-tree backend's 64x128 on 4 simdgroups (32x64 of C each; the only
 # metal4 tile measured on a Mac here: the spec's M5 table, 12.9 / 12.8 TFLOPS at 4096^3 / 2048^3), then
@@ -404,7 +395,7 @@ def matmul_config(
 
     # plain metal (M1-M4): MLX's steel tile and the split count by the rules below; the cost model's
     # agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
-    tile = _chip_tile(on, target_name, M, N, K, dtype, trans_A=trans_A, trans_B=trans_B, batch=batch)
+    tile = _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
     block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
     reasons.append(tile.reason)
     small = small_side_tile(M, N, block_m, block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
