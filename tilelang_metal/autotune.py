@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import config as settings, cost_model
-from .capabilities import TargetCapabilities, resolve_capabilities
-from .isa import METAL4_FEATURE, SIMD_WIDTH
+from .target.capabilities import TargetCapabilities, resolve_capabilities
+from .target.isa import METAL4_FEATURE, SIMD_WIDTH
 from .cost_model import RooflineEstimate
 from .register_budget import estimate_registers
 from .roofline import Chip
@@ -80,7 +80,7 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     """Why the plugin would refuse `cfg` for a GEMM of reduction length K (None when it lowers), from
     the plugin's own rules; with `registers`, also a register estimate over the budget (such a kernel
     lowers, but spills: register_budget.py)."""
-    from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+    from .target.limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
     if cfg.path not in PATHS:
         return f"unknown path {cfg.path!r}; use one of {PATHS}"

@@ -299,7 +299,7 @@ def lowered_decisions(artifact: Any) -> list[str]:
     """The decisions the lowering recorded on the IR (`ir_attrs.DECISIONS_ATTR`) of a lowered
     kernel (`tilelang.lower`'s result): shared-staging bypass, register staging / K-prefetch turned
     off for registers, the plan of every T.gemm, in the order they were taken."""
-    from .ir_attrs import decisions_of
+    from .core.ir_attrs import decisions_of
 
     funcs = [f for mod in (artifact.host_mod, artifact.device_mod) if mod is not None for f in mod.functions.values()]
     return decisions_of(funcs)

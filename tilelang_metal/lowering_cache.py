@@ -111,7 +111,7 @@ def take_baseline() -> None:
     for name in [n for n in sys.modules if _takes_part(n)]:
         if sys.modules[name] is not None:
             _baseline[name] = _members(sys.modules[name])
-    from .isa import REGISTRY
+    from .target.isa import REGISTRY
 
     _registry_baseline = tuple(REGISTRY)
 
@@ -126,7 +126,7 @@ def take_baseline_if_on() -> None:
 def patched() -> str | None:
     """The first function, class or instruction of the lowering modules that is not the one the
     baseline recorded (a test's monkeypatch, `REGISTRY.substituted`), or None."""
-    from .isa import REGISTRY
+    from .target.isa import REGISTRY
 
     if not _baseline:
         take_baseline()

@@ -73,7 +73,7 @@ def test_mlx_steel_gemm_estimate_is_the_plugin_rule_on_the_same_tile():
     tile on plain metal (8x8 simdgroup fragments, a shared path over 2x2 simdgroups, no staging): the
     same registers; and its threadgroup memory (padded tiles) is what limits occupancy when it is large."""
     from tilelang_metal.autotune import SHARED, GemmConfig
-    from tilelang_metal.capabilities import capabilities_with
+    from tilelang_metal.target.capabilities import capabilities_with
     from tilelang_metal.register_budget import estimate_registers
 
     families = load_benchmark("mlx_registers")

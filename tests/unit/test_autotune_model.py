@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tilelang_metal import autotune, cost_model, kernels, roofline
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
-from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.target.capabilities import capabilities_with
 
 METAL4 = capabilities_with({"metal4"})
 

@@ -9,11 +9,11 @@ from tilelang import tvm
 
 from tilelang_metal import autotune
 from tilelang_metal import kernels as examples
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
+from tilelang_metal.target.limits import THREADGROUP_MEMORY_BYTES
 
 METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 

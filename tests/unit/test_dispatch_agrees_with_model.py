@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import METAL4_FEATURE
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import METAL4_FEATURE
 from tilelang_metal import autotune, cost_model, kernels, roofline
 
 SIZES = (1024, 2048, 4096)

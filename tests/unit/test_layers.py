@@ -1,5 +1,6 @@
-"""The package's import graph follows its layers: foundation (errors, version, config, limits) < host <
-compiler < emulator < execution < kernels < cli / autotune and the wiring (plugin.py, autoload.py). A module imports only from its own layer or lower ones (imports inside functions
+"""The package's import graph follows its layers: foundation (errors, version, config, target/limits) <
+host < compiler < emulator < execution < kernels < cli / autotune and the wiring (plugin.py,
+autoload.py). A module imports only from its own layer or lower ones (imports inside functions
 included), so the compiler never reaches for the ready kernels and the emulator never for the
 execution adapters. No two modules import each other, directly or around a loop, and no module grows
 past MAX_MODULE_LINES or shares its name with a module in another folder."""
@@ -11,9 +12,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tilelang_metal"
 
-# first path component below tilelang_metal -> layer; anything not listed is the compiler layer
+# module path below tilelang_metal (a subpackage's module, or else its first component) -> layer;
+# anything not listed is the compiler layer
 LAYERS = {
-    "errors": -1, "version": -1, "config": -1, "limits": -1,  # foundation: import nothing of the host
+    "errors": -1, "version": -1, "config": -1, "target.limits": -1,  # foundation: import nothing of the host
     "host": 0,
     "emulator": 2, "execution": 3, "kernels": 4,
     "cli": 5, "autotune": 5, "__main__": 5, "plugin": 5, "autoload": 5,  # the top: wiring and front ends
@@ -23,8 +25,8 @@ NAMES = {-1: "foundation", 0: "host", 1: "compiler", 2: "emulator", 3: "executio
 
 
 def layer_of(parts: tuple[str, ...]) -> int:
-    head = parts[0].removesuffix(".py") if parts else ""
-    return LAYERS.get(head, COMPILER)
+    names = tuple(p.removesuffix(".py") for p in parts)
+    return LAYERS.get(".".join(names[:2]), LAYERS.get(names[0] if names else "", COMPILER))
 
 
 def _imported(path: Path) -> list[tuple[int, tuple[str, ...]]]:

@@ -8,7 +8,7 @@ import pytest
 from tilelang_metal import autotune
 from tilelang_metal import kernels as E
 from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
-from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.target.capabilities import capabilities_with
 from tilelang_metal.register_budget import OCCUPANCY, REGISTER_BUDGET, RegisterEstimate, estimate_registers, threads_per_core
 
 METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())

@@ -43,8 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
-from ..capabilities import capabilities_of
-from ..target import metal4_target, plain_metal_target
+from ..target.capabilities import capabilities_of
+from ..target.normalize import metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
 from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n

@@ -40,7 +40,7 @@ from typing import Any
 
 import tilelang.language as T
 
-from ..isa import SIMD_WIDTH
+from ..target.isa import SIMD_WIDTH
 from .quantize import BITS, GROUP_SIZES
 from .sizes import integer_sizes
 
