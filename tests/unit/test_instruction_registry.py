@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tilelang_metal import cost_model, roofline
+from tilelang_metal.performance import cost_model, roofline
 from tilelang_metal.target import isa
 from tilelang_metal.emulator import COUNTER_NAMES
 from tilelang_metal.target.capabilities import capabilities_with

@@ -19,7 +19,7 @@ from .problem import GemmProblem, const_int
 from .. import config
 from ..core.ir_attrs import mark_decisions
 from ..config import current_options
-from ..register_budget import RegisterDecision, gemm_registers
+from ..performance.register_budget import RegisterDecision, gemm_registers
 from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from .edge_split import interior_condition, uniform_branch
 from .prefetch import prefetched_k_loop

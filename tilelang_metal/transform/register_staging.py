@@ -32,11 +32,12 @@ from typing import Any
 import math
 
 from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
-from .. import config, register_budget
+from .. import config
+from ..performance import register_budget
 from ..config import LoweringOptions
 from ..target.capabilities import TargetCapabilities
 from ..target.isa import SIMD_WIDTH
-from ..register_budget import RegisterEstimate
+from ..performance.register_budget import RegisterEstimate
 from ..core.scopes import FRAGMENT_SCOPES
 from ..selection import select_inst, warp_partition
 from .kernel_launches import kernels
