@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.check_run_options(ap, args)
     print(f"Metal 4 (MSL 4.0) kernels: {harness.metal4_status(dry_run=args.dry_run)}", flush=True)
     import tilelang_metal  # noqa: F401
-    from tilelang_metal import roofline
+    from tilelang_metal.performance import roofline
 
     chip = roofline.chip(args.chip) if args.chip else roofline.chip("M5") if args.dry_run else roofline.detect_chip()
     peak = chip.matrix_tflops if chip else None

@@ -254,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def resolve_chip(args: argparse.Namespace) -> Any:
-    from tilelang_metal import roofline
+    from tilelang_metal.performance import roofline
 
     if args.chip:
         return roofline.chip(args.chip)

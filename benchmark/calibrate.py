@@ -1,4 +1,4 @@
-"""The cost model (tilelang_metal/cost_model.py) against GEMM throughput measured on real Macs.
+"""The cost model (tilelang_metal/performance/cost_model.py) against GEMM throughput measured on real Macs.
 
     python benchmark/calibrate.py --dry-run --out DIR    # anywhere: published results vs the model's predictions
     python benchmark/calibrate.py --out DIR              # on a Mac: also times the same problems here
@@ -84,7 +84,7 @@ PUBLISHED: tuple[Published, ...] = (
 
 
 def chip_of(p: Published) -> Any:
-    from tilelang_metal import roofline
+    from tilelang_metal.performance import roofline
 
     found = roofline.chip(p.chip)
     return found.scaled_to(p.gpu_cores) if p.gpu_cores else found
@@ -98,7 +98,8 @@ def mlx_size_class(chip: Any) -> str:
 def kernel_for(implementation: str, chip: Any, M: int, N: int, K: int, dtype: str) -> Any:
     """The kernel the implementation runs for the problem on `chip`, as the cost model sees it; None
     for MPS (closed source)."""
-    from tilelang_metal import cost_model, kernels
+    from tilelang_metal.performance import cost_model
+    from tilelang_metal import kernels
 
     if implementation == MLX:
         klass = mlx_size_class(chip)
@@ -122,7 +123,7 @@ def kernel_for(implementation: str, chip: Any, M: int, N: int, K: int, dtype: st
 
 
 def predicted_tflops(implementation: str, chip: Any, M: int, N: int, K: int, dtype: str) -> tuple[float | None, str]:
-    from tilelang_metal import cost_model
+    from tilelang_metal.performance import cost_model
 
     kernel = kernel_for(implementation, chip, M, N, K, dtype)
     if kernel is None:
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
     ap.add_argument("--dry-run", action="store_true", help="published results and predictions only (no timing: any host)")
     args = ap.parse_args(argv)
     import tilelang_metal  # noqa: F401  (installs the plugin)
-    from tilelang_metal.roofline import detect_chip
+    from tilelang_metal.performance.roofline import detect_chip
 
     rows = [row(p) for p in PUBLISHED]
     if not args.dry_run:

@@ -96,7 +96,7 @@ def plugin_occupancy(kernels: list[Any]) -> tuple[int, int] | None:
     `kernels` (every kernel of their modules: a split's combine kernel is the lighter one), from
     their artifact records (register_budget.kernel_occupancy)."""
     from tilelang_metal.codegen.artifact import artifact_of
-    from tilelang_metal.register_budget import kernel_occupancy
+    from tilelang_metal.performance.register_budget import kernel_occupancy
 
     found = [kernel_occupancy(r) for k in kernels for r in artifact_of(k.get_kernel_source()).kernels]
     if not found:

@@ -250,7 +250,7 @@ def metal4_status(*, dry_run: bool) -> str:
 
 
 def environment(chip: Any, *, dry_run: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """What the numbers were measured on: chip and its peak (from tilelang_metal.roofline), OS,
+    """What the numbers were measured on: chip and its peak (from tilelang_metal.performance.roofline), OS,
     Python and library versions."""
     mac = platform.mac_ver()[0]
     env = {

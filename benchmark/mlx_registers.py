@@ -1,6 +1,6 @@
 """Registers per thread and threadgroup memory of MLX's reference kernels, estimated per kernel family
 from its template parameters (MLX 0.32.4 headers, the version tests/mlx_reference pins), by the rules
-the plugin's kernels are estimated by (tilelang_metal/register_budget.py): the thread arrays the
+the plugin's kernels are estimated by (tilelang_metal/performance/register_budget.py): the thread arrays the
 family declares (simdgroup 8x8 fragments: 2 values per lane; NAX 16x16 fragments: 8), counted at
 their element type (16-bit values half a register), plus addresses (5 indices and a loop counter, one
 running offset per device buffer, and with threadgroup memory one per threadgroup array it reads plus
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tilelang_metal.register_budget import Occupancy, registers, threadgroups_per_core
+from tilelang_metal.performance.register_budget import Occupancy, registers, threadgroups_per_core
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 _IDS_AND_COUNTER, _RESERVED = 5, 2

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("run", "demo"):
             p.add_argument("--backend", default="auto", choices=["auto", "emulator", "torch"],
                            help="execution backend: torch (MPS, Mac only), emulator (CPU), auto: torch where MPS is, else emulator (default: %(default)s)")
-        from .roofline import CHIPS
+        from .performance.roofline import CHIPS
 
         use = "the roofline estimate and --path auto's choice" if name == "profile" else "--path auto's choice of kernel"
         p.add_argument("--chip", default=None, choices=list(CHIPS), metavar="CHIP",
@@ -238,7 +238,7 @@ def _choose_quantized(args: argparse.Namespace) -> argparse.Namespace:
 def _chip_target(name: str) -> str:
     """The target the plugin gives `target="metal"` on that chip: the metal4 key from M5 on (with
     macOS 26 and its SDK; the plugin's host policy), plain metal before."""
-    from .roofline import chip
+    from .performance.roofline import chip
 
     return "metal4" if chip(name).generation >= 5 else "metal"
 
@@ -299,7 +299,7 @@ def lowered_decisions(artifact: Any) -> list[str]:
     """The decisions the lowering recorded on the IR (`ir_attrs.DECISIONS_ATTR`) of a lowered
     kernel (`tilelang.lower`'s result): shared-staging bypass, register staging / K-prefetch turned
     off for registers, the plan of every T.gemm, in the order they were taken."""
-    from .ir_attrs import decisions_of
+    from .core.ir_attrs import decisions_of
 
     funcs = [f for mod in (artifact.host_mod, artifact.device_mod) if mod is not None for f in mod.functions.values()]
     return decisions_of(funcs)
@@ -432,8 +432,8 @@ def profile(args: argparse.Namespace) -> None:
     profile with how many threadgroups share it (interior vs edge tiles), then the roofline estimate."""
     import tilelang
 
-    from . import roofline
-    from . import cost_model
+    from .performance import roofline
+    from .performance import cost_model
     from .emulator import COUNTER_NAMES, counters
 
     kernel = tilelang.compile(_build(args), out_idx=[-1], target=_target(args.target), execution_backend="emulator")

@@ -72,7 +72,7 @@ def source_fingerprint() -> str:
 # (launching, emulating; tests patch them, and the race-check tier swaps the emulator adapter's
 # runner), and what builds the input or drives compiles from above (its work is in the key).
 _NOT_LOWERING = ("tilelang_metal.emulator", "tilelang_metal.execution", "tilelang_metal.kernels",
-                 "tilelang_metal.autotune", "tilelang_metal.cli", "tilelang_metal.__main__")
+                 "tilelang_metal.performance.autotune", "tilelang_metal.cli", "tilelang_metal.__main__")
 _baseline: dict[str, dict[str, Any]] = {}  # module -> {attribute: the object it held when taken}
 _registry_baseline: tuple[Any, ...] = ()
 
@@ -111,7 +111,7 @@ def take_baseline() -> None:
     for name in [n for n in sys.modules if _takes_part(n)]:
         if sys.modules[name] is not None:
             _baseline[name] = _members(sys.modules[name])
-    from .isa import REGISTRY
+    from .target.isa import REGISTRY
 
     _registry_baseline = tuple(REGISTRY)
 
@@ -126,7 +126,7 @@ def take_baseline_if_on() -> None:
 def patched() -> str | None:
     """The first function, class or instruction of the lowering modules that is not the one the
     baseline recorded (a test's monkeypatch, `REGISTRY.substituted`), or None."""
-    from .isa import REGISTRY
+    from .target.isa import REGISTRY
 
     if not _baseline:
         take_baseline()

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 
 from . import gemm as gemm_metal
-from .capabilities import capabilities_of
-from .ir_attrs import STAGING_KEPT_ATTR, collect_decisions
+from .target.capabilities import capabilities_of
+from .core.ir_attrs import STAGING_KEPT_ATTR, collect_decisions
 from .config import LoweringOptions, lowering, lowering_scope, stamp, stamped
 from .codegen.build import build_metal, build_metal_runtime
 from .lowering_cache import cached_lowering

@@ -12,7 +12,7 @@ from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringE
 from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
 from .lowering_cache import source_fingerprint
 from .pipeline import lower_metal
-from .target import detect_metal_target, is_metal, normalize_metal_target
+from .target.normalize import detect_metal_target, is_metal, normalize_metal_target
 from .version import __version__
 
 

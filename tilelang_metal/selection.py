@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from .capabilities import TargetCapabilities
-from .isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE, REGISTRY, SIMD_WIDTH, SIMDGROUP_KIND, MatrixInstruction
-from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
+from .target.capabilities import TargetCapabilities
+from .target.isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE, REGISTRY, SIMD_WIDTH, SIMDGROUP_KIND, MatrixInstruction
+from .core.scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 
 
 class WarpPolicy(IntEnum):

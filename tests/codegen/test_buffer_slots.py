@@ -15,7 +15,7 @@ import torch
 
 from tilelang_metal.emulator import EmulatorCompileError, compile_msl
 from tilelang_metal.errors import CodegenError
-from tilelang_metal.limits import BUFFER_ARGUMENT_SLOTS
+from tilelang_metal.target.limits import BUFFER_ARGUMENT_SLOTS
 
 TENSORS = 16
 

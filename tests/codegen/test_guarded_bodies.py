@@ -37,7 +37,7 @@ def _compile(func, target, *, skip_guarded: bool, hidden: list | None = None):
 
 
 def _placeholders(mod):
-    from tilelang_metal.ir_attrs import find_nodes
+    from tilelang_metal.core.ir_attrs import find_nodes
 
     for func in mod.functions.values():
         for node in find_nodes(func.body, ["tirx.AttrStmt"]):

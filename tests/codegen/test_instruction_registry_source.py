@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from gemm_support import lower_source
 
-from tilelang_metal import isa
+from tilelang_metal.target import isa
 from tilelang_metal import kernels as E
 from tilelang_metal.gemm import GemmPlan, recorded_plans
 from tilelang_metal.host import Target

@@ -9,14 +9,14 @@ import pytest
 import tilelang
 import tilelang.language as T
 
-from tilelang_metal import autotune
+from tilelang_metal.performance import autotune
 from tilelang_metal import kernels as E
-from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 from tilelang_metal.codegen import artifact as A
 from tilelang_metal.gemm import GemmPlan, recorded_plans
 from tilelang_metal.host import resolve_target
 from tilelang_metal.host.passes import pass_context
-from tilelang_metal.register_budget import (MAX_THREADS_PER_CORE, THREADGROUP_MEMORY_PER_CORE, estimate_registers,
+from tilelang_metal.performance.register_budget import (MAX_THREADS_PER_CORE, THREADGROUP_MEMORY_PER_CORE, estimate_registers,
                                             kernel_occupancy, kernel_registers, msl_registers, threadgroups_per_core)
 
 

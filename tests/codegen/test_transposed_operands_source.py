@@ -7,7 +7,7 @@ import pytest
 from gemm_support import k_loops, lower_source, scalar_device_loads
 
 from tilelang_metal import kernels as E
-from tilelang_metal.isa import MATMUL2D_16x32x16, REGISTRY
+from tilelang_metal.target.isa import MATMUL2D_16x32x16, REGISTRY
 
 LAYOUTS = {"nt": (False, True), "tn": (True, False), "tt": (True, True)}
 

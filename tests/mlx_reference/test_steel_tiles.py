@@ -14,7 +14,7 @@ from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters
 from tilelang_metal.emulator.foreign import memory_counts_unavailable
 from tilelang_metal.kernels.matmul import GEMM, compile_choice, matmul_config
-from tilelang_metal.register_budget import kernel_occupancy
+from tilelang_metal.performance.register_budget import kernel_occupancy
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 # MLX's size class letter of each chip class (mlx_gemm.Device): base and Pro small, Max medium, Ultra large

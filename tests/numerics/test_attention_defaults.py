@@ -25,7 +25,7 @@ from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.kernels import flash_attention_forward, metal4_target, plain_metal_target
 from tilelang_metal.kernels.attention import DIRECT, STAGED, flash_decoding_program
-from tilelang_metal.register_budget import REGISTER_BUDGET, kernel_registers
+from tilelang_metal.performance.register_budget import REGISTER_BUDGET, kernel_registers
 
 from test_attention_inputs import causal_keep, reference
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tilelang_metal import cost_model, kernels, roofline
+from tilelang_metal.performance import cost_model, roofline
+from tilelang_metal import kernels
 from tilelang_metal.cli import main
 
 
@@ -32,7 +33,7 @@ def test_aligned_kernel_counts_and_estimate(capsys):
 
 
 def test_auto_path_adds_the_cost_model_s_estimate_of_the_dispatch_s_kernel(capsys):
-    """--path auto: the kernel matmul_config picks, and the cost model (tilelang_metal/cost_model.py) of
+    """--path auto: the kernel matmul_config picks, and the cost model (tilelang_metal/performance/cost_model.py) of
     that kernel with the counted figures in place of its own."""
     out, total = _profile(capsys, "--m", "128", "--n", "128", "--k", "64", "--chip", "M5")
     chip = roofline.chip("M5")

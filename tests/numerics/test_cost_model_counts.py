@@ -1,4 +1,4 @@
-"""The cost model's analytic counts (tilelang_metal.cost_model.counts, no kernel built) against the
+"""The cost model's analytic counts (tilelang_metal.performance.cost_model.counts, no kernel built) against the
 emulator's counters for the kernel the GEMM dispatch ships, at 256x256x256 fp16 on both targets."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import torch
 
 import importlib
 
-from tilelang_metal import cost_model, kernels, roofline
+from tilelang_metal.performance import cost_model, roofline
+from tilelang_metal import kernels
 from tilelang_metal.emulator import counters
-from tilelang_metal.roofline import MATRIX_FLOPS
+from tilelang_metal.performance.roofline import MATRIX_FLOPS
 
 SIZE = 256
 

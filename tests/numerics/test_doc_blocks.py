@@ -110,7 +110,7 @@ def test_every_code_block_parses():
 
 
 REPO_PATH = re.compile(r"(?<![\w./-])((?:tilelang_metal|tests|benchmark|scripts|docs|patches|constraints|"
-                       r"codegen|emulator|execution|gemm|host|kernels|legalize|ops|transform)/[\w./-]*\w)")
+                       r"codegen|core|emulator|execution|gemm|host|kernels|legalize|ops|performance|target|transform)/[\w./-]*\w)")
 NOT_IN_REPO = {"patches/001-short-description.patch"}  # the naming rule's example, not a file
 
 

@@ -20,7 +20,7 @@ import torch
 from tilelang_metal import kernels
 from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters, racecheck
-from tilelang_metal.register_budget import REGISTER_BUDGET, kernel_occupancy, kernel_registers
+from tilelang_metal.performance.register_budget import REGISTER_BUDGET, kernel_occupancy, kernel_registers
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-4}

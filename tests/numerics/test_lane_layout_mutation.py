@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 from gemm_support import assert_close, compile_emulated, operands
 
-from tilelang_metal import isa
+from tilelang_metal.target import isa
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import EmulatorRuntimeError
-from tilelang_metal.isa import ELEM, LANE, LaneMap, bits
+from tilelang_metal.target.isa import ELEM, LANE, LaneMap, bits
 
 
 def _with_lane_map(inst: isa.MatrixInstruction, lane_map: LaneMap) -> isa.MatrixInstruction:

@@ -19,7 +19,7 @@ from tilelang_metal import kernels
 from tilelang_metal.cli import main
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, STAGES, THREADGROUPS_PER_CORE, compile_choice, matmul_config
-from tilelang_metal.roofline import chip as chip_named
+from tilelang_metal.performance.roofline import chip as chip_named
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -72,7 +72,7 @@ def test_explicit_plain_metal_target_on_m5_takes_the_steel_tile_of_its_class():
 def test_metal4_tile_and_split_are_the_cost_model_s_first(shape, chip):
     """metal4: the cost model ranks every kernel the dispatch ships (each METAL4_TILES tile, unsplit and
     in each allowed count of K slices) and the dispatch takes the first, with its predicted time."""
-    from tilelang_metal import cost_model
+    from tilelang_metal.performance import cost_model
     from tilelang_metal.kernels.matmul import METAL4_TILES, MIN_SLICE_K
     from tilelang_metal.kernels.small_m import small_side_tile
 

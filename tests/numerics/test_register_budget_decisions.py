@@ -1,5 +1,5 @@
 """Register staging and K-prefetch only where the register estimate with them fits the budget
-(tilelang_metal.register_budget); `force` turns them on anyway; the decision is recorded for --explain.
+(tilelang_metal.performance.register_budget); `force` turns them on anyway; the decision is recorded for --explain.
 Over budget the kernel is the one without the feature: same numbers as torch, no race."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_plain_metal_simdgroup_loads_from_device_when_staging_cannot_fit():
 def test_metal4_bypass_with_transposed_staging_and_ragged_edges():
     import tilelang
 
-    from tilelang_metal.ir_attrs import decisions_of
+    from tilelang_metal.core.ir_attrs import decisions_of
 
     M, N, K = 136, 200, 72
     func = E.gemm_shared(M, N, K, 64, 64, 32, num_stages=2, trans_A=True, trans_B=True)
@@ -93,7 +93,7 @@ def test_operand_staged_from_a_4d_view_with_a_unit_dim_between_rows_and_columns(
     import tilelang
 
     from tilelang_metal.emulator import racecheck
-    from tilelang_metal.ir_attrs import decisions_of
+    from tilelang_metal.core.ir_attrs import decisions_of
 
     target = E.metal4_target() if which == "metal4" else E.plain_metal_target()
     kern = tilelang.compile(_grouped_gemm(), target=target, execution_backend="emulator")
@@ -117,7 +117,7 @@ def test_metal4_keeps_the_staging_of_an_operand_it_cannot_read_in_place():
     import tilelang
     import tilelang.language as T
 
-    from tilelang_metal.ir_attrs import decisions_of
+    from tilelang_metal.core.ir_attrs import decisions_of
 
     M, N, K = 40, 24, 40
 

@@ -15,7 +15,7 @@ from gemm_support import compile_emulated, lower_source
 
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
+from tilelang_metal.target.limits import THREADGROUP_MEMORY_BYTES
 
 THREADS = 128
 

@@ -22,8 +22,8 @@ from tests.gemm_support import assert_close, compile_emulated, operands
 from tilelang_metal import kernels as E
 from tilelang_metal.emulator import counters
 from tilelang_metal.gemm import GemmPlan, recorded_plans
-from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND
-from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
+from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND
+from tilelang_metal.target.limits import THREADGROUP_MEMORY_BYTES
 
 CONFIGS = [(128, 128, 256), (128, 128, 512), (64, 128, 256), (64, 128, 512)]  # block_M, block_N, threads
 PATHS = ("metal_simdgroup", "metal4_direct_global", "metal4_shared")

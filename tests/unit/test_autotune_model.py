@@ -1,14 +1,15 @@
-"""The autotuner's view of the cost model (tilelang_metal.autotune.traffic_model / rank_by_model, thin
-calls into tilelang_metal.cost_model): cache reuse within a wave of resident threadgroups and the block
+"""The autotuner's view of the cost model (tilelang_metal.performance.autotune.traffic_model / rank_by_model, thin
+calls into tilelang_metal.performance.cost_model): cache reuse within a wave of resident threadgroups and the block
 swizzle's effect on it, and the ranking's order, without building a kernel."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tilelang_metal import autotune, cost_model, kernels, roofline
-from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
-from tilelang_metal.capabilities import capabilities_with
+from tilelang_metal.performance import autotune, cost_model, roofline
+from tilelang_metal import kernels
+from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.target.capabilities import capabilities_with
 
 METAL4 = capabilities_with({"metal4"})
 

@@ -1,4 +1,4 @@
-"""The Metal GEMM configuration space (tilelang_metal.autotune): which configurations it keeps, why it
+"""The Metal GEMM configuration space (tilelang_metal.performance.autotune): which configurations it keeps, why it
 drops the others, and that its verdicts agree with what lowering actually does."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 import tilelang
 from tilelang import tvm
 
-from tilelang_metal import autotune
+from tilelang_metal.performance import autotune
 from tilelang_metal import kernels as examples
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND
-from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND
+from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
-from tilelang_metal.limits import THREADGROUP_MEMORY_BYTES
+from tilelang_metal.target.limits import THREADGROUP_MEMORY_BYTES
 
 METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 
@@ -105,7 +105,7 @@ def test_verdicts_agree_with_lowering(cfg, which):
 def test_configurations_over_the_register_budget_are_pruned_with_the_reason(space_4096):
     """128x128 on 128 threads lowers, but its accumulator alone is 128 registers per thread: the space
     drops it and says so; 256 threads halve the share and it stays. Everything kept fits."""
-    from tilelang_metal.register_budget import estimate_registers
+    from tilelang_metal.performance.register_budget import estimate_registers
 
     report = autotune.config_report(4096, 4096, 4096, target=examples.metal4_target())
     assert report.kept == space_4096

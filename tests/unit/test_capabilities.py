@@ -1,4 +1,4 @@
-"""tilelang_metal.capabilities: a target's capabilities are derived in one place, from its keys, once.
+"""tilelang_metal.target.capabilities: a target's capabilities are derived in one place, from its keys, once.
 
 Every other module reads a `TargetCapabilities`; none reads a Target's keys or re-derives Metal 4
 support itself (an AST scan of the package), and the names of the concepts are not doubled."""
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import tilelang_metal  # noqa: F401
-from tilelang_metal import isa, limits
-from tilelang_metal.capabilities import TargetCapabilities, capabilities_of, capabilities_with, resolve_capabilities
-from tilelang_metal.target import metal4_target, plain_metal_target
+from tilelang_metal.target import isa, limits
+from tilelang_metal.target.capabilities import TargetCapabilities, capabilities_of, capabilities_with, resolve_capabilities
+from tilelang_metal.target.normalize import metal4_target, plain_metal_target
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tilelang_metal"
-THE_MODULE = PACKAGE / "capabilities.py"
+THE_MODULE = PACKAGE / "target" / "capabilities.py"
 # Functions that re-derived capabilities before capabilities_of; none may come back under another module.
 RETIRED = {"has_metal4", "_has_metal4", "target_features", "_features", "features_of"}
 
@@ -54,8 +54,8 @@ def test_one_name_per_concept():
                 for target in node.targets:
                     if isinstance(target, ast.Name):
                         assigned.setdefault(target.id, []).append(str(path.relative_to(PACKAGE)))
-    assert "METAL4_KEY" not in assigned and assigned["METAL4_FEATURE"] == ["isa.py"]
-    assert assigned["SIMD_WIDTH"] == ["isa.py"], "import isa.SIMD_WIDTH instead of writing 32 again"
+    assert "METAL4_KEY" not in assigned and assigned["METAL4_FEATURE"] == ["target/isa.py"]
+    assert assigned["SIMD_WIDTH"] == ["target/isa.py"], "import isa.SIMD_WIDTH instead of writing 32 again"
     assert "MAX_THREADS" not in assigned, "import limits.MAX_THREADS_PER_THREADGROUP instead of writing 1024 again"
     for vague in ("SIMDGROUP", "COOPERATIVE", "COOPERATIVE_TENSOR"):
         assert vague not in assigned, f"{vague} assigned in {assigned.get(vague)}: name it by what it is"

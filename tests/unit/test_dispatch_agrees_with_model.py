@@ -1,5 +1,5 @@
 """Issue 33, item 3: the kernel `kernels.matmul_config` picks is predicted within 5% of the best the cost
-model (tilelang_metal/cost_model.py) finds over every route and configuration the plugin can lower
+model (tilelang_metal/performance/cost_model.py) finds over every route and configuration the plugin can lower
 (`autotune.route_candidates`: tiled GEMM over `autotune.config_space` on both paths, split-K, GEMV), fp16
 squares at 1024^3, 2048^3 and 4096^3. Pure arithmetic: no kernel is built.
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import METAL4_FEATURE
-from tilelang_metal import autotune, cost_model, kernels, roofline
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import METAL4_FEATURE
+from tilelang_metal.performance import autotune, cost_model, roofline
+from tilelang_metal import kernels
 
 SIZES = (1024, 2048, 4096)
 TOLERANCE = 0.05

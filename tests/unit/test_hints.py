@@ -8,7 +8,7 @@ import tilelang
 
 import tilelang_metal
 from tilelang_metal import kernels as examples
-from tilelang_metal.target import _local_facts, metal_available
+from tilelang_metal.target.normalize import _local_facts, metal_available
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tilelang_metal import cost_model, isa, roofline
+from tilelang_metal.performance import cost_model, roofline
+from tilelang_metal.target import isa
 from tilelang_metal.emulator import COUNTER_NAMES
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND, ELEM, LANE, REGISTRY, SIMDGROUP_KIND, LaneMap, bits
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND, ELEM, LANE, REGISTRY, SIMDGROUP_KIND, LaneMap, bits
 from tilelang_metal.selection import cooperative_tensor_blockers, select_inst
 
 METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 
-SHIM = Path(isa.__file__).parent / "emulator" / "shim" / "tlm"
+SHIM = Path(isa.__file__).parents[1] / "emulator" / "shim" / "tlm"
 WIDE_KEY = "tlm_test_wide_mpp"  # no real target has it
 
 

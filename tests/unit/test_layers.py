@@ -1,8 +1,11 @@
-"""The package's import graph follows its layers: foundation (errors, version, config, limits) < host <
-compiler < emulator < execution < kernels < cli / autotune and the wiring (plugin.py, autoload.py). A module imports only from its own layer or lower ones (imports inside functions
+"""The package's import graph follows its layers: foundation (errors, version, config, target/limits) 
+host < compiler < emulator < execution < kernels < cli / autotune and the wiring (plugin.py,
+autoload.py). A module imports only from its own layer or lower ones (imports inside functions
 included), so the compiler never reaches for the ready kernels and the emulator never for the
-execution adapters. No two modules import each other, directly or around a loop, and no module grows
-past MAX_MODULE_LINES or shares its name with a module in another folder."""
+execution adapters. No two modules import each other, directly or around a loop, no module grows
+past MAX_MODULE_LINES or shares its name with a module in another folder, and the package root holds
+at most MAX_ROOT_MODULES modules (the public surface and the wiring; the rest lives in a subpackage
+by role)."""
 
 from __future__ import annotations
 
@@ -11,20 +14,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tilelang_metal"
 
-# first path component below tilelang_metal -> layer; anything not listed is the compiler layer
+# module path below tilelang_metal (a subpackage's module, or else its first component) -> layer;
+# anything not listed is the compiler layer
 LAYERS = {
-    "errors": -1, "version": -1, "config": -1, "limits": -1,  # foundation: import nothing of the host
+    "errors": -1, "version": -1, "config": -1, "target.limits": -1,  # foundation: import nothing of the host
     "host": 0,
     "emulator": 2, "execution": 3, "kernels": 4,
-    "cli": 5, "autotune": 5, "__main__": 5, "plugin": 5, "autoload": 5,  # the top: wiring and front ends
+    "cli": 5, "performance.autotune": 5, "__main__": 5, "plugin": 5, "autoload": 5,  # the top: wiring and front ends
 }
 COMPILER = 1
 NAMES = {-1: "foundation", 0: "host", 1: "compiler", 2: "emulator", 3: "execution", 4: "kernels", 5: "cli / autotune / wiring"}
 
 
 def layer_of(parts: tuple[str, ...]) -> int:
-    head = parts[0].removesuffix(".py") if parts else ""
-    return LAYERS.get(head, COMPILER)
+    names = tuple(p.removesuffix(".py") for p in parts)
+    return LAYERS.get(".".join(names[:2]), LAYERS.get(names[0] if names else "", COMPILER))
 
 
 def _imported(path: Path) -> list[tuple[int, tuple[str, ...]]]:
@@ -191,3 +195,15 @@ def test_no_module_name_is_used_in_two_folders():
             folders.setdefault(stem, set()).add("/".join(path.relative_to(PACKAGE).parts))
     clashes = [" / ".join(sorted(paths)) for paths in folders.values() if len(paths) > 1]
     assert not clashes, "module names used in more than one folder (rename by role):\n" + "\n".join(sorted(clashes))
+
+
+# The root keeps the public surface (__init__, errors, version, config), the entry points (__main__,
+# cli) and the wiring (autoload, plugin, pipeline, selection, lowering_cache); every other module
+# goes to the subpackage of its role (target/, core/, performance/, ...: docs/architecture.md).
+MAX_ROOT_MODULES = 12
+
+
+def test_package_root_holds_at_most_the_limit():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, (f"{len(root)} modules at the package root (at most {MAX_ROOT_MODULES}; move the "
+                                           f"new one into the subpackage of its role): {', '.join(root)}")

@@ -12,7 +12,8 @@ import tilelang
 import tilelang.language as T
 import torch
 
-from tilelang_metal import isa, lowering_cache, pipeline
+from tilelang_metal.target import isa
+from tilelang_metal import lowering_cache, pipeline
 from tilelang_metal import kernels as K
 from tilelang_metal.errors import GemmLoweringError
 from tilelang_metal.gemm import recorded_plans

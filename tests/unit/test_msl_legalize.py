@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tilelang_metal import intrinsics
+from tilelang_metal.core import intrinsics
 from tilelang_metal.codegen.printer import print_kernel
 from tilelang_metal.config import LoweringOptions, lowering
 from tilelang_metal.errors import CodegenError
 from tilelang_metal.host import tir, tvm
-from tilelang_metal.ir_attrs import THREAD_ARRAY_ALIGN_ATTR
+from tilelang_metal.core.ir_attrs import THREAD_ARRAY_ALIGN_ATTR
 from tilelang_metal.legalize.vector_split import split_wide_vectors
 from tilelang_metal.legalize.wide_copies import use_wide_copies
 from tilelang_metal.transform.integer_bits import fold_constant_bits
@@ -215,7 +215,7 @@ def test_full_width_shuffles_become_plain_metal_shuffles():
 @pytest.mark.parametrize("op,kind", [("tl.shfl_xor_sync", "xor"), ("tl.shfl_down_sync", "down"), ("tl.shfl_up_sync", "up")])
 def test_narrow_shuffles_run_on_every_lane_and_select_the_result(op, kind):
     """The shuffle sits inside `select` (both operands evaluated), never under a branch or `?:`."""
-    from tilelang_metal.ir_attrs import LANE_ID_ATTR
+    from tilelang_metal.core.ir_attrs import LANE_ID_ATTR
     from tilelang_metal.legalize.segmented_shuffles import lower_shuffle_widths
 
     func = lower_shuffle_widths(shuffle_kernel(lambda v, tx: shfl(op, v, 2, 8)))

@@ -14,7 +14,7 @@ from tilelang_metal import config
 from tilelang_metal import kernels as E
 from tilelang_metal.host import resolve_target
 from tilelang_metal.host.passes import pass_context
-from tilelang_metal.ir_attrs import DECISIONS_ATTR
+from tilelang_metal.core.ir_attrs import DECISIONS_ATTR
 from tilelang_metal.config import OPTIONS_ATTR, LoweringOptions, current_options, lowering, stamped
 
 PACKAGE = Path(tilelang_metal.__file__).resolve().parent

@@ -1,15 +1,15 @@
-"""tilelang_metal.register_budget: the register estimate of known plans, computed by hand, the budget
+"""tilelang_metal.performance.register_budget: the register estimate of known plans, computed by hand, the budget
 and its sources, and the occupancy it implies. No kernel is built except one lowering for a GemmPlan."""
 
 from __future__ import annotations
 
 import pytest
 
-from tilelang_metal import autotune
+from tilelang_metal.performance import autotune
 from tilelang_metal import kernels as E
-from tilelang_metal.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.register_budget import OCCUPANCY, REGISTER_BUDGET, RegisterEstimate, estimate_registers, threads_per_core
+from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.performance.register_budget import OCCUPANCY, REGISTER_BUDGET, RegisterEstimate, estimate_registers, threads_per_core
 
 METAL4, PLAIN = capabilities_with({"metal4"}), capabilities_with(())
 

@@ -1,10 +1,10 @@
-"""The Apple GPU chip table and the roofline estimate (tilelang_metal.roofline)."""
+"""The Apple GPU chip table and the roofline estimate (tilelang_metal.performance.roofline)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tilelang_metal import cost_model, roofline
+from tilelang_metal.performance import cost_model, roofline
 
 
 def test_every_chip_names_its_source_and_marks_estimates():

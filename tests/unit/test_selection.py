@@ -2,8 +2,8 @@
 
 import pytest
 
-from tilelang_metal.capabilities import capabilities_with
-from tilelang_metal.isa import COOPERATIVE_TENSOR_KIND, SIMDGROUP_KIND
+from tilelang_metal.target.capabilities import capabilities_with
+from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND, SIMDGROUP_KIND
 from tilelang_metal.selection import (
     Partition,
     WarpPolicy,

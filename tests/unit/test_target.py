@@ -4,8 +4,8 @@ import pytest
 from tilelang import tvm
 
 import tilelang_metal  # noqa: F401
-from tilelang_metal.capabilities import capabilities_of
-from tilelang_metal.target import HostFacts, metal4_supported, metal_target_keys, normalize_metal_target
+from tilelang_metal.target.capabilities import capabilities_of
+from tilelang_metal.target.normalize import HostFacts, metal4_supported, metal_target_keys, normalize_metal_target
 
 M5_HOST = HostFacts("26.5.1", "arm64", "26.4", "Apple M5")
 
@@ -55,7 +55,7 @@ def test_tilelang_resolves_metal_through_the_plugin():
 
 
 def test_apple_gpu_generation_reads_the_brand_string():
-    from tilelang_metal.target import apple_gpu_generation
+    from tilelang_metal.target.normalize import apple_gpu_generation
 
     assert apple_gpu_generation("Apple M5 Pro") == 5 and apple_gpu_generation("Apple M10 Max") == 10
     assert apple_gpu_generation("Apple M1") == 1
@@ -66,7 +66,7 @@ def test_apple_gpu_generation_reads_the_brand_string():
 def test_plugin_targets_say_32_lane_simdgroups_and_1024_threads():
     """TVM's metal kind defaults to thread_warp_size 16 and 256 threads; Apple GPUs (and the MSL the
     plugin prints) have 32-lane simdgroups and up to 1024 threads per threadgroup."""
-    from tilelang_metal.target import metal4_target, plain_metal_target
+    from tilelang_metal.target.normalize import metal4_target, plain_metal_target
 
     linux = HostFacts("", "x86_64", None, None)
     for target in (metal4_target(), plain_metal_target(), normalize_metal_target("metal", linux),

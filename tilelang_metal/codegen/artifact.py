@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Union
 
-from ..dtypes import DTYPE_OF_MSL
+from ..core.dtypes import DTYPE_OF_MSL
 
 ARTIFACT_VERSION = 3  # 2: access marks; 3: cooperative tensors and live ranges of thread arrays (older: compile again)
 MARK = "// tilelang_metal.artifact"

@@ -12,7 +12,7 @@ compare-and-swap.
 
 from __future__ import annotations
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..errors import CodegenError
 from .msl_types import msl_type, split_dtype
 

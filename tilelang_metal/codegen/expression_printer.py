@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..errors import CodegenError
 from ..host import DEBUG_PRINT_EXTERNS, tir, vocab
 from . import access_marks

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir
 from ..errors import CodegenError
-from ..isa import MatrixInstruction
-from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, SIMDGROUP_MATRIX_STORAGE, MatrixStorage
+from ..target.isa import MatrixInstruction
+from ..core.ir_attrs import COOPERATIVE_TENSOR_STORAGE, SIMDGROUP_MATRIX_STORAGE, MatrixStorage
 from .artifact import CooperativeTensorDecl, ThreadArrayDecl
 from .msl_types import msl_type, scalar_type
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..dtypes import MSL_SCALAR
+from ..core.dtypes import MSL_SCALAR
 from ..errors import CodegenError
 
 SCALAR_TYPES = MSL_SCALAR

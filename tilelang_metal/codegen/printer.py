@@ -10,11 +10,11 @@ import dataclasses
 from typing import Any
 
 from ..host import NO_OP_HINT_CALLS, REFUSED_CUDA_CALLS, tir, tvm
-from .. import intrinsics
+from ..core import intrinsics
 from ..errors import CodegenError
-from ..limits import BUFFER_ARGUMENT_SLOTS
+from ..target.limits import BUFFER_ARGUMENT_SLOTS
 from ..config import current_options
-from ..ir_attrs import (
+from ..core.ir_attrs import (
     LANE_ID_ATTR,
     POSITION_NAMES_ATTR,
     SIMDGROUP_ID_ATTR,
@@ -24,7 +24,7 @@ from ..ir_attrs import (
     prelude_vars,
     storage_of,
 )
-from ..scopes import SHARED_SCOPES, THREAD_SCOPES
+from ..core.scopes import SHARED_SCOPES, THREAD_SCOPES
 from .atomic_printer import AtomicPrinting
 from .expression_printer import ExpressionPrinting
 from .matrix_printer import MatrixPrinting

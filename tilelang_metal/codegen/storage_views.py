@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir, tvm, vocab
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .msl_types import split_dtype
 
 

@@ -34,7 +34,7 @@ from ..codegen.artifact import (
 )
 from ..codegen import access_marks as codegen_marks
 from ..codegen.kernel_text import matching_bracket
-from ..dtypes import DTYPE_OF_MSL, MSL_SCALAR_BYTES, msl_type_bytes
+from ..core.dtypes import DTYPE_OF_MSL, MSL_SCALAR_BYTES, msl_type_bytes
 from .mark_insertion import marked_names
 from .driver import PRINT_FUNCTIONS
 from .errors import EmulatorCompileError

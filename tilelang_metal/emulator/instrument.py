@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..isa import COUNTED
+from ..target.isa import COUNTED
 from .atomic_usage import AtomicUsage, atomic_usage
 from .errors import EmulatorRaceError
 

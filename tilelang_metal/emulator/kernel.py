@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
-from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+from ..target.limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 from .errors import EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError, EmulatorStackError
 from .signature import ArgStructParam, KernelSignature, ScalarParam
 

@@ -15,7 +15,7 @@ Lines keep their numbers.
 from __future__ import annotations
 
 from ..codegen.artifact import KernelRecord
-from ..dtypes import msl_type_bytes
+from ..core.dtypes import msl_type_bytes
 from .errors import EmulatorCompileError
 
 SUFFIXES = {"w": ".w()", "wp": ".wp()", "p": ".p()", "s": ".s()", "ps": ".p().s()"}

@@ -25,8 +25,8 @@ from ..codegen.artifact import (
     ThreadgroupViewDecl,
     find_artifact,
 )
-from ..dtypes import DTYPE_OF_MSL, msl_type_bytes
-from ..limits import BUFFER_ARGUMENT_SLOTS
+from ..core.dtypes import DTYPE_OF_MSL, msl_type_bytes
+from ..target.limits import BUFFER_ARGUMENT_SLOTS
 
 from ..codegen.kernel_text import matching_bracket
 from .mark_insertion import apply_marks

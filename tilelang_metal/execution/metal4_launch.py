@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..codegen.artifact import KernelArtifact
 from ..errors import Metal4UnavailableError
-from ..isa import METAL4_FEATURE, REGISTRY
+from ..target.isa import METAL4_FEATURE, REGISTRY
 
 MIN_MACOS_MAJOR = 26
 # torch.mps.compile_shader asks for MSL 4.0 on macOS 26 since pytorch/pytorch#172230 ("Use Metal-4.0

@@ -35,7 +35,7 @@ from typing import Any
 
 from . import metal4_launch
 from ..errors import CodegenError
-from ..limits import BUFFER_ARGUMENT_SLOTS
+from ..target.limits import BUFFER_ARGUMENT_SLOTS
 from .binding import Device, TensorParam, shape_text
 from .calling import PluginKernelAdapter
 from .launch import KernelLaunch
@@ -174,7 +174,7 @@ class MLXKernelAdapter(PluginKernelAdapter):
 
     def _copy(self, flat: Any, count: int, size: int, after: Any) -> Any:
         """A new array of `size` elements whose first `count` are `flat`'s (the output of a kernel)."""
-        from ..dtypes import MSL_SCALAR
+        from ..core.dtypes import MSL_SCALAR
 
         mx = mlx_module()
         threads = -(-size // COPY_THREADS) * COPY_THREADS

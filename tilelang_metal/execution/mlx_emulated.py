@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..dtypes import MSL_SCALAR
+from ..core.dtypes import MSL_SCALAR
 
 # MLX's table of position attributes and their parameter types (same order).
 MLX_ATTRIBUTES = (

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import layout_is_row_major, make_fragment_layout, tvm
-from ..capabilities import capabilities_of
+from ..target.capabilities import capabilities_of
 from ..errors import GemmLoweringError
-from ..ir_attrs import mark_decisions
-from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
+from ..core.ir_attrs import mark_decisions
+from ..target.isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
 from ..config import current_options
-from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
+from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
 from ..selection import (
     Partition,
     Selection,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
+from ..core.scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
 from .problem import GemmProblem
 from .tir_build import flat_view, local_buffer
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir
-from ..isa import MatrixInstruction
+from ..target.isa import MatrixInstruction
 from ..selection import Partition
 from .accumulator import Accumulator
 from .problem import GemmProblem

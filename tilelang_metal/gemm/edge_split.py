@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
-from ..ir_attrs import UNIFORM_BRANCH  # AttrStmt key: a branch every thread of a threadgroup takes alike
+from ..core.scopes import GLOBAL_SCOPES, SHARED_SCOPES
+from ..core.ir_attrs import UNIFORM_BRANCH  # AttrStmt key: a branch every thread of a threadgroup takes alike
 from .problem import GemmProblem, Operand, const_int
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir, tvm
 from .tir_build import INT32, seq
 

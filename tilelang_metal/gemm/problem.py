@@ -11,7 +11,7 @@ from typing import Any
 
 from ..host import gemm_node_view, tir, tvm
 from ..errors import GemmLoweringError
-from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SHARED_SCOPES, SIMDGROUP_SCOPES
+from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SHARED_SCOPES, SIMDGROUP_SCOPES
 from ..host import vocab
 INPUT_DTYPES = ("float16", "bfloat16", "float32")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")

@@ -30,8 +30,8 @@ from typing import Any
 
 from ..host import fragments_agree
 from ..errors import GemmLoweringError
-from ..isa import SIMD_WIDTH, MatrixInstruction
-from ..scopes import FRAGMENT_SCOPES
+from ..target.isa import SIMD_WIDTH, MatrixInstruction
+from ..core.scopes import FRAGMENT_SCOPES
 from ..selection import Partition, row_partition
 from .problem import GemmProblem, Operand
 

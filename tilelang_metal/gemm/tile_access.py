@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir
 from ..transform.guarded_bodies import note_assumption
 from .problem import Operand, const_int

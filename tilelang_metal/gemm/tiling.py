@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from ..isa import SIMD_WIDTH, MatrixInstruction
+from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
 from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem, const_int
 from .. import config
-from ..ir_attrs import mark_decisions
+from ..core.ir_attrs import mark_decisions
 from ..config import current_options
-from ..register_budget import RegisterDecision, gemm_registers
-from ..scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
+from ..performance.register_budget import RegisterDecision, gemm_registers
+from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
 from .edge_split import interior_condition, uniform_branch
 from .prefetch import prefetched_k_loop
 from .register_operand import has_register_a, left_operand_offset, register_a_elements

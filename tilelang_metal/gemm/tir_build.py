@@ -1,6 +1,6 @@
 """Small helpers to build the TIR that the GEMM lowering returns (plain nodes, no parser magic).
 
-The matrix calls themselves are built by `tilelang_metal.intrinsics`. Lane and simdgroup ids are
+The matrix calls themselves are built by `tilelang_metal.core.intrinsics`. Lane and simdgroup ids are
 plain `tx % 32` / `tx // 32` (see transform/simdgroup_indices.py).
 """
 

@@ -9,7 +9,7 @@ package (`tests/unit/test_layers.py`); the CLI, the autotuner, the benchmarks an
     attn = kernels.flash_attention_forward(1, 2, 128, 64, execution_backend="emulator")  # compiled
 """
 
-from ..target import metal4_target, plain_metal_target
+from ..target.normalize import metal4_target, plain_metal_target
 from .attention import (
     MASKED_SCORE,
     check_attention_config,

@@ -45,10 +45,10 @@ from typing import Any, Callable
 import tilelang.language as T
 
 from ..errors import MetalLoweringError
-from ..isa import SIMD_WIDTH
-from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
-from ..register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
-from ..capabilities import resolve_capabilities
+from ..target.isa import SIMD_WIDTH
+from ..target.limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
+from ..performance.register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
+from ..target.capabilities import resolve_capabilities
 from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"

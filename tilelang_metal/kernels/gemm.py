@@ -8,10 +8,10 @@ from typing import Any
 
 import tilelang.language as T
 
-from ..limits import THREADGROUP_MEMORY_BYTES
-from ..target import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
-from ..isa import SIMD_WIDTH
-from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
+from ..target.limits import THREADGROUP_MEMORY_BYTES
+from ..target.normalize import metal4_target, plain_metal_target  # noqa: F401  (re-exported: the kernels' usual targets)
+from ..target.isa import SIMD_WIDTH
+from ..target.limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
 from .sizes import flags, integer_sizes, one_of
 
 EPILOGUES = ("none", "relu", "bias", "scale", "alpha_beta", "gelu_tanh", "silu")
@@ -283,7 +283,7 @@ def gemm_staged(
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
-    (tilelang_metal.autotune tunes both; kernels.matmul routes plain-metal GEMMs here). Its staging
+    (tilelang_metal.performance.autotune tunes both; kernels.matmul routes plain-metal GEMMs here). Its staging
     is only staging, so the staging bypass lowers it on the direct-global path unless `keep_staging`
     (then it runs as written).
 

@@ -6,7 +6,7 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
 
 - `gemv` (kernels/gemv.py) when M or N is at most GEMV_MAX_ROWS: a GEMM tile of 64 or 128 rows
   would compute mostly padding, and the problem is bound by reading the large operand once;
-- on the metal4 target (M5 and newer): the cost model (tilelang_metal/cost_model.py) ranks every
+- on the metal4 target (M5 and newer): the cost model (tilelang_metal/performance/cost_model.py) ranks every
   kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
   each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
   its predicted time and the runner-up's);
@@ -42,9 +42,9 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..roofline import CHIPS, Chip, chip as chip_named, detect_chip
-from ..capabilities import capabilities_of
-from ..target import metal4_target, plain_metal_target
+from ..performance.roofline import CHIPS, Chip, chip as chip_named, detect_chip
+from ..target.capabilities import capabilities_of
+from ..target.normalize import metal4_target, plain_metal_target
 from .gemm import gemm_direct_global, gemm_staged
 from .gemm_batched import EPILOGUES as BATCHED_EPILOGUES, check_batch, gemm_batched
 from .gemv import DTYPES, GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
@@ -280,7 +280,7 @@ def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str], sh
     (`shipped`), its predicted time and the runner-up's. Any list of choices the dispatch can build
     (route x tile x split count) may be ranked: metal4 passes `_metal4_candidates`; plain metal's
     staged tiles may be passed the same way once they settle (docs/performance.md, "Dispatch agreement")."""
-    from .. import cost_model
+    from ..performance import cost_model
 
     ranked = cost_model.rank((c, cost_model.estimate_choice(c, chip=on)) for c in candidates)
     first = ranked[0]

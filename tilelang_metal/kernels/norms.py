@@ -32,8 +32,8 @@ from typing import Any
 
 import tilelang.language as T
 
-from ..isa import SIMD_WIDTH
-from ..limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
+from ..target.isa import SIMD_WIDTH
+from ..target.limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS
 from .reduce_rows import ACCUM, DTYPES, RUN_BYTES, _ELEMENT_BYTES, run_loader
 from .sizes import integer_sizes
 

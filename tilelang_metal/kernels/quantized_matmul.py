@@ -40,7 +40,7 @@ from typing import Any
 
 import tilelang.language as T
 
-from ..isa import SIMD_WIDTH
+from ..target.isa import SIMD_WIDTH
 from .quantize import BITS, GROUP_SIZES
 from .sizes import integer_sizes
 
@@ -346,7 +346,7 @@ def quantized_matmul(M: Any, N: int, K: int, *, bits: int, group_size: int, dtyp
     overrides the choice by M (`quantized_matmul_route`)."""
     import tilelang
 
-    from ..roofline import chip as chip_named
+    from ..performance.roofline import chip as chip_named
 
     if chip is not None and not hasattr(chip, "name"):
         chip_named(chip)  # an unknown chip name is refused in one line, as kernels.matmul does

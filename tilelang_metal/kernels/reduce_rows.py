@@ -22,7 +22,7 @@ from typing import Any
 
 import tilelang.language as T
 
-from ..isa import SIMD_WIDTH
+from ..target.isa import SIMD_WIDTH
 from .sizes import integer_sizes
 
 ACCUM = "float32"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..errors import CodegenError
 from ..host import tir, tvm
 from ..host import vocab

@@ -9,8 +9,8 @@ from typing import Any
 
 from ..host import tir
 from ..host import vocab
-from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, THREAD_ARRAY_ALIGN_ATTR, storage_of
-from ..scopes import SHARED_SCOPES
+from ..core.ir_attrs import COOPERATIVE_TENSOR_STORAGE, THREAD_ARRAY_ALIGN_ATTR, storage_of
+from ..core.scopes import SHARED_SCOPES
 
 DEVICE, THREADGROUP, THREAD = "device", "threadgroup", "thread"
 

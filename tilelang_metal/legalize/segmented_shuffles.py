@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..errors import CodegenError
 from ..host import tir, tvm
 from ..host import vocab
-from ..ir_attrs import LANE_ID_ATTR
-from ..isa import SIMD_WIDTH
+from ..core.ir_attrs import LANE_ID_ATTR
+from ..target.isa import SIMD_WIDTH
 from ..transform.function_pass import per_function_pass
 
 # op -> (kind, value operand, lane / delta / mask operand, width operand or None for a whole simdgroup)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir, tvm
 from ..host import vocab
 from ..transform.function_pass import per_function_pass

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..host import tile_region, tir, tvm
 from ..errors import MetalLoweringError
-from ..scopes import SHARED_SCOPES
+from ..core.scopes import SHARED_SCOPES
 from ..transform.barriers import storage_sync
 from .reduce import accumulator_dtype, combine, identity, is_seeded
 

@@ -31,7 +31,7 @@ from ..host import (
 from ..errors import MetalLoweringError
 from ..transform.barriers import merge_adjacent_barriers, sync_scope
 from ..transform.function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from ..transform.kernel_launches import ThreadLaunch, rewrite_kernels
 from ..transform.uniformity import ThreadDependence
 from .tile_atomics import ELEMENT_OPS as ATOMIC_TILE_OPS, check_half_width_atomics, lower_atomic_tile_op

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..host import FragmentView, IterSplit, fragment_view, iter_splits, make_replicated_fragment, tir, tvm
 from ..errors import MetalLoweringError
-from ..isa import SIMD_WIDTH
+from ..target.isa import SIMD_WIDTH
 from ..transform.barriers import storage_sync
 
 KINDS = ("sum", "abssum", "max", "min", "absmax", "bitand", "bitor", "bitxor")

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import gemm_call_fields, tir
-from ..capabilities import TargetCapabilities
-from ..isa import SIMD_WIDTH
-from ..scopes import FRAGMENT_SCOPES
+from ..target.capabilities import TargetCapabilities
+from ..target.isa import SIMD_WIDTH
+from ..core.scopes import FRAGMENT_SCOPES
 from ..selection import select_inst
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from ..scopes import SHARED_SCOPES
+from ..core.scopes import SHARED_SCOPES
 from ..host import vocab
 
 

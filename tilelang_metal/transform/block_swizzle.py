@@ -27,9 +27,9 @@ from typing import Any
 
 from ..host import tir, tvm
 from ..errors import MetalLoweringError
-from ..ir_attrs import POSITION_NAMES_ATTR  # position attribute -> parameter name
+from ..core.ir_attrs import POSITION_NAMES_ATTR  # position attribute -> parameter name
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_prelude import prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
 from ..host import vocab
 

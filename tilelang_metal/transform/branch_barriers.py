@@ -21,7 +21,7 @@ from ..host import tvm, vocab
 from .barriers import sync_scope
 from .device_memory_sync import split_at_barriers
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .uniformity import ThreadDependence
 
 

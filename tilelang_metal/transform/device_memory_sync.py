@@ -35,7 +35,7 @@ from ..host import REGION_READ, REGION_WRITE, tile_op_region, tir, tvm
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .uniformity import ThreadDependence, exchanged_buffers
 from ..host import vocab
 

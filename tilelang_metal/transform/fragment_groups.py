@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import gemm_call_fields, tir
-from ..capabilities import TargetCapabilities
-from ..isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
-from ..scopes import FRAGMENT_SCOPES
+from ..target.capabilities import TargetCapabilities
+from ..target.isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
+from ..core.scopes import FRAGMENT_SCOPES
 from ..selection import (
     Partition,
     Selection,
@@ -50,7 +50,7 @@ from ..selection import (
     simdgroup_instruction,
     warp_partition,
 )
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
 

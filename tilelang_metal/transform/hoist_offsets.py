@@ -12,7 +12,7 @@ from typing import Any
 
 from ..host import tir, tvm
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_prelude import launch_vars, prelude_vars, prepend, rewrite_inside_launch, with_prelude_vars
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
 from ..host import vocab

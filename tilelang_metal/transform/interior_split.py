@@ -21,11 +21,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import fresh_definitions, tir, tvm
 from ..gemm.edge_split import UNIFORM_BRANCH, uniform_branch
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_prelude import launch_vars, rewrite_inside_launch
 from ..host import vocab
 

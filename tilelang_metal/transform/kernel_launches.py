@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import THREAD_EXTENT_ATTR, tir, tvm
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")

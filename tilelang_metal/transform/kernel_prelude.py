@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host import tir
-from ..ir_attrs import PRELUDE_VARS_ATTR, prelude_vars
+from ..core.ir_attrs import PRELUDE_VARS_ATTR, prelude_vars
 from ..host import vocab
 
 

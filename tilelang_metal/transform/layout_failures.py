@@ -17,9 +17,9 @@ from typing import Any
 
 from ..host import THREAD_EXTENT_ATTR, tir, tvm
 from ..host import vocab
-from ..isa import SIMD_WIDTH
-from ..limits import MAX_THREADS_PER_THREADGROUP
-from ..ir_attrs import find_nodes
+from ..target.isa import SIMD_WIDTH
+from ..target.limits import MAX_THREADS_PER_THREADGROUP
+from ..core.ir_attrs import find_nodes
 from .kernel_launches import ThreadLaunch, kernels, rewrite_kernels
 
 REDUCER_SCOPE = "local.reducer"

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir
-from ..ir_attrs import COOPERATIVE_TENSOR_STORAGE, MATRIX_STORAGE_ATTR, SIMDGROUP_MATRIX_STORAGE, MatrixStorage, find_nodes
-from ..isa import REGISTRY, MatrixInstruction
+from ..core.ir_attrs import COOPERATIVE_TENSOR_STORAGE, MATRIX_STORAGE_ATTR, SIMDGROUP_MATRIX_STORAGE, MatrixStorage, find_nodes
+from ..target.isa import REGISTRY, MatrixInstruction
 from .function_pass import per_function_pass
 from ..host import vocab
 

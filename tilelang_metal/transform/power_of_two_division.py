@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm, vocab
-from ..ir_attrs import LANE_ID_ATTR, SHAPE_PARAMS_ATTR, SIMDGROUP_ID_ATTR, find_nodes
-from ..isa import SIMD_WIDTH
+from ..core.ir_attrs import LANE_ID_ATTR, SHAPE_PARAMS_ATTR, SIMDGROUP_ID_ATTR, find_nodes
+from ..target.isa import SIMD_WIDTH
 from .function_pass import per_function_pass
 
 

@@ -32,16 +32,17 @@ from typing import Any
 import math
 
 from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
-from .. import config, register_budget
+from .. import config
+from ..performance import register_budget
 from ..config import LoweringOptions
-from ..capabilities import TargetCapabilities
-from ..isa import SIMD_WIDTH
-from ..register_budget import RegisterEstimate
-from ..scopes import FRAGMENT_SCOPES
+from ..target.capabilities import TargetCapabilities
+from ..target.isa import SIMD_WIDTH
+from ..performance.register_budget import RegisterEstimate
+from ..core.scopes import FRAGMENT_SCOPES
 from ..selection import select_inst, warp_partition
 from .kernel_launches import kernels
-from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
-from ..ir_attrs import find_nodes, with_decisions
+from ..core.ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
+from ..core.ir_attrs import find_nodes, with_decisions
 from .barriers import is_threadgroup_barrier, storage_sync, sync_scope
 from .function_pass import per_function_pass
 from ..host import vocab

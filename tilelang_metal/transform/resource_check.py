@@ -16,9 +16,9 @@ from typing import Any
 
 from ..host import tile_op_name, tile_region, tir, tvm
 from ..errors import MetalLoweringError
-from ..limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES, THREADGROUP_MEMORY_TEXT
-from ..scopes import SHARED_SCOPES
-from ..ir_attrs import find_nodes
+from ..target.limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES, THREADGROUP_MEMORY_TEXT
+from ..core.scopes import SHARED_SCOPES
+from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
 __all__ = ["CheckThreadgroupResources", "ThreadgroupBuffer", "ThreadgroupBufferLog", "MAX_THREADS_PER_THREADGROUP", "THREADGROUP_MEMORY_BYTES"]

@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..capabilities import TargetCapabilities
-from ..ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
+from ..target.capabilities import TargetCapabilities
+from ..core.ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
 from ..config import LoweringOptions
 from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
-from ..limits import THREADGROUP_MEMORY_BYTES
-from ..scopes import GLOBAL_SCOPES, SHARED_SCOPES
+from ..target.limits import THREADGROUP_MEMORY_BYTES
+from ..core.scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..gemm.problem import tile_view_refusal
 from ..host import vocab
 

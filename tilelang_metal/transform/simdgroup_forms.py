@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import intrinsics
+from ..core import intrinsics
 from ..host import tir, tvm
-from ..isa import REGISTRY, SIMD_WIDTH
+from ..target.isa import REGISTRY, SIMD_WIDTH
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_prelude import prelude_vars
 from .integer_bits import bits_as_arithmetic, fold_constant_bits, has_division
 from .simdgroup_indices import LANE_ID_ATTR, SIMDGROUP_ID_ATTR

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from ..ir_attrs import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
-from ..isa import SIMD_WIDTH
+from ..core.ir_attrs import LANE_ID_ATTR, SIMDGROUP_ID_ATTR
+from ..target.isa import SIMD_WIDTH
 from .function_pass import per_function_pass
 from .kernel_launches import launch_of
 from ..host import vocab

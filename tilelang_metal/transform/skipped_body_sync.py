@@ -31,7 +31,7 @@ from ..host import tir, tvm
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .uniformity import ThreadDependence
 from ..host import vocab
 

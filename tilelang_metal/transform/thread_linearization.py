@@ -18,7 +18,7 @@ from ..errors import MetalLoweringError
 from ..host import THREAD_EXTENT_ATTR, tir, tvm
 from ..host import vocab
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from .kernel_launches import THREAD_TAGS, ThreadLaunch, rewrite_kernels
 
 # TVM's allreduce names its thread variables by identity: they must stay launch variables

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..host import tir, tvm
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
 POINTER_NAME = "__src"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host import REGION_WRITE, tile_op_region, tir, tvm, vocab
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 
 _THREAD_TAG_PREFIX = "threadIdx"
 

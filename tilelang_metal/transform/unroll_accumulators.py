@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from .. import intrinsics
+from ..core import intrinsics
 from .function_pass import per_function_pass
-from ..ir_attrs import find_nodes
+from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
 MAX_UNROLLED_ITERATIONS = 256

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..host import tir, tvm
-from ..scopes import SHARED_SCOPES
+from ..core.scopes import SHARED_SCOPES
 from ..errors import MetalLoweringError
 from .barriers import storage_sync, sync_scope
 from .function_pass import per_function_pass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...isa import COUNTED
+from ...target.isa import COUNTED
 from .. import toolchain
 from ..errors import EmulatorCompileError, EmulatorLaunchError, EmulatorRaceError, EmulatorRuntimeError
 from .guarded_memory import _Guarded, _GuardRegion
@@ -128,7 +128,7 @@ class ForeignKernel:
     def launch(self, args: Sequence[Any], grid: Sequence[int], block: Sequence[int], *, workers: int | None = None,
                _instrumentation: tuple[int, int, int] | None = None) -> None:
         """Run over `grid` threadgroups of `block` threads; results land in the tensors."""
-        from ...limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+        from ...target.limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
         from ..kernel import DEFAULT_STACK_BYTES, _dims, default_workers
 
         if len(args) != len(self.bindings):

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from . import config as settings, cost_model
-from .capabilities import TargetCapabilities, resolve_capabilities
-from .isa import METAL4_FEATURE, SIMD_WIDTH
+from .. import config as settings
+from . import cost_model
+from ..target.capabilities import TargetCapabilities, resolve_capabilities
+from ..target.isa import METAL4_FEATURE, SIMD_WIDTH
 from .cost_model import RooflineEstimate
 from .register_budget import estimate_registers
 from .roofline import Chip
-from .selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
+from ..selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
 
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
 PATHS = (DIRECT_GLOBAL, SHARED)
@@ -80,7 +81,7 @@ def rejection(cfg: GemmConfig, *, K: int = 64, dtype: str = "float16", target: A
     """Why the plugin would refuse `cfg` for a GEMM of reduction length K (None when it lowers), from
     the plugin's own rules; with `registers`, also a register estimate over the budget (such a kernel
     lowers, but spills: register_budget.py)."""
-    from .limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
+    from ..target.limits import MAX_THREADS_PER_THREADGROUP, THREADGROUP_MEMORY_BYTES
 
     if cfg.path not in PATHS:
         return f"unknown path {cfg.path!r}; use one of {PATHS}"
@@ -190,7 +191,7 @@ def config_report(
 def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: str | None = None,
           trans_B: bool = False) -> Any:
     """The configuration's kernel as a `T.prim_func` with parameters (A, B, C) on both paths."""
-    from . import kernels as examples
+    from .. import kernels as examples
 
     out_dtype = out_dtype or dtype
     if cfg.path == DIRECT_GLOBAL:
@@ -201,7 +202,7 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
                                 keep_staging=True)  # the shared path as configured, not bypassed
 
 
-# ---------------------------------------------------------------- the cost model's order (tilelang_metal/cost_model.py)
+# ---------------------------------------------------------------- the cost model's order (tilelang_metal/performance/cost_model.py)
 
 NEAR_TIE = cost_model.NEAR_TIE
 
@@ -257,8 +258,8 @@ def route_candidates(M: int, N: int, K: int, *, chip: Chip, target: Any, space: 
     autotuner's space (tiled GEMM on both paths; split-K with 2-16 slices of at least MIN_SLICE_K;
     GEMV where it applies), with the cost model's predicted seconds: what the dispatch's pick is
     checked against (tests/unit/test_dispatch_agrees_with_model.py)."""
-    from .kernels.gemv import GEMV_MAX_ROWS
-    from .kernels.matmul import MAX_SPLITS, MIN_SLICE_K
+    from ..kernels.gemv import GEMV_MAX_ROWS
+    from ..kernels.matmul import MAX_SPLITS, MIN_SLICE_K
 
     capabilities = resolve_capabilities(target)
     metal4, features = capabilities.metal4, capabilities.features
@@ -297,7 +298,7 @@ class RankedConfig:
 
 def target_for(chip: Chip) -> Any:
     """The Metal target a chip runs: Metal 4 cooperative tensors on M5 and newer, simdgroup MMA before."""
-    from . import kernels as examples
+    from .. import kernels as examples
 
     return examples.metal4_target() if chip.generation >= 5 else examples.plain_metal_target()
 
@@ -314,7 +315,7 @@ def rank_by_roofline(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chi
     import tilelang
     import torch
 
-    from .emulator import counters
+    from ..emulator import counters
 
     target = target if target is not None else target_for(chip)
     gen = torch.Generator().manual_seed(0)
@@ -366,7 +367,7 @@ def autotune_gemm(M: int, N: int, K: int, *, dtype: str = "float16", out_dtype: 
     import tilelang
     import torch
 
-    from .execution.backends import mps_available
+    from ..execution.backends import mps_available
 
     if execution_backend in ("auto", "torch") and not mps_available():
         raise RuntimeError(

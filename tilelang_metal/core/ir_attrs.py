@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .host import tir, tvm
-from .isa import REGISTRY, MatrixInstruction
-from .host import vocab
+from ..host import tir, tvm
+from ..target.isa import REGISTRY, MatrixInstruction
+from ..host import vocab
 
 # AttrStmt key around an IfThenElse whose condition is the same for every thread of a threadgroup
 # (gemm/edge_split.py writes it; the printer comments both branches, the emulator's counters read it).

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from .isa import REGISTRY
+from ..target.isa import REGISTRY
 
 
 _APPLE_NEWS = "Apple Newsroom"

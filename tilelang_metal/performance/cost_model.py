@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
-from .isa import SIMD_WIDTH, MatrixInstruction
+from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from .roofline import Chip
 
 # Philip Turner, metal-benchmarks (README, "On-Chip Memory"): ~32 bytes per cycle from the GPU's shared
@@ -292,7 +292,7 @@ def _registers(block_m: int, block_n: int, m_warp: int, n_warp: int, inst: Matri
 def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4: bool, block_k: int = 0, stages: int = 0,
                   swizzle: int = 0, splits: int = 1, K: int = 4096, route: str = GEMM, features: frozenset[str] = frozenset()) -> GemmKernel | None:
     """The plugin's GEMM kernel of this tiling as GemmMetal plans it (None: no legal warp partition)."""
-    from . import config as settings
+    from .. import config as settings
 
     return _plugin_kernel(path, block_m, block_n, threads, metal4, block_k, stages, swizzle, splits, K, route, features,
                           settings.fragment_ct())
@@ -301,10 +301,10 @@ def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4
 @functools.lru_cache(maxsize=8192)  # the dispatch and the rankings ask for the same tilings again and again
 def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: bool, block_k: int, stages: int, swizzle: int,
                    splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool) -> GemmKernel | None:
-    from .capabilities import capabilities_with
-    from .isa import METAL4_FEATURE
+    from ..target.capabilities import capabilities_with
+    from ..target.isa import METAL4_FEATURE
     from .register_budget import staging_elements
-    from .selection import WarpPolicy, select_inst, warp_partition
+    from ..selection import WarpPolicy, select_inst, warp_partition
 
     shared = path == SHARED
     c_scope = "local.fragment" if shared else "global"
@@ -340,7 +340,7 @@ def from_choice(choice: Any) -> GemmKernel | None:
 
 
 def _instruction(name_prefix: str) -> MatrixInstruction:
-    from .isa import REGISTRY
+    from ..target.isa import REGISTRY
 
     return next(i for i in REGISTRY if i.name.startswith(name_prefix))
 

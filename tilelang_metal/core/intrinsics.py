@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .host import tir
-from .isa import REGISTRY, MatrixInstruction
-from .host import vocab
+from ..host import tir
+from ..target.isa import REGISTRY, MatrixInstruction
+from ..host import vocab
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capabilities import capabilities_with, resolve_capabilities
-from .dtypes import DTYPE_OF_MSL
-from .isa import SIMD_WIDTH, MatrixInstruction
-from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
-from .selection import Partition, WarpPolicy, select_inst, warp_partition
+from ..target.capabilities import capabilities_with, resolve_capabilities
+from ..core.dtypes import DTYPE_OF_MSL
+from ..target.isa import SIMD_WIDTH, MatrixInstruction
+from ..core.scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
+from ..selection import Partition, WarpPolicy, select_inst, warp_partition
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int16": 2, "uint16": 2,
           "uint32": 4, "int64": 8, "uint64": 8, "bool": 1}
@@ -353,8 +353,8 @@ def attention_plan(head_dim: int, block_m: int, block_n: int, threads: int, *, m
     """The instruction and row split of attention's two GEMMs (S = Q K^T, O += P V with P in
     registers), as fragment_groups chooses them: the instruction with the fewest replicas, a
     cooperative tensor on a tie; None when no whole-tile split exists."""
-    from .isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE
-    from .selection import cooperative_instructions, row_partition, simdgroup_instruction
+    from ..target.isa import COOPERATIVE_TENSOR_KIND, METAL4_FEATURE
+    from ..selection import cooperative_instructions, row_partition, simdgroup_instruction
 
     features = capabilities_with({METAL4_FEATURE} if metal4 else ()).features  # the dataflow's, not a target's
     warps = threads // SIMD_WIDTH

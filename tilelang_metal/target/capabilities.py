@@ -87,7 +87,7 @@ def resolve_capabilities(target: Any = None) -> TargetCapabilities:
         raise TypeError(f"target={target!r}: pass a Target, 'metal' or None (this host), or capabilities_with({{'metal4'}}) / "
                         "capabilities_with(()) instead of a bool")
     if not hasattr(target, "keys") or isinstance(target, dict):
-        from .host import resolve_target
+        from ..host import resolve_target
 
         target = resolve_target(target if target is not None else "metal")
     return capabilities_of(target)

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from .host import Target
+from ..host import Target
 from .isa import METAL4_FEATURE, SIMD_WIDTH
 from .limits import MAX_THREADS_PER_THREADGROUP
 
