@@ -99,10 +99,13 @@ def test_cache_hit_in_a_new_process(session_cache):
 def test_concurrent_builds_of_the_same_kernel(session_cache):
     src = K.simd_collectives()
     unit = emu._unit(src, True)[1]
+    before = _builds()
     with ThreadPoolExecutor(max_workers=3) as pool:  # a failing build re-raises in .result()
         results = [f.result() for f in [pool.submit(emu.toolchain.kernel_library, unit, True) for _ in range(3)]]
     assert len(set(results)) == 1 and results[0].exists()
-    leftovers = [p for p in session_cache.rglob(".build-*")]
+    # one compile: the others waited on the key's lock and loaded it (as two xdist workers would)
+    assert _builds() - before == 1
+    leftovers = [p for p in session_cache.rglob(".build-*")] + [p for p in session_cache.rglob(".lock-*")]
     assert leftovers == []
 
 

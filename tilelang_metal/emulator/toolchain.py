@@ -3,12 +3,16 @@
 Kernels are compiled with the machine's g++ against the shim headers; the CPU runtime is compiled
 once per (runtime sources, compiler, flags) into a relocatable object that every kernel library
 links statically. Everything is cached under `cache_dir()` by content hash and published with
-`os.replace`, so concurrent processes building the same thing are safe. Every use of an entry is
+`os.replace`, so concurrent processes building the same thing are safe; a per-key lock file makes
+the second of two concurrent builders (pytest-xdist workers) wait for the first and load its result
+instead of compiling the same source again. Every use of an entry is
 recorded and the cache is kept within its size limit, least recently used first (cache.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -146,6 +150,23 @@ def _publish(tmp_file: Path, final: Path) -> None:
 _build_lock = threading.Lock()
 
 
+@contextlib.contextmanager
+def _building(final: Path):
+    """Held while `final` is built: a concurrent builder of the same key (another process or
+    thread) waits here, then finds the entry published and loads it. Only an optimization: a
+    builder that gets past a lock removed under it builds again and publishes the same bytes."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    lock = final.parent / f".lock-{final.name}"  # dot names are not cache entries (cache.entries)
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+        os.close(fd)  # releases the lock
+
+
 def runtime_object() -> Path:
     """The compiled runtime (one relocatable object), built on first use."""
     cxx = compiler()
@@ -154,7 +175,15 @@ def runtime_object() -> Path:
     final = cache_dir() / "runtime" / f"{key[:32]}.o"
     if cache.touch(final):
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with _building(final):
+        if cache.touch(final):  # built by the holder of the lock
+            return final
+        _build_runtime(cxx, flags, final)
+    cache.after_publish(cache_dir(), final)
+    return final
+
+
+def _build_runtime(cxx: str, flags: list[str], final: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
         objs = []
@@ -173,8 +202,6 @@ def runtime_object() -> Path:
         _publish(combined, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache.after_publish(cache_dir(), final)
-    return final
 
 
 @dataclass(frozen=True)
@@ -310,7 +337,16 @@ def prelude_header(instrument: str | None = None, unit_flags: tuple[str, ...] = 
     gch = final / (PRELUDE_NAME + ".gch")
     if gch.exists() and cache.touch(final):
         return header
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with _building(final):
+        if gch.exists() and cache.touch(final):  # built by the holder of the lock
+            return header
+        built = _build_prelude(cxx, flags, final, header)
+    if built:
+        cache.after_publish(cache_dir(), final)
+    return header if gch.exists() else None
+
+
+def _build_prelude(cxx: str, flags: list[str], final: Path, header: Path) -> bool:
     if not header.exists():
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
         try:
@@ -327,11 +363,10 @@ def prelude_header(instrument: str | None = None, unit_flags: tuple[str, ...] = 
     cmd = [cxx, *flags, "-I", str(SHIM_DIR), "-x", "c++-header", str(header), "-o", part]
     if _run(cmd, final).returncode != 0:
         Path(part).unlink(missing_ok=True)
-        return None  # builds go on without it
+        return False  # builds go on without it
     bump("prelude_builds")
-    os.replace(part, gch)  # concurrent builders publish the same bytes
-    cache.after_publish(cache_dir(), final)
-    return header if (final / (PRELUDE_NAME + ".gch")).exists() else None
+    os.replace(part, final / (PRELUDE_NAME + ".gch"))  # concurrent builders publish the same bytes
+    return True
 
 
 @functools.cache
@@ -353,6 +388,14 @@ def syntax_check(unit: SourceUnit) -> None:
     stamp = cache_dir() / "syntax" / f"{unit.kernel_name[:48]}-{key[:32]}.ok"
     if cache.touch(stamp):
         return
+    with _building(stamp):
+        if cache.touch(stamp):  # checked by the holder of the lock
+            return
+        _check_syntax(unit, cxx, stamp)
+    cache.after_publish(cache_dir(), stamp)
+
+
+def _check_syntax(unit: SourceUnit, cxx: str, stamp: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="tlm-check-") as d:
         build = Path(d)
         src = build / unit.file_name
@@ -363,9 +406,7 @@ def syntax_check(unit: SourceUnit) -> None:
             raise EmulatorCompileError(
                 f"MSL kernel '{unit.kernel_name}' does not compile:\n" + format_diagnostics(unit, r.stderr, build)
             )
-    stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.touch()
-    cache.after_publish(cache_dir(), stamp)
 
 
 def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = None) -> Path:
@@ -379,8 +420,17 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
         bump("disk_hits")
         return final
     rt = runtime_object()
-    kdir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=kdir))
+    with _building(final):
+        if cache.touch(final):  # built by the holder of the lock
+            bump("disk_hits")
+            return final
+        _build_kernel(unit, cxx, rt, instrument, final)
+    cache.after_publish(cache_dir(), final)
+    return final
+
+
+def _build_kernel(unit: SourceUnit, cxx: str, rt: Path, instrument: str | None, final: Path) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
         src = tmp / unit.file_name
         src.write_text(unit.text)
@@ -401,5 +451,3 @@ def kernel_library(unit: SourceUnit, checked: bool, instrument: str | None = Non
         _publish(lib, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache.after_publish(cache_dir(), final)
-    return final
