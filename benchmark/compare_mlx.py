@@ -43,8 +43,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 
 import count_models  # noqa: E402
-from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, gemm_case,  # noqa: E402
-                            quantized_operands, torch_dtype)
+from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, attention_mask,  # noqa: E402
+                            gemm_case, quantized_operands, torch_dtype)
 
 # device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
 # the GPU-level columns after them count what a GPU would issue (docs/emulator.md, "GPU-level counts").
@@ -151,24 +151,31 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
 
     target_name, _ = CLASSES[klass]
     d = p.dims
+    mask = d.get("mask")  # None, "bool" or "additive": a (seq, seq) tensor shared by the heads
     target = kernels.metal4_target() if target_name == "metal4" else kernels.plain_metal_target()
     # the kernel's defaults (no block sizes given; the same choice here, for the count model's blocks)
-    blocks = attention_blocks(d["head_dim"], dataflow=attention_dataflow(target), dtype=p.dtype, row_bounds=d["causal"])
+    blocks = attention_blocks(d["head_dim"], dataflow=attention_dataflow(target), dtype=p.dtype, row_bounds=d["causal"] or mask is not None,
+                              inputs=4 + (mask is not None))
     block_m, block_n = blocks.block_m, blocks.block_n
     errors = ErrorTracker()
     dt = torch_dtype(p.dtype)
 
     def measure(seq: int) -> dict[str, float]:
         kern = kernels.flash_attention_forward(1, 1, seq, d["head_dim"], causal=d["causal"], dtype=p.dtype, target=target,
-                                               execution_backend="emulator")
+                                               execution_backend="emulator", **({"mask": mask} if mask else {}))
         g = torch.Generator().manual_seed(seq)
         q, k, v = (torch.randn(1, seq, 1, d["head_dim"], generator=g).to(dt) for _ in range(3))
-        ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), is_causal=d["causal"]).transpose(1, 2)
-        errors.check(kern(q, k, v), ref)
-        return plugin_counts(kern, q, k, v)
+        mask_tensor = attention_mask(mask, seq, p.dtype, seed=seq) if mask else None
+        extra = () if mask_tensor is None else (mask_tensor,)
+        attn_mask = mask_tensor if mask_tensor is None or mask == "bool" else mask_tensor.float()  # torch: a float mask adds
+        ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), attn_mask=attn_mask,
+                                             is_causal=d["causal"]).transpose(1, 2)
+        errors.check(kern(q, k, v, *extra), ref)
+        return plugin_counts(kern, q, k, v, *extra)
 
     total = count_models.attention_counts(d["seq"], block_m, block_n, d["causal"], d["heads"], measure)
-    return Measured(f"flash attention {block_m}x{block_n}, {blocks.threads} threads, {target_name}", errors.worst, total)
+    with_mask = f", {mask} mask" if mask else ""
+    return Measured(f"flash attention {block_m}x{block_n}, {blocks.threads} threads, {target_name}{with_mask}", errors.worst, total)
 
 
 DECODE_SPLITS = 32  # key ranges per KV head (MLX's sdpa_vector_2pass takes 64 blocks here)
@@ -370,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for compare_mlx.csv and compare_mlx.md")
     ap.add_argument("--dry-run", action="store_true", help="the emulator (the only mode so far: timing is bench_gemm.py's job)")
     ap.add_argument("--only", default="", help="comma-separated problem names (default: all)")
-    ap.add_argument("--classes", default="nax,steel", help="chip classes: nax (M5: metal4 vs MLX NAX), steel (plain metal vs steel)")
+    ap.add_argument("--classes", default=",".join(CLASSES),
+                    help="chip classes: nax (M5: metal4 vs MLX NAX), steel (M3: plain metal vs steel), steel-pro, steel-max, "
+                         "steel-ultra (the M3 Pro, Max, Ultra: MLX's steel tile per size class)")
     args = ap.parse_args(argv)
     names = {n for n in args.only.split(",") if n}
     unknown = names - {p.name for p in PROBLEMS}
@@ -378,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown problem(s) {sorted(unknown)}; known: {', '.join(p.name for p in PROBLEMS)}")
     classes = [c for c in args.classes.split(",") if c]
     if set(classes) - set(CLASSES):
-        ap.error(f"--classes {args.classes}: use nax and/or steel")
+        ap.error(f"--classes {args.classes}: unknown {sorted(set(classes) - set(CLASSES))}; known: {', '.join(CLASSES)}")
     import tilelang_metal  # noqa: F401  (installs the plugin)
 
     rows = run([p for p in PROBLEMS if not names or p.name in names], classes, args.out)
