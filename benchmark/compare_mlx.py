@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib
 import math
 import os
@@ -110,7 +111,6 @@ def plugin_occupancy(kernels: list[Any]) -> tuple[int, int] | None:
 
 def plugin_gemm(p: Problem, klass: str) -> Measured:
     from tilelang_metal import kernels
-    matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
 
     target_name, chip = CLASSES[klass]
     d = p.dims
@@ -119,17 +119,29 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
     # the dispatch's choice for the layout as stored (plain metal's NT tile is MLX's 64x32x32, not the NN tile)
     choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name, trans_A=layout == "tn",
                                    trans_B=layout == "nt", batch=batch or None, epilogue=epilogue)
-    errors = ErrorTracker()
     if layout != "nn" and choice.route != "gemm":
         raise ValueError(f"{p.name}: the dispatch routes {choice.route}, which takes no transposed operands")
+    # the chip and the reasons change no kernel: a class whose pick is another class's kernel reuses its counts
+    return _gemm_measured(p, replace(choice, chip="", reasons=()))
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_measured(p: Problem, choice: Any) -> Measured:
+    """The plugin's GEMM `choice` on problem `p` measured (counts at full size, its occupancy)."""
+    matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
+    d = p.dims
+    layout, batch = d["layout"], d.get("batch", 0)
+    errors = ErrorTracker()
+    compiled: list[Any] = []
 
     def measure(m: int, n: int) -> dict[str, float]:
         # the same tile at the proxy size (a batch of PROXY_BATCH); swizzle moves no work
         proxy = replace(choice, M=m, N=n, swizzle=0, **({"batch": PROXY_BATCH} if batch else {}))
         # the routed kernel, with the layout's transposes (the gemm route's kernel takes trans_A / trans_B)
         kern = matmul_module.compile_choice(proxy, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
-        args, ref = gemm_case(m, n, d["K"], layout, p.dtype, PROXY_BATCH if batch else 0, epilogue == "bias")
+        args, ref = gemm_case(m, n, d["K"], layout, p.dtype, PROXY_BATCH if batch else 0, choice.epilogue == "bias")
         errors.check(kern(*args), ref)
+        compiled.append(kern)
         return plugin_counts(kern, *args)
 
     if choice.route == "gemv":
@@ -139,7 +151,7 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
     if batch:
         total = {k: v * batch / PROXY_BATCH for k, v in total.items()}
     config = choice.summary().split(": ", 1)[1] + (f", layout {layout}" if layout != "nn" else "")
-    return Measured(config, errors.worst, total)
+    return Measured(config, errors.worst, total, plugin_occupancy(compiled))
 
 
 def plugin_attention(p: Problem, klass: str) -> Measured:
