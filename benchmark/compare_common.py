@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOLERANCE = {"float16": 2e-2, "bfloat16": 3e-2, "float32": 1e-4}
-CLASSES = {"nax": ("metal4", "M5"), "steel": ("metal", "M3")}
+# chip class -> (the plugin's target, the chip its dispatch is given). "steel" is a base M3; the steel-*
+# classes are the other M3 chips, one per size class of MLX's steel GEMM tile rule (base and Pro
+# "small", Max "medium", Ultra "large": kernels.matmul.steel_size_class, compare_mlx_side.STEEL_DEVICE)
+CLASSES = {"nax": ("metal4", "M5"), "steel": ("metal", "M3"), "steel-pro": ("metal", "M3 Pro"),
+           "steel-max": ("metal", "M3 Max"), "steel-ultra": ("metal", "M3 Ultra")}
+STEEL_CLASSES = ("steel", "steel-pro", "steel-max", "steel-ultra")
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,10 @@ class Problem:
 
 
 def _gemm(name: str, M: int, N: int, K: int, layout: str = "nn", dtype: str = "float16", batch: int = 0,
-          epilogue: str = "none") -> Problem:
+          epilogue: str = "none", classes: tuple[str, ...] = ("nax", "steel")) -> Problem:
     """A GEMM problem; `batch`: that many products, A (batch, M, K), B (batch, K, N); `epilogue`
     "bias": a bias (N,) added (kernels.matmul's epilogue, MLX's addmm)."""
-    return Problem(name, "gemm", ("nax", "steel"), {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype, "batch": batch,
+    return Problem(name, "gemm", classes, {"M": M, "N": N, "K": K, "layout": layout, "dtype": dtype, "batch": batch,
                                                      "epilogue": epilogue})
 
 
@@ -57,6 +62,10 @@ PROBLEMS: tuple[Problem, ...] = (
     *(_gemm(f"gemm-nn-fp16-skinny-m{m}", m, 4096, 4096) for m in (1, 2, 4, 16, 32, 64)),
     *(Problem(f"attention-d{d}{'-causal' if c else ''}-4k", "attention", ("nax", "steel"),
               {"heads": 32, "seq": 4096, "head_dim": d, "causal": c, "dtype": "float16"}) for d in (64, 128) for c in (False, True)),
+    # issue 35 item 5: a (seq, seq) mask shared by the heads, bool (True keeps) or additive in q's dtype
+    # (MLX's steel attention with has_mask; its NAX launch here takes no mask, so steel only)
+    *(Problem(f"attention-d64-mask-{m}-4k", "attention", ("steel",),
+              {"heads": 32, "seq": 4096, "head_dim": 64, "causal": False, "mask": m, "dtype": "float16"}) for m in ("bool", "additive")),
     Problem("decode-d128-4k", "decode", ("steel",), {"heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "dtype": "float16"}),
     Problem("softmax-4096", "softmax", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
     Problem("row-sum-4096", "row_sum", ("steel",), {"rows": 4096, "cols": 4096, "dtype": "float32"}),
@@ -67,6 +76,10 @@ PROBLEMS: tuple[Problem, ...] = (
     # bias (MLX's addmm: the same GEMM reading the bias as its output source)
     _gemm("gemm-nn-fp16-batch8-1024", 1024, 1024, 1024, batch=8),
     _gemm("gemm-nn-fp16-bias-4096", 4096, 4096, 4096, epilogue="bias"),
+    # issue 35 item 5: MLX's steel tile per size class; the smallest fp16 NN problem where all three
+    # differ (2^20 outputs and K >= 2 max(M, N): base / Pro 64x64 on 1x2 simdgroups, Max 64x64 on 2x2,
+    # Ultra 32x64 on 1x2)
+    _gemm("gemm-nn-fp16-1024x1024x2048", 1024, 1024, 2048, classes=STEEL_CLASSES),
 )
 PROXY_BATCH = 2  # products a batched proxy launches; its counts scale by batch / PROXY_BATCH (each z does the same work)
 
@@ -138,6 +151,20 @@ def gemm_case(M: int, N: int, K: int, layout: str, dtype: str, batch: int = 0, b
         return (a, b), ref
     vector = torch.randn(N, generator=torch.Generator().manual_seed(seed + 7919)).to(torch_dtype(dtype))
     return (a, b, vector), ref + vector.float()
+
+
+def attention_mask(kind: str, seq: int, dtype: str, seed: int = 0) -> Any:
+    """A (seq, seq) mask for an attention problem's proxy: "bool", True keeps (3 keys in 4 and the
+    diagonal, so no row is fully masked: MLX and torch disagree there); "additive", normal values in
+    `dtype` with 1 key in 10 at -inf (removed)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if kind == "bool":
+        return (torch.rand(seq, seq, generator=g) < 0.75) | torch.eye(seq, dtype=torch.bool)
+    values = torch.randn(seq, seq, generator=g)
+    removed = (torch.rand(seq, seq, generator=g) < 0.1) & ~torch.eye(seq, dtype=torch.bool)
+    return values.masked_fill(removed, float("-inf")).to(torch_dtype(dtype))
 
 
 def quantized_operands(M: int, N: int, K: int, bits: int, group_size: int, dtype: str, seed: int = 0) -> tuple[Any, ...]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib
 import math
 import os
@@ -43,8 +44,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 
 import count_models  # noqa: E402
-from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, gemm_case,  # noqa: E402
-                            quantized_operands, torch_dtype)
+from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, attention_mask,  # noqa: E402
+                            gemm_case, quantized_operands, torch_dtype)
 
 # device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
 # the GPU-level columns after them count what a GPU would issue (docs/emulator.md, "GPU-level counts").
@@ -110,7 +111,6 @@ def plugin_occupancy(kernels: list[Any]) -> tuple[int, int] | None:
 
 def plugin_gemm(p: Problem, klass: str) -> Measured:
     from tilelang_metal import kernels
-    matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
 
     target_name, chip = CLASSES[klass]
     d = p.dims
@@ -119,17 +119,29 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
     # the dispatch's choice for the layout as stored (plain metal's NT tile is MLX's 64x32x32, not the NN tile)
     choice = kernels.matmul_config(d["M"], d["N"], d["K"], p.dtype, chip=chip, target=target_name, trans_A=layout == "tn",
                                    trans_B=layout == "nt", batch=batch or None, epilogue=epilogue)
-    errors = ErrorTracker()
     if layout != "nn" and choice.route != "gemm":
         raise ValueError(f"{p.name}: the dispatch routes {choice.route}, which takes no transposed operands")
+    # the chip and the reasons change no kernel: a class whose pick is another class's kernel reuses its counts
+    return _gemm_measured(p, replace(choice, chip="", reasons=()))
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_measured(p: Problem, choice: Any) -> Measured:
+    """The plugin's GEMM `choice` on problem `p` measured (counts at full size, its occupancy)."""
+    matmul_module = importlib.import_module("tilelang_metal.kernels.matmul")  # `kernels.matmul` is the function
+    d = p.dims
+    layout, batch = d["layout"], d.get("batch", 0)
+    errors = ErrorTracker()
+    compiled: list[Any] = []
 
     def measure(m: int, n: int) -> dict[str, float]:
         # the same tile at the proxy size (a batch of PROXY_BATCH); swizzle moves no work
         proxy = replace(choice, M=m, N=n, swizzle=0, **({"batch": PROXY_BATCH} if batch else {}))
         # the routed kernel, with the layout's transposes (the gemm route's kernel takes trans_A / trans_B)
         kern = matmul_module.compile_choice(proxy, "emulator", trans_A=layout == "tn", trans_B=layout == "nt")
-        args, ref = gemm_case(m, n, d["K"], layout, p.dtype, PROXY_BATCH if batch else 0, epilogue == "bias")
+        args, ref = gemm_case(m, n, d["K"], layout, p.dtype, PROXY_BATCH if batch else 0, choice.epilogue == "bias")
         errors.check(kern(*args), ref)
+        compiled.append(kern)
         return plugin_counts(kern, *args)
 
     if choice.route == "gemv":
@@ -139,7 +151,7 @@ def plugin_gemm(p: Problem, klass: str) -> Measured:
     if batch:
         total = {k: v * batch / PROXY_BATCH for k, v in total.items()}
     config = choice.summary().split(": ", 1)[1] + (f", layout {layout}" if layout != "nn" else "")
-    return Measured(config, errors.worst, total)
+    return Measured(config, errors.worst, total, plugin_occupancy(compiled))
 
 
 def plugin_attention(p: Problem, klass: str) -> Measured:
@@ -151,24 +163,31 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
 
     target_name, _ = CLASSES[klass]
     d = p.dims
+    mask = d.get("mask")  # None, "bool" or "additive": a (seq, seq) tensor shared by the heads
     target = kernels.metal4_target() if target_name == "metal4" else kernels.plain_metal_target()
     # the kernel's defaults (no block sizes given; the same choice here, for the count model's blocks)
-    blocks = attention_blocks(d["head_dim"], dataflow=attention_dataflow(target), dtype=p.dtype, row_bounds=d["causal"])
+    blocks = attention_blocks(d["head_dim"], dataflow=attention_dataflow(target), dtype=p.dtype, row_bounds=d["causal"] or mask is not None,
+                              inputs=4 + (mask is not None))
     block_m, block_n = blocks.block_m, blocks.block_n
     errors = ErrorTracker()
     dt = torch_dtype(p.dtype)
 
     def measure(seq: int) -> dict[str, float]:
         kern = kernels.flash_attention_forward(1, 1, seq, d["head_dim"], causal=d["causal"], dtype=p.dtype, target=target,
-                                               execution_backend="emulator")
+                                               execution_backend="emulator", **({"mask": mask} if mask else {}))
         g = torch.Generator().manual_seed(seq)
         q, k, v = (torch.randn(1, seq, 1, d["head_dim"], generator=g).to(dt) for _ in range(3))
-        ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), is_causal=d["causal"]).transpose(1, 2)
-        errors.check(kern(q, k, v), ref)
-        return plugin_counts(kern, q, k, v)
+        mask_tensor = attention_mask(mask, seq, p.dtype, seed=seq) if mask else None
+        extra = () if mask_tensor is None else (mask_tensor,)
+        attn_mask = mask_tensor if mask_tensor is None or mask == "bool" else mask_tensor.float()  # torch: a float mask adds
+        ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)), attn_mask=attn_mask,
+                                             is_causal=d["causal"]).transpose(1, 2)
+        errors.check(kern(q, k, v, *extra), ref)
+        return plugin_counts(kern, q, k, v, *extra)
 
     total = count_models.attention_counts(d["seq"], block_m, block_n, d["causal"], d["heads"], measure)
-    return Measured(f"flash attention {block_m}x{block_n}, {blocks.threads} threads, {target_name}", errors.worst, total)
+    with_mask = f", {mask} mask" if mask else ""
+    return Measured(f"flash attention {block_m}x{block_n}, {blocks.threads} threads, {target_name}{with_mask}", errors.worst, total)
 
 
 DECODE_SPLITS = 32  # key ranges per KV head (MLX's sdpa_vector_2pass takes 64 blocks here)
@@ -370,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for compare_mlx.csv and compare_mlx.md")
     ap.add_argument("--dry-run", action="store_true", help="the emulator (the only mode so far: timing is bench_gemm.py's job)")
     ap.add_argument("--only", default="", help="comma-separated problem names (default: all)")
-    ap.add_argument("--classes", default="nax,steel", help="chip classes: nax (M5: metal4 vs MLX NAX), steel (plain metal vs steel)")
+    ap.add_argument("--classes", default=",".join(CLASSES),
+                    help="chip classes: nax (M5: metal4 vs MLX NAX), steel (M3: plain metal vs steel), steel-pro, steel-max, "
+                         "steel-ultra (the M3 Pro, Max, Ultra: MLX's steel tile per size class)")
     args = ap.parse_args(argv)
     names = {n for n in args.only.split(",") if n}
     unknown = names - {p.name for p in PROBLEMS}
@@ -378,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown problem(s) {sorted(unknown)}; known: {', '.join(p.name for p in PROBLEMS)}")
     classes = [c for c in args.classes.split(",") if c]
     if set(classes) - set(CLASSES):
-        ap.error(f"--classes {args.classes}: use nax and/or steel")
+        ap.error(f"--classes {args.classes}: unknown {sorted(set(classes) - set(CLASSES))}; known: {', '.join(CLASSES)}")
     import tilelang_metal  # noqa: F401  (installs the plugin)
 
     rows = run([p for p in PROBLEMS if not names or p.name in names], classes, args.out)

@@ -3,8 +3,10 @@ launched through the MLX reference tier's modules (tests/mlx_reference/mlx_*.py:
 logic, each value's source cited there), checked against torch, counted at full size from proxies
 (count_models.py). The headers come from the mlx-metal wheel, downloaded into a cache as the tier does.
 
-Chip classes: "steel" is an M3 (MLX's default device in mlx_gemm: no neural accelerators), "nax" a
-base M5 (architecture suffix 'g'), where MLX runs its NAX GEMM and attention.
+Chip classes: "steel" is an M3 (MLX's default device in mlx_gemm: no neural accelerators), "steel-pro",
+"steel-max" and "steel-ultra" the other M3 chips (STEEL_DEVICE: MLX's GEMM picks its steel tile by the
+architecture's size-class letter), "nax" a base M5 (architecture suffix 'g'), where MLX runs its NAX
+GEMM and attention.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 import count_models
 import mlx_registers as families
-from compare_common import PROXY_BATCH, ErrorTracker, Measured, Problem, gemm_case, gemm_operands, quantized_operands, torch_dtype
+from compare_common import (CLASSES, PROXY_BATCH, ErrorTracker, Measured, Problem, attention_mask, gemm_case, gemm_operands,
+                            quantized_operands, torch_dtype)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,6 +30,12 @@ def include() -> str:
     import mlx_headers
 
     return str(mlx_headers.kernel_headers(ROOT / ".pytest_cache" / "d" / "mlx-metal"))
+
+
+# `get_architecture()` of each steel class's chip (mlx_gemm.Device: the generation, 15 for the M3s, then
+# the size-class letter: 'g' base, 'p' Pro (the M3 Pro reports applegpu_g15p; the M2 and M4 Pro report
+# 's'), 's' Max, 'd' Ultra)
+STEEL_DEVICE = {"steel": "applegpu_g15g", "steel-pro": "applegpu_g15p", "steel-max": "applegpu_g15s", "steel-ultra": "applegpu_g15d"}
 
 
 def _occupancy(est: families.FamilyEstimate) -> tuple[int, int]:
@@ -46,7 +55,9 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
     ta, tb = layout == "tn", layout == "nt"
     dt = torch_dtype(p.dtype)
     errors = ErrorTracker()
-    route = G.route(M, N, K, dt, ta, tb)  # MLX's Matmul::eval_gpu, before the NAX branch
+    device = G.Device(STEEL_DEVICE.get(klass, G.DEFAULT_DEVICE.architecture))  # nax: the M3's rules up to the NAX branch
+    chip = CLASSES[klass][1]
+    route = G.route(M, N, K, dt, ta, tb, device)  # MLX's Matmul::eval_gpu, before the NAX branch
     batch, bias = d.get("batch", 0), d.get("epilogue", "none") == "bias"
     if (batch or bias) and route != "gemm":  # MLX splits K only for one product; AddMM as Matmul here
         raise ValueError(f"{p.name}: MLX would run {route}, which is wired here for one product without a bias only")
@@ -97,22 +108,37 @@ def mlx_gemm(p: Problem, klass: str) -> Measured:
 
         total = count_models.gemm_counts(M, N, bm, bn, measure)
         est = families.steel_gemm(bm, bn, 16, 2, 2, p.dtype, transpose_a=ta, transpose_b=tb, family="steel_gemm_splitk")
-        return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum (M3)", errors.worst, total,
+        return Measured(f"steel_gemm_splitk bm{bm} bn{bn} bk16, {partitions} partitions + accum ({chip})", errors.worst, total,
                         _occupancy(est))
 
-    tile = G.gemm_tile(M, N, K, dt, ta, tb, batch=batch or 1)
-    bm, bn = tile[0], tile[1]
+    tile = G.gemm_tile(M, N, K, dt, ta, tb, device, batch=batch or 1)
+    # the architecture only picks the tile: a class with another class's tile reuses its counts
+    worst, total = _steel_gemm_counts(p, tile)
+    est = families.steel_gemm(*tile[:5], p.dtype, transpose_a=ta, transpose_b=tb)
+    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} ({})".format(*tile, chip) + extra, worst, total, _occupancy(est))
+
+
+@functools.lru_cache(maxsize=None)
+def _steel_gemm_counts(p: Problem, tile: tuple[int, int, int, int, int]) -> tuple[float, dict[str, float]]:
+    """(largest relative error, counts at full size) of MLX's steel GEMM with `tile` on problem `p`."""
+    import mlx_gemm as G
+
+    d = p.dims
+    M, N, K, layout = d["M"], d["N"], d["K"], d["layout"]
+    ta, tb = layout == "tn", layout == "nt"
+    batch, bias = d.get("batch", 0), d.get("epilogue", "none") == "bias"
+    errors = ErrorTracker()
 
     def measure(m: int, n: int) -> dict[str, float]:
-        args, ref = gemm_case(m, n, K, layout, p.dtype, proxy_batch, bias)
-        out, launch = G.steel_gemm(*args[:2], transpose_a=ta, transpose_b=tb, include=include(), tile=tile, **source(args))
+        args, ref = gemm_case(m, n, K, layout, p.dtype, PROXY_BATCH if batch else 0, bias)
+        source = {"c": args[2]} if bias else {}  # AddMM(bias, a, b): alpha = beta = 1, so no axpby
+        out, launch = G.steel_gemm(*args[:2], transpose_a=ta, transpose_b=tb, include=include(), tile=tile, **source)
         errors.check(out, ref)
         return _counts(launch)
 
-    total = count_models.gemm_counts(M, N, bm, bn, measure)
-    total = {k: v * scale for k, v in total.items()}
-    est = families.steel_gemm(*tile[:5], p.dtype, transpose_a=ta, transpose_b=tb)
-    return Measured("steel_gemm_fused bm{} bn{} bk{} wm{} wn{} (M3)".format(*tile) + extra, errors.worst, total, _occupancy(est))
+    total = count_models.gemm_counts(M, N, tile[0], tile[1], measure)
+    scale = batch / PROXY_BATCH if batch else 1.0
+    return errors.worst, {k: v * scale for k, v in total.items()}
 
 
 def mlx_attention(p: Problem, klass: str) -> Measured:
@@ -122,23 +148,29 @@ def mlx_attention(p: Problem, klass: str) -> Measured:
     import mlx_nax as X
 
     d = p.dims
-    D, causal = d["head_dim"], d["causal"]
+    D, causal, mask = d["head_dim"], d["causal"], d.get("mask")
     dt = torch_dtype(p.dtype)
     errors = ErrorTracker()
     scale = 1.0 / math.sqrt(D)
+    if mask and klass == "nax":
+        raise ValueError(f"{p.name}: MLX's NAX attention launch (mlx_nax.attention_nax_launch) takes no mask yet; use the steel class")
     if klass == "nax":
         bq, bk, config = X.ATTN_BQ, X.ATTN_BK, f"steel_attention_nax bq{X.ATTN_BQ} bk{X.ATTN_BK} wm{X.ATTN_WM} wn{X.ATTN_WN}"
     else:
-        bq, bk, config = 32, (32 if D < 128 else 16), f"steel_attention bq32 bk{32 if D < 128 else 16} wm4 wn1"
+        bq, bk = 32, (32 if D < 128 else 16)
+        # a mask: function constant has_mask (300), the mask broadcast over batch and heads (strides 0)
+        config = f"steel_attention bq32 bk{bk} wm4 wn1" + (f", has_mask ({mask} mask)" if mask else "")
 
     def measure(seq: int) -> dict[str, float]:
         g = torch.Generator().manual_seed(seq)
         q, k, v = (torch.randn(1, 1, seq, D, generator=g).to(dt) for _ in range(3))
-        ref = A.reference_attention(q.double(), k.double(), v.double(), scale=scale, causal=causal)
+        # the plugin's mask for this proxy, seen as MLX's (B, H, qL, kL) with B = H = 1
+        mask_tensor = attention_mask(mask, seq, p.dtype, seed=seq).view(1, 1, seq, seq) if mask else None
+        ref = A.reference_attention(q.double(), k.double(), v.double(), scale=scale, causal=causal, mask=mask_tensor)
         if klass == "nax":
             launch = X.attention_nax_launch(include(), q, k, v, causal=causal, scale=scale)
         else:
-            launch = A.steel_attention(q, k, v, scale=scale, include=include(), causal=causal)
+            launch = A.steel_attention(q, k, v, scale=scale, include=include(), causal=causal, mask=mask_tensor)
         errors.check(launch.run(), ref)
         return _counts(launch)
 

@@ -7,6 +7,7 @@ import csv
 import importlib
 
 import pytest
+import torch
 
 from bench_support import load_benchmark
 
@@ -132,3 +133,79 @@ def test_dry_run_counts_batched_and_bias_products(mlx_include, tmp_path, monkeyp
             assert float(three["flops"]) == 3 * float(one["flops"])
             assert int(three["matrix_ops"]) == 3 * int(one["matrix_ops"]) > 0, (klass, impl)
             assert int(three["store_instructions"]) == 3 * int(one["store_instructions"]) > 0, (klass, impl)
+
+
+def test_per_class_gemm_problem_shows_each_steel_tile():
+    """The steel GEMM row per chip class (issue 35 item 5): on its problem MLX's host logic, given each
+    M3 class's architecture, picks three different tiles (base and Pro 64x64 on 1x2 simdgroups, Max
+    64x64 on 2x2, Ultra 32x64 on 1x2), and the plugin's dispatch on that chip takes the same one."""
+    import mlx_gemm as mg
+
+    from tilelang_metal.kernels.matmul import matmul_config
+
+    load_benchmark("compare_mlx")  # puts benchmark/ on sys.path
+    common = importlib.import_module("compare_common")
+    side = importlib.import_module("compare_mlx_side")
+    (problem,) = [p for p in common.PROBLEMS if p.classes == common.STEEL_CLASSES]
+    d = problem.dims
+    tiles = {}
+    for klass in common.STEEL_CLASSES:
+        device = mg.Device(side.STEEL_DEVICE[klass])
+        assert mg.route(d["M"], d["N"], d["K"], torch.float16, False, False, device) == "gemm"
+        tiles[klass] = mg.gemm_tile(d["M"], d["N"], d["K"], torch.float16, False, False, device)
+        choice = matmul_config(d["M"], d["N"], d["K"], problem.dtype, chip=common.CLASSES[klass][1], target="metal")
+        bm, bn, bk, wm, wn = tiles[klass]
+        assert (choice.block_m, choice.block_n, choice.block_k, choice.threads) == (bm, bn, bk, 32 * wm * wn), klass
+    assert tiles["steel"] == tiles["steel-pro"] == (64, 64, 16, 1, 2)
+    assert tiles["steel-max"] == (64, 64, 16, 2, 2) and tiles["steel-ultra"] == (32, 64, 16, 1, 2)
+
+
+@pytest.mark.slow  # 4 implementations on a 64x64x64 GEMM: about 20 s of CPU
+def test_dry_run_counts_steel_gemm_per_chip_class(mlx_include, tmp_path, monkeypatch):
+    """The Max and Ultra classes at a reduced size: MLX's kernel launched with the tile its host logic
+    picks for that chip's architecture (Max: 2x2 simdgroups, the plugin's 128 threads; Ultra under
+    2^20 outputs: 64x64 on 1x2), both verified, every ratio filled on the plugin rows."""
+    compare = load_benchmark("compare_mlx")
+    common = importlib.import_module("compare_common")
+    problem = common._gemm("gemm-per-class-64", 64, 64, 64, classes=("steel-max", "steel-ultra"))
+    monkeypatch.setattr(compare, "PROBLEMS", (problem,))
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", problem.name]) == 0
+    rows = {(r["chip_class"], r["implementation"]): r for r in _rows(tmp_path)}
+    assert sorted(rows) == sorted((k, i) for k in ("steel-max", "steel-ultra") for i in ("plugin", "mlx"))
+    assert all(r["verified"] == "True" for r in rows.values()), rows
+    assert rows["steel-max", "mlx"]["config"].startswith("steel_gemm_fused bm64 bn64 bk16 wm2 wn2 (M3 Max)")
+    assert rows["steel-ultra", "mlx"]["config"].startswith("steel_gemm_fused bm64 bn64 bk16 wm1 wn2 (M3 Ultra)")
+    assert "128 threads" in rows["steel-max", "plugin"]["config"] and "64 threads" in rows["steel-ultra", "plugin"]["config"]
+    ratios = [f"{c}_vs_mlx" for c in ("barriers", "matrix_ops", "threadgroup_bytes", *compare.OCCUPANCY_COLUMNS)]
+    if memory_counts_unavailable() is None:
+        ratios += [f"{c}_vs_mlx" for c in ("device_bytes", "device_load_ops", "load_instructions", "device_transactions")]
+    for klass in ("steel-max", "steel-ultra"):
+        plugin = rows[klass, "plugin"]
+        assert all(plugin[c] not in ("", "n/a") for c in ratios), plugin
+        assert float(plugin["matrix_ops_vs_mlx"]) == 1.0, plugin  # the same tile: the same matrix instructions
+
+
+@pytest.mark.slow  # a masked attention problem on both sides: about 20 s of CPU (two plugin kernels)
+def test_dry_run_counts_masked_attention(mlx_include, tmp_path, monkeypatch):
+    """A bool mask (issue 35 item 5) at a reduced size: the plugin's flash attention with mask="bool"
+    against MLX's steel attention with has_mask, each checked against torch with the same mask (a
+    kernel ignoring it is off by far more than the tolerance: checked here), every ratio filled."""
+    import torch.nn.functional as F
+
+    compare = load_benchmark("compare_mlx")
+    common = importlib.import_module("compare_common")
+    problem = common.Problem("attention-d64-mask-bool-256", "attention", ("steel",),
+                             {"heads": 2, "seq": 256, "head_dim": 64, "causal": False, "mask": "bool", "dtype": "float16"})
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 64, 64, generator=g) for _ in range(3))
+    masked = F.scaled_dot_product_attention(q, k, v, attn_mask=common.attention_mask("bool", 64, "float16"))
+    assert (masked - F.scaled_dot_product_attention(q, k, v)).abs().max() > 10 * common.TOLERANCE["float16"] * masked.abs().max()
+    monkeypatch.setattr(compare, "PROBLEMS", (problem,))
+    assert compare.main(["--dry-run", "--out", str(tmp_path), "--only", problem.name]) == 0
+    rows = {r["implementation"]: r for r in _rows(tmp_path)}
+    assert all(r["verified"] == "True" and float(r["max_rel_err"]) < 1e-2 for r in rows.values()), rows
+    assert rows["plugin"]["config"].endswith("bool mask") and "has_mask (bool mask)" in rows["mlx"]["config"]
+    ratios = [f"{c}_vs_mlx" for c in ("barriers", "matrix_ops", "threadgroup_bytes", *compare.OCCUPANCY_COLUMNS)]
+    if memory_counts_unavailable() is None:
+        ratios += [f"{c}_vs_mlx" for c in ("device_bytes", "narrow_device_loads", "load_instructions", "device_transactions")]
+    assert all(rows["plugin"][c] not in ("", "n/a") for c in ratios), rows["plugin"]
