@@ -18,7 +18,7 @@ import torch
 from tilelang_metal import kernels
 from tilelang_metal.cli import main
 from tilelang_metal.emulator import counters, racecheck
-from tilelang_metal.kernels.matmul import GEMM, GEMV, SPLIT_K, STAGES, THREADGROUPS_PER_CORE, compile_choice, matmul_config
+from tilelang_metal.kernels.matmul import GEMM, GEMV, MIN_SLICE_K, SPLIT_K, STAGES, compile_choice, matmul_config
 from tilelang_metal.performance.roofline import chip as chip_named
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -38,17 +38,33 @@ def test_decode_shapes_route_to_gemv(chip):
     assert matmul_config(9, 4096, 4096, chip=chip).route != GEMV
 
 
-@pytest.mark.parametrize("chip, splits", [("M4", 2), ("M1 Max", 4)])
-def test_few_output_tiles_with_long_k_route_to_split_k(chip, splits):
-    """Plain metal: 64x2048x4096: 32 tiles of MLX's 64x64 steel tile, fewer than the chip's cores can
-    hold (metal4's split is the cost model's: test_metal4_tile_and_split_are_the_cost_model_s_first)."""
-    choice = matmul_config(64, 2048, 4096, chip=chip)
-    cores = chip_named(chip).gpu_cores
-    tiles = (64 // choice.block_m) * (2048 // choice.block_n)
-    assert choice.route == SPLIT_K and choice.splits == splits
-    assert (choice.block_m, choice.block_n) == (64, 64) and tiles == 32
-    assert tiles * choice.splits >= THREADGROUPS_PER_CORE * cores > tiles * choice.splits // 2  # the smallest split that fills it
-    assert any(f"32 output tiles < {THREADGROUPS_PER_CORE * cores} threadgroups" in r for r in choice.reasons)
+def _plain_split_times(choice):
+    """Predicted seconds of the plain dispatch's tile unsplit and in each allowed count of K slices."""
+    from tilelang_metal.performance import cost_model
+    from tilelang_metal.kernels.split_k import effective_splits
+
+    on, K = chip_named(choice.chip), choice.K
+    counts = {1} | {effective_splits(K, s, choice.block_k) for s in (2, 4, 8, 16) if K // s >= MIN_SLICE_K}
+    return {s: cost_model.predict_choice(dataclasses.replace(choice, route=SPLIT_K if s > 1 else GEMM, splits=s,
+                                                             swizzle=0 if s > 1 else choice.swizzle), chip=on)
+            for s in counts}
+
+
+@pytest.mark.parametrize("shape, chip", [((64, 2048, 4096), "M4"), ((64, 2048, 4096), "M1 Max"), ((1024, 1024, 1024), "M2 Ultra"),
+                                         ((1024, 1024, 1024), "M3 Ultra"), ((256, 256, 4096), "M4")])
+def test_plain_metal_split_count_is_the_cost_model_s_first(shape, chip):
+    """Plain metal: the steel tile unsplit and in each allowed count of K slices, ranked by the cost model
+    (the combine kernel and its launch count against a split). 1024^3 on the Ultra chips was split in 2
+    by a tile-count rule (< 4 tiles per core) where the model predicts the unsplit kernel faster."""
+    from tilelang_metal.performance import cost_model
+
+    choice = matmul_config(*shape, chip=chip)
+    times = _plain_split_times(choice)
+    assert choice.target == "metal" and choice.splits in times
+    assert min(times.values()) >= times[choice.splits] * (1 - cost_model.NEAR_TIE), (choice.summary(), times)
+    assert any(r.startswith("the cost model ranks the tile unsplit and in") for r in choice.reasons)
+    if shape == (1024, 1024, 1024):
+        assert choice.route == GEMM and times[2] > times[1]
 
 
 @pytest.mark.parametrize("chip, tile", [("M4 Max", (64, 64, 128)), ("M1", (64, 64, 64))])
@@ -100,8 +116,13 @@ def test_short_k_is_not_split_and_says_why(chip):
 
 @pytest.mark.parametrize("chip", ["M1 Ultra", "M5 Ultra"])
 def test_split_count_is_capped_by_slice_length(chip):
-    choice = matmul_config(16, 16, 600, chip=chip)  # one tile, hundreds of threadgroups wanted: K allows 2 slices of >= 256
-    assert choice.route == SPLIT_K and choice.splits == 2
+    """16x16x600: one tile, but K allows at most 2 slices of >= 256: only unsplit and 2 slices are ranked."""
+    choice = matmul_config(16, 16, 600, chip=chip)
+    assert choice.splits in (1, 2)
+    if choice.target == "metal":
+        assert any("unsplit and in 2 K slices (" in r for r in choice.reasons), choice.reasons
+    else:
+        assert any("first of 14 candidates" in r for r in choice.reasons), choice.reasons  # 7 tiles, unsplit and 2 slices
 
 
 @pytest.mark.parametrize(
@@ -247,24 +268,24 @@ def test_split_k_skips_empty_slices():
 
 
 def test_split_k_route_matches_torch():
-    """The router's split-K at the smallest K it splits (2 slices of >= 256), plain metal."""
-    choice, kernel = routed(16, 40, 600, "float16", "M4")
-    assert choice.route == SPLIT_K and choice.splits == 2
-    _check(kernel, *_inputs(16, 40, 600, "float16"), "float16", race=False)
+    """The router's split-K on plain metal (16x40x1024 on M4: the cost model's 4 slices of 256)."""
+    choice, kernel = routed(16, 40, 1024, "float16", "M4")
+    assert choice.route == SPLIT_K and choice.splits > 1
+    _check(kernel, *_inputs(16, 40, 1024, "float16"), "float16", race=False)
 
 
 def test_split_k_propagates_nan_and_inf():
-    _, kernel = routed(16, 40, 600, "float16", "M4")
-    a, b = _inputs(16, 40, 600, "float16", seed=2)
-    a[2, 590] = math.nan  # in the second slice: the sum of the slices keeps it
+    _, kernel = routed(16, 40, 1024, "float16", "M4")
+    a, b = _inputs(16, 40, 1024, "float16", seed=2)
+    a[2, 590] = math.nan  # in a later slice: the sum of the slices keeps it
     b[10, 3] = math.inf
     out = _check(kernel, a, b, "float16", race=False)
     assert torch.isnan(out[2]).all()
 
 
 def test_split_k_is_bitwise_deterministic():
-    _, kernel = routed(16, 40, 600, "float16", "M4")
-    a, b = _inputs(16, 40, 600, "float16", seed=3)
+    _, kernel = routed(16, 40, 1024, "float16", "M4")
+    a, b = _inputs(16, 40, 1024, "float16", seed=3)
     assert torch.equal(kernel(a, b), kernel(a, b))
 
 
@@ -319,12 +340,12 @@ def test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles(dtype, chip, tile):
     """M1-M4: MLX's steel tile for the chip class (tests/mlx_reference/test_steel_tiles.py checks the
     whole table against MLX's host logic), A and B staged in one padded buffer each; split-K slices
     take the same tile; metal4 keeps the direct-global kernel (no stages)."""
-    for shape, route in (((4096, 4096, 4096), GEMM), ((64, 2048, 4096), SPLIT_K)):
+    for shape, routes in (((4096, 4096, 4096), (GEMM,)), ((64, 4096, 4096), (GEMM, SPLIT_K))):  # the model's split
         choice = matmul_config(*shape, dtype, chip=chip)
-        assert (choice.route, choice.target, choice.stages) == (route, "metal", STAGES)
+        assert choice.route in routes and (choice.target, choice.stages) == ("metal", STAGES)
         assert (choice.block_m, choice.block_n, choice.block_k, choice.threads) == tile
         assert any(f"MLX's steel tile {tile[0]}x{tile[1]}x{tile[2]} on {tile[3] // 32} simdgroups" in r for r in choice.reasons)
-        assert "threadgroup-staged" in choice.summary() or route == SPLIT_K
+        assert "threadgroup-staged" in choice.summary() or choice.route == SPLIT_K
     nax = matmul_config(4096, 4096, 4096, dtype, chip="M5")
     assert (nax.stages, nax.block_k) == (0, 0) and "direct-global" in nax.summary()
 
@@ -338,7 +359,7 @@ def test_transposes_only_on_the_gemm_route():
 def test_transposed_problems_take_the_gemm_route_with_a_reason(chip):
     """A GEMV shape (M = 1) and a split-K shape (64x2048x4096), stored transposed: the tiled GEMM,
     with a reason naming the transposed operand; the untransposed problems keep their routes."""
-    split_shape = (64, 2048, 4096) if chip == "M4" else (16, 16, 600)  # split by M4's rule / M5's model
+    split_shape = (64, 2048, 4096) if chip == "M4" else (16, 40, 4096)  # split by the cost model on both
     for shape, untransposed in (((1, 4096, 4096), GEMV), (split_shape, SPLIT_K)):
         assert matmul_config(*shape, chip=chip).route == untransposed
         for flags in ({"trans_A": True}, {"trans_B": True}, {"trans_A": True, "trans_B": True}):
@@ -442,11 +463,13 @@ def test_plain_metal_gemm_reads_each_tile_once_in_16_byte_loads():
 
 
 def test_lower_explain_prints_the_route_and_its_reasons(capsys):
-    assert main(["lower", "--m", "16", "--n", "40", "--k", "600", "--chip", "M5 Max", "--explain"]) == 0
+    choice = matmul_config(16, 40, 2048, chip="M5 Max")  # the small-M tile among the ranked ones
+    assert choice.route == SPLIT_K
+    assert main(["lower", "--m", "16", "--n", "40", "--k", "2048", "--chip", "M5 Max", "--explain"]) == 0
     out = capsys.readouterr().out
-    assert "// matmul 16x40x600 float16->float16 on M5 Max (metal4): split_k in 2 slices of K, 16x128 tile, 128 threads (4 simdgroups)" in out  # the small-M tile
-    assert "//   because the cost model's first of 14 candidates the metal4 dispatch ships" in out
-    assert "16x128 on 4 simdgroups, 2 K slices, predicted 1.9 us on M5 Max" in out
+    assert f"// {choice.summary()}" in out
+    assert "//   because the cost model's first of 28 candidates the metal4 dispatch ships (direct-global tiles 16x128/4," in out
+    assert f"{choice.block_m}x{choice.block_n} on {choice.simdgroups} simdgroups, {choice.splits} K slices, predicted" in out
     assert "main_kernel, main_kernel_1" in out  # the partial-products kernel and the reduction kernel
     assert main(["lower", "--m", "1", "--n", "64", "--k", "32", "--explain"]) == 0
     out = capsys.readouterr().out
@@ -454,7 +477,7 @@ def test_lower_explain_prints_the_route_and_its_reasons(capsys):
 
 
 def test_run_auto_path_checks_each_route(capsys):
-    for argv, route in ((["--m", "1", "--n", "40", "--k", "24"], "gemv"), (["--m", "16", "--n", "40", "--k", "600", "--chip", "M4"], "split_k")):
+    for argv, route in ((["--m", "1", "--n", "40", "--k", "24"], "gemv"), (["--m", "16", "--n", "40", "--k", "1024", "--chip", "M4"], "split_k")):
         assert main(["run", *argv, "--backend", "emulator", "--explain"]) == 0
         out = capsys.readouterr().out
         assert f": {route}" in out and "OK" in out

@@ -26,9 +26,9 @@ def test_split_k_kernel_on_metal4_matches_torch_under_racecheck():
 @pytest.mark.parametrize(
     "M, N, K, dtype, chip",
     [
-        (16, 40, 601, "float16", "M5"),  # prime K; cooperative tensors, staging bypassed
-        (12, 70, 613, "float32", "M4"),
-        (9, 130, 577, "bfloat16", "M5 Max"),  # two tiles along N, the second ragged
+        (16, 40, 2053, "float16", "M5"),  # prime K; cooperative tensors, staging bypassed
+        (12, 70, 1213, "float32", "M4"),  # prime K (K around 600 is no longer split: the combine's launch costs more)
+        (9, 130, 1177, "bfloat16", "M5 Max"),  # two tiles along N, the second ragged
     ],
 )
 def test_routed_split_k_matches_torch_under_racecheck(M, N, K, dtype, chip):

@@ -73,3 +73,21 @@ def test_small_shares_pay_their_fragment_loads():
     assert abs(ts.busiest_core_flops / tl.busiest_core_flops - 1) < 1e-3 and ts.issue_overhead > tl.issue_overhead
     ranked = autotune.rank_by_model([small, large], 4096, 4096, 4096, chip=M4)
     assert [r.config for r in ranked] == [large, small] and ranked[1].band >= 1
+
+
+def test_split_k_pays_its_combine_kernel_and_second_launch():
+    """Split-K at 4096^3 on M4: the slices write float32 partials, then a second kernel reads them back
+    and writes C. That kernel runs after the slices (nothing overlaps it) and is a launch of its own;
+    the model used to fold the partials into the overlapped memory term, where the compute term hid
+    them, and ranked 8-16 slices as fast as the unsplit kernel."""
+    M = N = K = 4096
+    unsplit = cost_model.plugin_kernel(SHARED, 64, 64, 64, metal4=False, block_k=16, stages=1, K=K)
+    base = cost_model.predict(unsplit, M, N, K, chip=M4)
+    for splits in (2, 8, 16):
+        split = replace(unsplit, route=cost_model.SPLIT_K, splits=splits)
+        est = cost_model.predict(split, M, N, K, chip=M4)
+        combine_bytes = splits * M * N * 4 + M * N * 2  # read every slice's float32 partial, write C in fp16
+        assert est.terms["combine"] == combine_bytes / (M4.bandwidth_gbs * 1e9)
+        assert est.terms["launches"] == 2 * base.terms["launches"] > 0
+        assert est.seconds >= base.seconds + est.terms["combine"] + base.terms["launches"] - base.barrier_seconds
+

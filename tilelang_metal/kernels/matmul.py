@@ -10,8 +10,9 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
   each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
   its predicted time and the runner-up's);
-- on the plain metal target (M1-M4), by rules: `split_k` (kernels/split_k.py) when the output tiles
-  are too few to occupy the GPU and K is long enough to share out; `gemm` otherwise,
+- on the plain metal target (M1-M4): the tile by rule and the K split by the cost model: `split_k`
+  (kernels/split_k.py) when the model predicts slices of K faster than the unsplit tile (few output
+  tiles, long K; the combine kernel and its launch count against a split); `gemm` otherwise,
   kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
   simdgroups for 16-bit types on base and Pro chips, 64x32x32 on 4 for NT, ...), A and B staged
   through one threadgroup buffer each with rows padded by 16 bytes (16-byte copies, no bank
@@ -30,7 +31,7 @@ route; an `epilogue=` (bias, alpha * A @ B + beta * C as torch.addmm, residual, 
 tiled route (kernels.gemm_batched): GEMV and split-K apply none yet, so such problems take the tiled
 route, with the reason.
 
-The thresholds that are not MLX's (threadgroups per core, minimum slice length, swizzle grid) are
+The thresholds that are not MLX's (minimum slice length, swizzle grid) are
 heuristics of this module, not measurements on a Mac; each choice carries its one-line reason,
 which `python -m tilelang_metal lower --explain` prints.
 """
@@ -54,7 +55,6 @@ from .split_k import effective_splits, gemm_split_k
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
 ROUTES = (GEMM, GEMV, SPLIT_K)
-THREADGROUPS_PER_CORE = 4  # output tiles per GPU core below which split-K shares out K (heuristic)
 MIN_SLICE_K = 256  # K per split-K slice at least: its fp32 partial tile's round trip stays small next to its A and B reads
 MAX_SPLITS = 16
 SPLIT_BLOCK_K = 32  # metal4's split-K step (its staging is bypassed: the direct-global K loop)
@@ -303,14 +303,36 @@ def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str], sh
     return replace(pick, reasons=tuple(reasons + why))
 
 
-def _split_count(tiles: int, K: int, wanted: int, at_least: int) -> int:
-    """The smallest power of two that brings `tiles * splits` to `wanted` threadgroups (at least
-    `at_least`), keeping every slice at MIN_SLICE_K or more and at most MAX_SPLITS slices."""
+def _plain_split(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, block_m: int, block_n: int,
+                 threads: int, block_k: int, stages: int, swizzle: int) -> tuple[int, list[str]]:
+    """Plain metal: the K slices of the staged tile, unsplit or each power-of-two count of slices of at
+    least MIN_SLICE_K, as the cost model ranks them (`cost_model.rank`: within NEAR_TIE, less memory
+    traffic, so unsplit), with the reason. The split's second kernel (the combine) and its launch
+    count against it: a rule on the tile count alone split 1024^3 on the Ultra chips, where the model
+    predicts the combine costs more than the slices gain."""
+    from ..performance import cost_model
+
     most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K))
-    splits = 1
-    while splits < most and (tiles * splits < wanted or splits < at_least):
-        splits *= 2
-    return min(splits, most)
+    counts = [1] + sorted({effective_splits(K, 2**e, block_k) for e in range(1, most.bit_length())} - {1})
+    estimated = []
+    for count in counts:
+        kernel = cost_model.plugin_kernel(cost_model.SHARED, block_m, block_n, threads, metal4=False, block_k=block_k,
+                                          stages=stages, swizzle=0 if count > 1 else swizzle, splits=count, K=K,
+                                          route=SPLIT_K if count > 1 else GEMM)
+        if kernel is not None:
+            estimated.append((count, cost_model.predict(kernel, M, N, K, chip=on, dtype=dtype, out_dtype=out_dtype,
+                                                        batch=max(1, batch))))
+    if not estimated:
+        return 1, []
+    ranked = cost_model.rank(estimated)
+    first = ranked[0]
+    unsplit = next(r for r in ranked if r.item == 1)
+    options = ", ".join(f"{r.item}: {r.seconds * 1e6:.1f} us" for r in sorted(ranked, key=lambda r: r.item))
+    why = (f"the cost model ranks the tile unsplit and in {', '.join(str(c) for c in counts[1:])} K slices (predicted "
+           f"{options} on {on.name}, estimates): {'unsplit' if first.item == 1 else f'{first.item} slices'}")
+    if first.item > 1:
+        why += f", {unsplit.seconds / first.seconds:.2f}x faster than unsplit"
+    return first.item, [why]
 
 
 def matmul_config(
@@ -393,7 +415,7 @@ def matmul_config(
             pick = replace(pick, reasons=pick.reasons[:len(reasons)] + (small[3],) + pick.reasons[len(reasons):])
         return pick
 
-    # plain metal (M1-M4): MLX's steel tile and the split count by the rules below; the cost model's
+    # plain metal (M1-M4): MLX's steel tile by rule, its K split ranked by the cost model; the model's
     # agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
     tile = _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
     block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
@@ -406,16 +428,15 @@ def matmul_config(
         block_m, threads = 64, threads // 2
         reasons.append(f"M={M} fills at most half a 128-row tile: 64x{block_n} on {threads // 32} simdgroups instead")
 
-    tiles = -(-M // block_m) * -(-N // block_n) * max(batch, 1)
-    wanted = THREADGROUPS_PER_CORE * on.gpu_cores
-    few_tiles = tiles < wanted
+    tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
+    tiles = tiles_m * tiles_n * max(batch, 1)
+    swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES and not tiled_only else 0
     splits = 1
-    split_blocked = bool(few_tiles and K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none")
-    if split_blocked:
-        reasons.append(f"epilogue {epilogue}: split-K would share out K here, but applies no epilogue yet: the tiled GEMM "
-                       "(kernels.gemm_batched)")
-    elif few_tiles and K >= 2 * MIN_SLICE_K and not transposed:
-        splits = effective_splits(K, _split_count(tiles, K, wanted, 1), block_k)
+    if K >= 2 * MIN_SLICE_K and not transposed and epilogue != "none":
+        reasons.append(f"epilogue {epilogue}: split-K applies no epilogue yet, so the tiled GEMM (kernels.gemm_batched), unsplit")
+    elif K >= 2 * MIN_SLICE_K and not transposed:
+        splits, why = _plain_split(on, M, N, K, dtype, out_dtype, batch, block_m, block_n, threads, block_k, stages, swizzle)
+        reasons += why
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
@@ -431,19 +452,15 @@ def matmul_config(
                        f"{' and '.join(run_copies)} one element per thread, so each thread copies runs of 16 bytes "
                        "(kernels.gemm.copy_runs: one packed 16-byte move per run inside the matrix)")
     if splits > 1:
-        if few_tiles:
-            reasons.append(f"{tiles} output tiles < {wanted} threadgroups ({THREADGROUPS_PER_CORE} per core of {on.gpu_cores})")
         reasons.append(f"{splits} slices of {-(-K // splits)} of K ({tiles * splits} threadgroups; slices >= {MIN_SLICE_K}, "
                        f"at most {MAX_SPLITS}), partials in an fp32 workspace summed in a fixed order (deterministic)")
         return MatmulChoice(SPLIT_K, **common, block_m=block_m, block_n=block_n, threads=threads, block_k=block_k,
                             splits=splits, stages=stages, run_copies=run_copies, reasons=tuple(reasons))
-    if few_tiles and transposed:
-        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but split-K takes untransposed operands only")
-    elif few_tiles and not split_blocked:
-        reasons.append(f"{tiles} output tiles < {wanted} threadgroups, but K={K} < {2 * MIN_SLICE_K}: too short to split")
+    if transposed and K >= 2 * MIN_SLICE_K:
+        reasons.append("split-K takes untransposed operands only: unsplit")
+    elif K < 2 * MIN_SLICE_K:
+        reasons.append(f"K={K} < {2 * MIN_SLICE_K}: too short to split (slices of at least {MIN_SLICE_K})")
 
-    tiles_m, tiles_n = -(-M // block_m), -(-N // block_n)
-    swizzle = SWIZZLE_PANEL if min(tiles_m, tiles_n) >= SWIZZLE_MIN_TILES and not tiled_only else 0
     if tiled_only:
         reasons.append(f"a {tiles_m}x{tiles_n} grid of tiles{f' per batch' if batch else ''}: no swizzle (kernels.gemm_batched "
                        "launches tiles in grid order)")

@@ -24,10 +24,14 @@ chip of `roofline.CHIPS`:
   reads and the copies' stores) at ON_CORE_BYTES_PER_CYCLE, plus one pass per bank replay;
 - memory: what a wave of resident threadgroups reads from DRAM (each distinct panel once) plus the
   stores (and split-K's float32 partials) at the chip's bandwidth;
-- barriers: BARRIER_CYCLES each, overlapped by the other threadgroups resident on the core.
+- barriers: BARRIER_CYCLES each, overlapped by the other threadgroups resident on the core;
+- split-K's combine: a second kernel that starts when the slices are done, reads their float32
+  partials and writes C at the chip's bandwidth (its own phase: nothing of the first kernel overlaps it);
+- launches: KERNEL_LAUNCH_SECONDS per kernel (split-K: two).
 
-Time = max(compute, core loads, on-core traffic, memory) + barriers. The constants below are global
-(no per-problem factor) and are listed with their sources in docs/performance.md.
+Time = max(compute, core loads, on-core traffic, memory) + barriers + combine + launches. The
+constants below are global (no per-problem factor) and are listed with their sources in
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ LOAD_ISSUE_CYCLES = 8
 BARRIER_CYCLES = 64
 LATENCY_HIDING_SIMDGROUPS = 2 * SCHEDULERS_PER_CORE
 VECTOR_BYTES = 16  # the widest load or store one lane issues (a half8 / uint4)
+# Estimate (no public figure for Apple GPUs): the GPU time between two dependent compute kernels of one
+# command buffer (the dispatch, the drain of the first, the ramp of the second).
+KERNEL_LAUNCH_SECONDS = 5e-6
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
@@ -120,6 +127,8 @@ class Counts:
     threads_per_core: int
     operand_reuse: float  # matrix FLOPs per operand element a simdgroup loads
     threadgroup_replays: int = 0
+    combine_bytes: int = 0  # split-K's second kernel: the partials it reads and the C it writes
+    launches: int = 1  # kernels launched one after the other
 
 
 def _alu_per_quadrant_cycle(chip: Chip) -> float:
@@ -177,9 +186,10 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
     slices = kernel.splits * batch
     dram = (rows * kernel.block_m + cols * kernel.block_n) * kp * eb * slices
     stores = M * N * ob * batch
-    if kernel.splits > 1:  # float32 partials written by the slices and read back by the combine pass
-        dram += 2 * M * N * 4 * kernel.splits * batch
-    dram += stores
+    partials = M * N * 4 * kernel.splits * batch if kernel.splits > 1 else 0
+    # split-K: the slices write float32 partials instead of C; the combine kernel reads them back and writes C
+    dram += partials or stores
+    combine = partials + stores if partials else 0
 
     # one simdgroup's issue per K step of the instruction: fragment loads (one instruction per 16 bytes
     # a lane) and its part of the staged copy (a 16-byte load and a 16-byte store per lane each)
@@ -205,8 +215,10 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
         panel_bytes=tiles * panel,
         on_core_bytes=tiles * on_core,
         on_core_passes=tiles * passes,
-        device_store_bytes=stores if kernel.splits == 1 else M * N * 4 * kernel.splits * batch,
+        device_store_bytes=partials or stores,
         dram_bytes=dram,
+        combine_bytes=combine,
+        launches=2 if partials else 1,
         barriers=(kp // kernel.step_k) * kernel.barriers_per_step,
         issue_overhead=overhead,
         wave=wave,
@@ -227,20 +239,25 @@ class Estimate:
     on_core_seconds: float
     memory_seconds: float
     barrier_seconds: float
+    combine_seconds: float = 0.0
+    launch_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
-        return max(self.compute_seconds, self.core_load_seconds, self.on_core_seconds, self.memory_seconds) + self.barrier_seconds
+        overlapped = max(self.compute_seconds, self.core_load_seconds, self.on_core_seconds, self.memory_seconds)
+        return overlapped + self.barrier_seconds + self.combine_seconds + self.launch_seconds
 
     @property
     def terms(self) -> dict[str, float]:
         return {"compute": self.compute_seconds, "core loads": self.core_load_seconds, "on-core traffic": self.on_core_seconds,
-                "memory": self.memory_seconds, "barriers": self.barrier_seconds}
+                "memory": self.memory_seconds, "barriers": self.barrier_seconds, "combine": self.combine_seconds,
+                "launches": self.launch_seconds}
 
     @property
     def bound(self) -> str:
         terms = dict(self.terms)
-        terms.pop("barriers")
+        for serial in ("barriers", "combine", "launches"):
+            terms.pop(serial)
         return max(terms, key=terms.get)
 
     def tflops(self, useful_flops: float) -> float:
@@ -269,7 +286,8 @@ def estimate(c: Counts, chip: Chip) -> Estimate:
     on_core = (c.on_core_passes + c.threadgroup_replays) / (chip.gpu_cores * clock)
     memory = c.dram_bytes / (chip.bandwidth_gbs * 1e9)
     barriers = c.busiest_core_threadgroups * c.barriers * BARRIER_CYCLES / (c.threadgroups_per_core * clock)
-    return Estimate(chip, c, compute, core_loads, on_core, memory, barriers)
+    combine = c.combine_bytes / (chip.bandwidth_gbs * 1e9)
+    return Estimate(chip, c, compute, core_loads, on_core, memory, barriers, combine, c.launches * KERNEL_LAUNCH_SECONDS)
 
 
 def predict(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16", out_dtype: str | None = None,
@@ -368,7 +386,8 @@ def gemv_seconds(M: int, N: int, K: int, chip: Chip, dtype: str = "float16") -> 
     bandwidth, computing at the ALU rate (no matrix hardware)."""
     eb = _BYTES[dtype]
     alu_tflops = chip.matrix_tflops / (4 if chip.generation >= 5 else 1)
-    return max(2 * M * N * K / (alu_tflops * 1e12), (M * K + K * N + M * N) * eb / (chip.bandwidth_gbs * 1e9))
+    streamed = max(2 * M * N * K / (alu_tflops * 1e12), (M * K + K * N + M * N) * eb / (chip.bandwidth_gbs * 1e9))
+    return streamed + KERNEL_LAUNCH_SECONDS
 
 
 def estimate_choice(choice: Any, *, chip: Chip) -> Estimate | None:
