@@ -22,10 +22,10 @@ import tilelang
 import torch
 
 from tilelang_metal.codegen.artifact import artifact_of
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels import flash_attention_forward, metal4_target, plain_metal_target
 from tilelang_metal.kernels.attention import DIRECT, STAGED, flash_decoding_program
-from tilelang_metal.performance.register_budget import REGISTER_BUDGET, kernel_registers
+from tilelang_metal.performance.register_budget import REGISTER_BUDGET, kernel_occupancy, kernel_registers
 
 from test_attention_inputs import causal_keep, reference
 
@@ -91,6 +91,23 @@ def test_default_forward_kernel_fits_the_budget_and_matches_torch(target, head_d
         out = racecheck(kernel, *args, seeds=(0, 1))  # one build (the race-checking one) for every length
         want = reference(q, k, v, causal_keep(n, SEQ_KV), additive, sinks).transpose(1, 2)
         torch.testing.assert_close(out.float(), want, atol=4e-3, rtol=4e-3, msg=lambda m: f"{target} d{head_dim} n={n}: {m}")
+
+
+@pytest.mark.parametrize("target,head_dim", [p for p in forward_params((64, 128)) if p.values[0] == "metal"])
+def test_default_staged_forward_has_no_bank_replays(target, head_dim):
+    """plain metal's K and V rows padded to an odd multiple of 16 bytes in the default blocks: no
+    threadgroup bank replays (MLX's steel attention has some), and the tiles leave room for more than
+    one threadgroup per core. Before, head_dim 128 took 32x64 with dense 256-byte rows (padded they
+    would not fit 32 KiB): 26624 replays here, 1 threadgroup per core."""
+    kernel = forward_kernel(target, head_dim)
+    g = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(1, 7, HEADS, head_dim, generator=g).half()
+    k, v = (torch.randn(1, SEQ_KV, HEADS, head_dim, generator=g).half() for _ in range(2))
+    args = (q, k, v, torch.randn(7, SEQ_KV, generator=g).half(), torch.randn(HEADS, generator=g).half())
+    total = counters(kernel, *args).total
+    (record,) = artifact_of(kernel.get_kernel_source()).kernels
+    _, occupancy = kernel_occupancy(record)
+    assert (total["threadgroup_replays"], occupancy.threadgroups > 1) == (0, True), (total["threadgroup_replays"], occupancy)
 
 
 # 2 ranges of 128 keys: 4 key blocks per range, as at a 4k context with the default 32 ranges (a

@@ -25,8 +25,8 @@ RECORD = A.KernelRecord(
         A.ThreadgroupViewDecl("A_s", "half", "buf_dyn_shmem", "0", 256),
         A.ThreadgroupViewDecl("B_s", "float", "buf_dyn_shmem", "512", None),
     ),
-    thread_arrays=(A.ThreadArrayDecl("acc", "float", 8, live=(3, 9)), A.ThreadArrayDecl("staged_half", "half", 16, align=16)),
-    cooperative_tensors=(A.CooperativeTensorDecl("C", "float", 2, 16, "matmul2d_16x32x16", live=(4, 12)),),
+    thread_arrays=(A.ThreadArrayDecl("acc", "float", 8, live=((3, 9),)), A.ThreadArrayDecl("staged_half", "half", 16, align=16)),
+    cooperative_tensors=(A.CooperativeTensorDecl("C", "float", 2, 16, "matmul2d_16x32x16", live=((4, 12), (20, 24))),),
     tile_pointers=(A.TilePointerDecl("__src", "half", True, "X"),),
     instructions=("simdgroup_multiply_accumulate_8x8x8",),
     prints=True,
@@ -42,7 +42,7 @@ RUNTIME = A.KernelRecord(
 def test_round_trip_keeps_every_record():
     art = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,))
     line = art.line()
-    assert "\n" not in line and line.startswith("// tilelang_metal.artifact v3 {")
+    assert "\n" not in line and line.startswith("// tilelang_metal.artifact v4 {")
     assert A.decode(line) == art
     runtime = A.KernelArtifact(convention=A.TVM_RUNTIME, kernels=(RECORD, RUNTIME))
     assert A.decode(runtime.line()) == runtime
@@ -68,11 +68,11 @@ def test_records_spell_the_printers_declarations():
 
 
 def test_other_version_is_refused_in_one_line():
-    line = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,)).line().replace(" v3 ", " v2 ", 1)
+    line = A.KernelArtifact(convention=A.STANDARD, kernels=(RECORD,)).line().replace(" v4 ", " v3 ", 1)
     with pytest.raises(A.ArtifactError) as info:
         A.artifact_of("// tilelang_metal 9.9: main_kernel\n" + line + "\nkernel void f() {}\n")
     text = str(info.value)
-    assert "\n" not in text and "artifact v2" in text and "reads v3" in text and "compile the kernel again" in text
+    assert "\n" not in text and "artifact v3" in text and "reads v4" in text and "compile the kernel again" in text
 
 
 @pytest.mark.parametrize("damage", ["truncated", "unknown field", "unknown kind"])
@@ -87,7 +87,7 @@ def test_damaged_artifact_is_refused_in_one_line(damage):
         payload["kernels"][0]["params"][0]["kind"] = "texture"
         text = json.dumps(payload)
     with pytest.raises(A.ArtifactError) as info:
-        A.decode(f"// tilelang_metal.artifact v3 {text}")
+        A.decode(f"// tilelang_metal.artifact v4 {text}")
     assert "\n" not in str(info.value)
 
 

@@ -30,7 +30,7 @@ from typing import Any, Union
 
 from ..core.dtypes import DTYPE_OF_MSL
 
-ARTIFACT_VERSION = 3  # 2: access marks; 3: cooperative tensors and live ranges of thread arrays (older: compile again)
+ARTIFACT_VERSION = 4  # 2: access marks; 3: cooperative tensors and live ranges of thread arrays; 4: live ranges as segments (older: compile again)
 MARK = "// tilelang_metal.artifact"
 _LINE = re.compile(r"^// tilelang_metal\.artifact v(?P<version>\d+) (?P<payload>\{.*\})[ \t]*$", re.MULTILINE)
 _ANY_LINE = re.compile(r"^// tilelang_metal\.artifact\b.*$", re.MULTILINE)
@@ -172,10 +172,11 @@ class ThreadArrayDecl:
     elem_type: str
     count: int
     align: int = 0
-    # (first, last) line from the opening line where the array holds a value: its declaration to its
-    # last use, extended to the end of any loop or block entered after the declaration (a value read
-    # at the top of a loop is live through the whole loop); None in hand-written MSL
-    live: tuple[int, int] | None = None
+    # (first, last) line segments from the opening line where the array holds a value: its first use
+    # to its last, extended to the end of any loop or block entered after the declaration (a value read
+    # at the top of a loop is live through the whole loop), cut at if / else arms that do not use it
+    # (codegen/liveness.py); None in hand-written MSL
+    live: tuple[tuple[int, int], ...] | None = None
 
     def msl(self) -> str:
         align = f"alignas({self.align}) " if self.align else ""
@@ -193,7 +194,7 @@ class CooperativeTensorDecl:
     count: int
     elements: int
     instruction: str  # isa.REGISTRY name
-    live: tuple[int, int] | None = None
+    live: tuple[tuple[int, int], ...] | None = None
 
     def tensor_names(self) -> tuple[str, ...]:
         return tuple(f"{self.name}_ct{i}" for i in range(self.count))

@@ -4,8 +4,13 @@ declares arrays ahead of the statements that fill them) to its last use, extende
 end of the outermost loop or block entered after the declaration that contains that use (a value
 read at the top of a loop is needed again on the next iteration). Arrays whose ranges do not meet
 (the copies of a fragment that a pipelined loop's prologue and epilogue each declare) never hold
-registers at the same time. Works on the printer's own lines (two spaces per block level), not on
-hand-written MSL."""
+registers at the same time.
+
+The arms of an if / else run one or the other (the interior / edge split, transform/interior_split.py,
+prints a body in each): an array whose value is not needed after the if / else holds nothing in an
+arm that does not use it, and in an arm that does, only from the arm's start (if it was live before
+the if) or its first use there to its last use there. So a range is a tuple of (first, last)
+segments. Works on the printer's own lines (two spaces per block level), not on hand-written MSL."""
 
 from __future__ import annotations
 
@@ -14,17 +19,72 @@ from collections.abc import Mapping, Sequence
 
 _TOKEN = re.compile(r"[A-Za-z_]\w*")
 
+Segments = tuple[tuple[int, int], ...]
+
 
 def _depth(line: str) -> int:
     return (len(line) - len(line.lstrip(" "))) // 2
 
 
-def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, tuple[int, int]]:
-    """(first, last) line index of each array that `tokens` (identifier as printed -> array name)
-    names; an array whose identifiers never appear has no entry."""
+def _code(line: str) -> str:
+    """The line without indentation and trailing comment (`} else {  // threadgroup-uniform`)."""
+    return line.split("//", 1)[0].strip()
+
+
+def _if_else(lines: Sequence[str]) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Each if statement with an else of the printed lines: (its `if` line, its closing line, the
+    (first, last) body lines of each arm)."""
+    found = []
+    for i, line in enumerate(lines):
+        text = _code(line)
+        if not (text.startswith("if (") and text.endswith("{")):
+            continue
+        depth, arms, begin = _depth(line), [], i + 1
+        for j in range(i + 1, len(lines)):
+            if not lines[j].strip() or _depth(lines[j]) > depth:
+                continue
+            closing = _code(lines[j])
+            arms.append((begin, j - 1))
+            if closing.startswith("} else"):
+                begin = j + 1
+                continue
+            if closing == "}" and len(arms) > 1:
+                found.append((i, j, arms))
+            break
+    return found
+
+
+def _extended(lines: Sequence[str], start: int, last: int, depth: int) -> int:
+    """`last`, or the end of the outermost block entered after `depth` that contains it."""
+    if last > start and _depth(lines[last]) > depth:
+        return next((j for j in range(last + 1, len(lines)) if lines[j].strip() and _depth(lines[j]) <= depth), len(lines) - 1)
+    return last
+
+
+def _segments(lines: Sequence[str], statements: list, uses: list[int], start: int, end: int) -> Segments:
+    """The segments of a range (start, end) with `uses`, cut by the first if / else inside it
+    after which nothing reads the value."""
+    for k, (at, closing, arms) in enumerate(statements):
+        if not (start < closing and at < end <= closing) or start > at and not any(a <= start <= b for a, b in arms):
+            continue
+        cut: list[tuple[int, int]] = [(start, at)] if start < at else []
+        for begin, finish in arms:
+            inside = [u for u in uses if begin <= u <= finish]
+            if not inside:
+                continue
+            first = begin if start < at else inside[0]  # live on entry: from the arm's start
+            last = min(_extended(lines, first, inside[-1], _depth(lines[at]) + 1), finish)
+            cut.extend(_segments(lines, statements[k + 1:], inside, first, last))
+        return tuple(cut)
+    return ((start, end),)
+
+
+def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, Segments]:
+    """The (first, last) line segments of each array that `tokens` (identifier as printed -> array
+    name) names; an array whose identifiers never appear has no entry."""
     declared: dict[str, int] = {}  # array -> line of its first declaration
     seen: set[str] = set()  # identifiers declared so far (a cooperative accumulator has one per tensor)
-    first: dict[str, int] = {}  # array -> its first use after a declaration
+    uses: dict[str, list[int]] = {}  # array -> the lines that use it after a declaration
     last: dict[str, int] = {}
     for i, line in enumerate(lines):
         for token in set(_TOKEN.findall(line)):
@@ -34,14 +94,14 @@ def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, tu
             if token not in seen:
                 seen.add(token)
                 declared.setdefault(name, i)
-            else:
-                first.setdefault(name, i)
+            elif not uses.get(name) or uses[name][-1] != i:
+                uses.setdefault(name, []).append(i)
             last[name] = i
+    statements = _if_else(lines)
     ranges = {}
     for name, at in declared.items():
-        start = first.get(name, at)
-        end, depth = last[name], _depth(lines[at])
-        if end > start and _depth(lines[end]) > depth:  # used inside a block entered after the declaration
-            end = next((j for j in range(end + 1, len(lines)) if lines[j].strip() and _depth(lines[j]) <= depth), len(lines) - 1)
-        ranges[name] = (start, end)
+        used = uses.get(name, [])
+        start = used[0] if used else at
+        end = _extended(lines, start, last[name], _depth(lines[at]))
+        ranges[name] = _segments(lines, statements, used, start, end)
     return ranges

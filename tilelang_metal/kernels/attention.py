@@ -18,8 +18,9 @@ Two dataflows, chosen by the target (`attention_dataflow`):
   head_dim 128 runs with block_n 64. Keys past the end of the sequence read as zeros (the GEMM's
   edge guards) and are masked.
 - "staged" (plain metal, simdgroup matrices): Q is read into registers the same way; K and V are
-  staged through threadgroup memory by `T.copy`, their rows padded by ROW_PAD_BYTES when the padded
-  tiles fit (row starts then fall on different banks, for the transposed `simdgroup_load` of K^T).
+  staged through threadgroup memory by `T.copy`, their rows padded to a pitch of an odd multiple of
+  16 bytes (`staged_row_pad`; row starts then fall on different banks, for the transposed
+  `simdgroup_load` of K^T); default block sizes are only those whose padded tiles fit.
 
 Block sizes not given are chosen by the register estimate (`attention_blocks`): Q, the output, S
 and P live in registers through the whole key loop, so the query rows per simdgroup shrink as
@@ -49,6 +50,7 @@ from ..target.isa import SIMD_WIDTH
 from ..target.limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
 from ..performance.register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
 from ..target.capabilities import resolve_capabilities
+from .gemm import staged_row_pad as gemm_row_pad
 from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"
@@ -68,10 +70,6 @@ DATAFLOWS = (DIRECT, STAGED)
 # V, a simd sum per key (no matrix operation, no threadgroup memory, no barrier).
 VECTOR = "vector"
 DECODING_DATAFLOWS = (VECTOR, DIRECT, STAGED)
-# Padding of each staged K / V row: 16 bytes shifts consecutive rows by four 4-byte banks, so the
-# 8 rows an 8x8 simdgroup_load touches start on 8 different banks (64 or 128 halves per row would
-# put all of them on one bank).
-ROW_PAD_BYTES = 16
 
 
 def _bytes(dtype: str) -> int:
@@ -130,10 +128,17 @@ def _vector_refusal(group: int, head_dim: int) -> str | None:
 
 
 def staged_row_pad(head_dim: int, block_n: int, dtype: str) -> int:
-    """Elements of padding per staged K / V row: ROW_PAD_BYTES when both padded tiles fit in
-    threadgroup memory, else 0 (padding changes speed only, never results)."""
-    pad = ROW_PAD_BYTES // _bytes(dtype)
-    return pad if 2 * block_n * (head_dim + pad) * _bytes(dtype) <= THREADGROUP_MEMORY_BYTES else 0
+    """Elements of padding per staged K / V row: what makes the row pitch an odd multiple of 16 bytes
+    (kernels.gemm.staged_row_pad: the 8 rows of an 8x8 simdgroup_load, transposed for K^T or not,
+    then start on 8 different banks), when both padded tiles fit in threadgroup memory, else 0
+    (padding changes speed only, never results)."""
+    pad = gemm_row_pad(head_dim, dtype)
+    return pad if _staged_bytes(head_dim + pad, block_n, dtype) <= THREADGROUP_MEMORY_BYTES else 0
+
+
+def _staged_bytes(row: int, block_n: int, dtype: str) -> int:
+    """Threadgroup bytes of the staged K and V tiles, `block_n` rows of `row` elements each."""
+    return 2 * block_n * row * _bytes(dtype)
 
 
 def check_attention_config(
@@ -228,7 +233,10 @@ def attention_blocks(head_dim: int, *, dataflow: str, dtype: str = "float16", ro
     for bm, bn, t in itertools.product((block_m,) if block_m is not None else BLOCK_M_CHOICES,
                                        (block_n,) if block_n is not None else block_n_choices,
                                        (threads,) if threads is not None else thread_choices):
-        if staged and 2 * bn * head_dim * _bytes(dtype) > THREADGROUP_MEMORY_BYTES:
+        # a block_n not given must fit with its rows padded (dense rows of 128 halves replay 8-way on
+        # the transposed K^T loads, and 32 KiB of tiles leave one threadgroup per core)
+        row = head_dim + (gemm_row_pad(head_dim, dtype) if block_n is None else 0)
+        if staged and _staged_bytes(row, bn, dtype) > THREADGROUP_MEMORY_BYTES:
             continue
         try:
             regs = attention_registers(head_dim, bm, bn, t, metal4=dataflow == DIRECT, staged=staged, dtype=dtype,

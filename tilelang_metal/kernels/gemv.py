@@ -73,6 +73,13 @@ def launch_ids(blocks: Any) -> tuple[Any, Any]:
     return (blocks[0], blocks[2]) if isinstance(blocks, (list, tuple)) else (blocks, 0)
 
 
+def _run_loop(stride: Any, run: int) -> Any:
+    """The loop over a lane's `run` contiguous elements of rows `stride` elements apart: T.vectorized
+    where tilelang can prove every run aligned to its width (a static stride, a multiple of `run`),
+    else T.unroll (tilelang would lower the vectorized loop serially anyway, warning that it did)."""
+    return T.vectorized if isinstance(stride, int) and stride % run == 0 else T.unroll
+
+
 def gemv_small_m(
     M: int,
     N: int,
@@ -124,6 +131,7 @@ def gemv_small_m(
     slots = -(-M // n_lanes)  # rows of A each lane loads for its group: m = slot * n_lanes + lane % n_lanes
     levels = k_lanes.bit_length() - 1  # butterfly steps across the K lanes of a column (lane masks n_lanes << s)
     a_shape, b_shape, c_shape, grid, ac, bi = _batched(batch, shared_B, M, N, K, T.ceildiv(N, block_n))
+    a_run, n_run = _run_loop(K, rows), _run_loop(N, vec)  # runs along A's rows; along B's and C's
 
     @T.prim_func
     def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor(c_shape, out_dtype)):
@@ -146,7 +154,7 @@ def gemv_small_m(
                 for s in T.unroll(slots):
                     m = s * n_lanes + lane % n_lanes
                     if m < M and k0 + rows <= K:
-                        for r in T.vectorized(rows):
+                        for r in a_run(rows):
                             own[s, r] = A[ac(bz, m, k0 + r)]
                     else:
                         for r in T.serial(rows):
@@ -154,7 +162,7 @@ def gemv_small_m(
                                                        T.cast(0, dtype))
                 for r in T.unroll(rows):
                     if k0 + r < K and n0 + vec <= N:
-                        for v in T.vectorized(vec):
+                        for v in n_run(vec):
                             b[v] = B[bi(bz, k0 + r, n0 + v)]
                     else:
                         for v in T.serial(vec):
@@ -172,7 +180,7 @@ def gemv_small_m(
             if lane < n_lanes:
                 for m in T.serial(M):
                     if n0 + vec <= N:
-                        for v in T.vectorized(vec):
+                        for v in n_run(vec):
                             C[ac(bz, m, n0 + v)] = T.cast(acc[m, v], out_dtype)
                     else:
                         for v in T.serial(vec):
@@ -217,7 +225,7 @@ def gemv_small_n(
                 k0 = kb * step + lane * vec
                 if m < M and k0 < K:
                     if k0 + vec <= K:
-                        for v in T.vectorized(vec):
+                        for v in _run_loop(K, vec)(vec):
                             a[v] = A[ac(bz, m, k0 + v)]
                     else:
                         for v in T.serial(vec):

@@ -275,8 +275,9 @@ def kernel_registers(record: Any) -> KernelRegisters:
     everywhere = [h for h in held if h[2] is None]
     ranged = [h for h in held if h[2] is not None]
     best: tuple[int, tuple[str, ...]] = (0, ())
-    for line in sorted({h[2][0] for h in ranged}) or [0]:  # the peak is where some array starts
-        live = everywhere + [h for h in ranged if h[2][0] <= line <= h[2][1]]
+    # the peak is where some segment starts
+    for line in sorted({first for h in ranged for first, _ in h[2]}) or [0]:
+        live = everywhere + [h for h in ranged if any(first <= line <= last for first, last in h[2])]
         best = max(best, (sum(h[1] for h in live), tuple(h[0] for h in live)), key=lambda b: b[0])
     return KernelRegisters(best[0], record_address_registers(record), peak=best[1])
 
