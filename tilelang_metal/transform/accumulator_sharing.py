@@ -15,7 +15,7 @@ from ..host import gemm_call_fields, tir
 from ..capabilities import TargetCapabilities
 from ..isa import SIMD_WIDTH
 from ..scopes import FRAGMENT_SCOPES
-from ..selection import select_inst
+from ..planning import plan_gemm
 from ..ir_attrs import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
@@ -36,7 +36,7 @@ def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, rout
                     continue
                 if threads is None or threads % SIMD_WIDTH:
                     continue  # GemmMetal refuses this launch with its own message
-                chosen = select_inst(
+                chosen = plan_gemm(
                     c_scope=str(fields.c_buffer.scope()),
                     M=fields.m,
                     N=fields.n,
@@ -44,7 +44,7 @@ def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, rout
                     threads=threads,
                     policy=fields.policy,
                     capabilities=capabilities,
-                    route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
+                    fragment_ct=route_fragments_to_cooperative_tensor,
                 ).instruction.name  # another instruction, even of the same kind, is another lane layout
                 instructions.setdefault(fields.c_buffer.data, set()).add(chosen)
         forced |= {var for var, seen in instructions.items() if len(seen) > 1}

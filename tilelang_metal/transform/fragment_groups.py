@@ -46,10 +46,9 @@ from ..selection import (
     choose_partition,
     cooperative_instructions,
     row_partition,
-    select_inst,
     simdgroup_instruction,
-    warp_partition,
 )
+from ..planning import gemm_key, plan_gemm
 from ..ir_attrs import find_nodes
 from ..host import vocab
 
@@ -76,10 +75,6 @@ class GemmSite:
 
     def describe(self) -> str:
         return f"T.gemm({self.a_name}, {self.b_name}, {self.c_name}) ({self.m}x{self.n}x{self.k})"
-
-
-def gemm_key(a: Any, b: Any, c: Any) -> tuple:
-    return (a, b, c)
 
 
 class _Groups:
@@ -231,14 +226,14 @@ def _row_group_plans(
         if s.key in plans:
             own[s.key] = (plans[s.key].selection.instruction, plans[s.key].partition)
             continue
-        selection = select_inst(
+        planned = plan_gemm(
             c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
-            capabilities=capabilities, route_fragments_to_cooperative_tensor=route_ct,
+            capabilities=capabilities, fragment_ct=route_ct,
         )
         if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
-            own[s.key] = (selection.instruction, row_partition(s.m, s.n, num_warps, selection.instruction.m, selection.instruction.n, split_n=True))
+            own[s.key] = (planned.instruction, row_partition(s.m, s.n, num_warps, planned.instruction.m, planned.instruction.n, split_n=True))
         else:
-            own[s.key] = (selection.instruction, warp_partition(selection, FRAGMENT_SCOPES[0], s.policy, s.m, s.n, num_warps))
+            own[s.key] = (planned.instruction, planned.partition)
     if all(part is not None for _, part in own.values()) and len({(inst.name, part.m_warp) for inst, part in own.values()}) == 1:
         return {}  # the calls' own choices already split the rows alike
     planned = [s for s in members if s.key in pinned]

@@ -38,7 +38,7 @@ from ..capabilities import TargetCapabilities
 from ..isa import SIMD_WIDTH
 from ..register_budget import RegisterEstimate
 from ..scopes import FRAGMENT_SCOPES
-from ..selection import select_inst, warp_partition
+from ..planning import plan_gemm
 from .kernel_launches import kernels
 from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from ..ir_attrs import find_nodes, with_decisions
@@ -200,13 +200,13 @@ def loop_registers(loop: Any, threads: int, capabilities: TargetCapabilities, fr
     shared = False
     for f in sites:
         c_scope = str(f.c_buffer.scope())
-        selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, capabilities=capabilities,
-                                route_fragments_to_cooperative_tensor=fragment_ct)
-        part = warp_partition(selection, c_scope, f.policy, f.m, f.n, threads // SIMD_WIDTH)
+        planned = plan_gemm(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, capabilities=capabilities,
+                            fragment_ct=fragment_ct)
+        part = planned.partition
         if part is None:
             continue  # GemmMetal refuses it with its own message
         one = register_budget.gemm_registers(
-            M=f.m, N=f.n, instruction=selection.instruction, partition=part, a_dtype=str(f.a_buffer.dtype),
+            M=f.m, N=f.n, instruction=planned.instruction, partition=part, a_dtype=str(f.a_buffer.dtype),
             b_dtype=str(f.b_buffer.dtype), acc_dtype=str(f.c_buffer.dtype) if c_scope in FRAGMENT_SCOPES else "float32", shared=True)
         accumulator += one.accumulator
         operands += one.operands
