@@ -28,3 +28,47 @@ def test_select_inst_has_one_caller():
     callers = _calls_of("select_inst")
     outside = [c for c in callers if not c.startswith("planning.py:")]
     assert callers and not outside, "select_inst is called outside planning.plan_gemm (ask the plan instead):\n" + "\n".join(outside)
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Folder below tilelang_metal -> the other folders its modules import (inside functions too)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
+        if len(rel) < 2:
+            continue  # root modules are not a folder
+        here = rel[:-1]
+        targets = graph.setdefault(rel[0], set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                module = base + (tuple(node.module.split(".")) if node.module else ())
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tilelang_metal."):
+                module = tuple(node.module.split(".")[1:])
+            else:
+                continue
+            if module and module[0] != rel[0] and (PACKAGE / module[0]).is_dir():
+                targets.add(module[0])
+    return graph
+
+
+def test_folders_import_each_other_in_one_direction():
+    """The transforms read GemmMetal's records (its guard marks, the edge split's branch); GemmMetal
+    reads nothing of the transforms: the decisions that need the whole kernel reach it through the
+    plan. No folder reaches back to one that imports it, around any loop."""
+    graph = _package_imports()
+    assert "gemm" in graph.get("transform", set()), "the check lost its subject: transform no longer imports gemm"
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            folder = todo.pop()
+            if folder == goal:
+                return True
+            if folder not in seen:
+                seen.add(folder)
+                todo.extend(graph.get(folder, ()))
+        return False
+
+    back = [f"{a} imports {b}, and {b} reaches {a}" for a, targets in sorted(graph.items()) for b in sorted(targets) if reaches(b, a)]
+    assert not back, "folders that import each other (move what both need to the lower one):\n" + "\n".join(back)

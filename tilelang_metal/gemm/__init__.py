@@ -33,7 +33,7 @@ from .register_operand import (
     validate_register_a,
 )
 from .simdgroup import lower_simdgroup
-from ..transform.guarded_bodies import assumptions, mark_guarded
+from .guard_marks import assumptions, mark_guarded
 
 logger = logging.getLogger("tilelang_metal")
 
