@@ -41,7 +41,7 @@ from .capabilities import capabilities_with, resolve_capabilities
 from .dtypes import DTYPE_OF_MSL
 from .isa import SIMD_WIDTH, MatrixInstruction
 from .scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
-from .planning import plan_gemm
+from .planning import GemmPlan, plan_gemm
 from .selection import Partition, WarpPolicy
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int16": 2, "uint16": 2,
@@ -157,7 +157,7 @@ def staging_elements(block_m: int, block_n: int, block_k: int, threads: int) -> 
 
 def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str = "float32", target: Any = None,
                        staging: bool | None = None, prefetch: bool = False, fragment_ct: bool = True) -> RegisterEstimate:
-    """Registers per thread of a GEMM plan (`gemm.GemmPlan`) or an autotuner configuration (anything
+    """Registers per thread of a GEMM plan GemmMetal made (`planning.GemmPlan`) or an autotuner configuration (anything
     with `path`, `block_m`, `block_n`, `threads`, `block_k`, `num_stages`: `autotune.GemmConfig`).
 
     A configuration is planned as GemmMetal would plan it on `target` (a Target, "metal", None for
@@ -165,8 +165,10 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
     a shared path with 2 or more stages) adds the register-staging
     array, `prefetch` the K-prefetch copy of the operands. A plan carries no staging tile, so
     `staging` must be False or None for one."""
-    if hasattr(subject, "problem") and hasattr(subject, "partition"):  # a GemmPlan
+    if isinstance(subject, GemmPlan):
         p = subject.problem
+        if p is None:
+            raise ValueError("a GemmPlan planned from a shape alone has no operand types: estimate it from the configuration")
         if staging:
             raise ValueError("a GemmPlan does not know its staging tile: estimate staging from the configuration (block_m, block_n, block_k)")
         in_registers = p.C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES  # else GemmMetal allocates a float32 accumulator

@@ -72,3 +72,29 @@ def test_folders_import_each_other_in_one_direction():
 
     back = [f"{a} imports {b}, and {b} reaches {a}" for a, targets in sorted(graph.items()) for b in sorted(targets) if reaches(b, a)]
     assert not back, "folders that import each other (move what both need to the lower one):\n" + "\n".join(back)
+
+
+# Context held beside the IR, by module, with why it may stay: nothing of the plugin's passes
+# passes decisions to another pass this way (they go on the IR: the plans on the T.gemm calls,
+# the decisions and options on the function).
+CONTEXT_ALLOWED = {
+    "config.py": "current_options(): the lowering's options for tilelang's C++ callbacks (GEMM hooks) and the "
+    "codegen hook's printer, set around the pipeline and the codegen only",
+    "autoload.py": "the import hook's re-entrancy guard (no lowering)",
+}
+
+
+def test_no_thread_local_or_context_variable_between_passes():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+                if name == "ContextVar" or (name == "local" and owner == "threading"):
+                    found.append(("/".join(path.relative_to(PACKAGE).parts), node.lineno))
+    outside = [f"{file}:{line}" for file, line in found if file not in CONTEXT_ALLOWED]
+    assert not outside, "thread-local / context variables outside the allowed boundary (record on the IR instead):\n" + "\n".join(outside)
+    stale = sorted(set(CONTEXT_ALLOWED) - {file for file, _ in found})
+    assert not stale, f"CONTEXT_ALLOWED lists modules that hold no such variable any more: {stale}"

@@ -1,21 +1,21 @@
 """GemmMetal: layout inference and lowering of `T.gemm` for Metal targets.
 
-Stage 1 (`selection.select_inst`, asked only by `plan.plan_gemm`) picks the instruction (from `isa.REGISTRY`, by the target's
+Stage 1 (`selection.select_inst`, asked only by `planning.plan_gemm`) picks the instruction (from `isa.REGISTRY`, by the target's
 features); the plan carries it, and every later step reads sizes and lane maps from it. Stage 2 picks the dataflow from the
 scopes of A and B (direct-global or shared for cooperative tensors; simdgroup takes either).
-Both the layout-inference hook and the lowering hook go through `plan()`, so they always agree.
+Both the layout-inference hook and the lowering hook go through `plan()`, which reads the plan
+recorded on the call (transform/gemm_plans.py), so they always agree.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..host import layout_is_row_major, make_fragment_layout, tvm
+from ..host import call_annotations, layout_is_row_major, make_fragment_layout, tvm
 from ..capabilities import capabilities_of
 from ..errors import GemmLoweringError
 from ..ir_attrs import mark_decisions
@@ -24,7 +24,7 @@ from ..config import current_options
 from ..scopes import FRAGMENT_SCOPES
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
-from ..planning import REGISTER_A, GemmPlan, gemm_key, plan_gemm
+from ..planning import GEMM_PLAN_ANNOTATION, REGISTER_A, GemmPlan, decode_plan, plan_gemm
 from .register_operand import (
     check_register_a_layout,
     has_register_a,
@@ -38,60 +38,32 @@ from .guard_marks import assumptions, mark_guarded
 logger = logging.getLogger("tilelang_metal")
 
 
-_recorders = threading.local()
-_lowering = threading.local()
-
-
-@contextlib.contextmanager
-def simdgroup_accumulators(fragments: set) -> Iterator[None]:
-    """While the block runs, T.gemm calls accumulating into these fragment data variables take the
-    simdgroup path (transform/accumulator_sharing.py: another call on the same fragment cannot
-    use cooperative tensors)."""
-    previous = getattr(_lowering, "simdgroup_fragments", frozenset())
-    _lowering.simdgroup_fragments = frozenset(fragments)
-    try:
-        yield
-    finally:
-        _lowering.simdgroup_fragments = previous
-
-
-@contextlib.contextmanager
-def fragment_group_plans(plans: dict) -> Iterator[None]:
-    """While the block runs, T.gemm calls listed here (by `transform.fragment_groups.gemm_key`) use
-    the instruction and partition their fragment group decided, not their own selection."""
-    previous = getattr(_lowering, "group_plans", {})
-    _lowering.group_plans = plans
-    try:
-        yield
-    finally:
-        _lowering.group_plans = previous
+_observers: list[list[Any]] = []  # the lists of the open `recorded_plans()` blocks (tests only)
 
 
 @contextlib.contextmanager
 def recorded_plans() -> Iterator[list[Any]]:
-    """Observe the `GemmPlan` objects this thread's lowerings make inside the block (tests read their
+    """Observe the `GemmPlan` objects the lowerings make inside the block (tests read their
     partitions and instructions). The decisions `--explain` prints are on the lowered IR
-    (`ir_attrs.DECISIONS_ATTR`); nothing of the lowering reads this list."""
+    (`ir_attrs.DECISIONS_ATTR`), and the plans GemmMetal lowers with on the calls
+    (`planning.GEMM_PLAN_ANNOTATION`); nothing of the lowering reads this list."""
     plans: list[Any] = []
-    stack = getattr(_recorders, "stack", None)
-    if stack is None:
-        stack = _recorders.stack = []
-    stack.append(plans)
+    _observers.append(plans)
     try:
         yield plans
     finally:
-        stack.pop()
+        _observers.remove(plans)
 
 
 def plans_are_recorded() -> bool:
-    """Whether a `recorded_plans()` block is open on this thread (the lowering cache then lowers
-    afresh, so the block sees every plan)."""
-    return bool(getattr(_recorders, "stack", None))
+    """Whether a `recorded_plans()` block is open (the lowering cache then lowers afresh, so the
+    block sees every plan)."""
+    return bool(_observers)
 
 
 def record(decision: Any) -> None:
-    """Add a plan to every active `recorded_plans()` list."""
-    for plans in getattr(_recorders, "stack", ()):
+    """Add a plan to every open `recorded_plans()` list."""
+    for plans in _observers:
         plans.append(decision)
 
 
@@ -112,14 +84,13 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     threads = _threads(thread_bounds)
     if has_register_a(problem):
         validate_register_a(problem)
-    shared_with_simdgroup = problem.C.buffer.data in getattr(_lowering, "simdgroup_fragments", frozenset())
-    group = getattr(_lowering, "group_plans", {}).get(gemm_key(problem.A.buffer.data, problem.B.buffer.data, problem.C.buffer.data))
-    planned = plan_gemm(
-        c_scope=problem.c_scope, M=problem.M, N=problem.N, K=problem.K, threads=threads, policy=problem.policy,
-        capabilities=capabilities_of(target), fragment_ct=options.fragment_ct, a_scope=problem.A.scope,
-        shared_accumulator=problem.C.buffer.name if shared_with_simdgroup else None,
-        group=None if group is None else group.selection,
-    )
+    recorded = call_annotations(node).get(GEMM_PLAN_ANNOTATION)  # transform/gemm_plans.py, with the kernel-wide decisions
+    planned = decode_plan(recorded) if recorded is not None else None
+    if planned is None or planned.threads != threads:  # not planned before layout inference: this call alone decides
+        planned = plan_gemm(
+            c_scope=problem.c_scope, M=problem.M, N=problem.N, K=problem.K, threads=threads, policy=problem.policy,
+            capabilities=capabilities_of(target), fragment_ct=options.fragment_ct, a_scope=problem.A.scope,
+        )
     result = replace(planned, problem=problem)
     if result.partition is None:
         num_warps = threads // SIMD_WIDTH

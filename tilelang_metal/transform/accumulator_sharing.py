@@ -3,8 +3,8 @@
 Several `T.gemm` calls may accumulate into the same `local.fragment` (C += A1 B1; C += A2 B2).
 Layout inference asks GemmMetal for C's layout once per call, and the answers must agree: when one
 of the calls can use cooperative tensors and another cannot (K = 8 on a metal4 target, say), every
-call on that fragment takes the simdgroup path. This analysis finds those fragments; the pipeline
-hands them to GemmMetal for the duration of layout inference and tile-op lowering.
+call on that fragment takes the simdgroup path. This analysis finds those fragments;
+`gemm_plans.RecordGemmPlans` plans their calls accordingly and records the plans on the calls.
 """
 
 from __future__ import annotations

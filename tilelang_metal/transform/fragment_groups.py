@@ -28,7 +28,7 @@ they all take `selection.row_partition` (MLA's `FullCol` policy splits a 16x32 s
 Cooperative tensors are chosen when every T.gemm of the group can use them; when they would need
 more replication than simdgroup matrices (a 32-row tile on 4 simdgroups: 16-row tiles give 2
 simdgroups along M, 8-row tiles 4), simdgroup matrices win, since the replicas compute the same
-tile twice. The decisions reach GemmMetal's `plan()` through `gemm.fragment_group_plans`.
+tile twice. The decisions reach GemmMetal through the plans `gemm_plans.RecordGemmPlans` records on the calls.
 """
 
 from __future__ import annotations
