@@ -111,7 +111,7 @@ def plan_gemm(
     policy = int(policy)
     selection = select_inst(
         c_scope=c_scope, M=M, N=N, K=K, threads=threads, policy=policy, capabilities=capabilities,
-        route_fragments_to_cooperative_tensor=fragment_ct and shared_accumulator is None,
+        fragment_ct=fragment_ct and shared_accumulator is None,
     )
     if shared_accumulator is not None:
         selection = Selection(

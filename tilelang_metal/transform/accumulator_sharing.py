@@ -21,7 +21,7 @@ from .kernel_launches import kernels
 from ..host import vocab
 
 
-def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> set:
+def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, fragment_ct: bool) -> set:
     """Data variables of fragments written by T.gemm calls that would pick different instructions."""
     forced: set = set()
     for func in mod.functions.values():
@@ -44,7 +44,7 @@ def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, rout
                     threads=threads,
                     policy=fields.policy,
                     capabilities=capabilities,
-                    fragment_ct=route_fragments_to_cooperative_tensor,
+                    fragment_ct=fragment_ct,
                 ).instruction.name  # another instruction, even of the same kind, is another lane layout
                 instructions.setdefault(fields.c_buffer.data, set()).add(chosen)
         forced |= {var for var, seen in instructions.items() if len(seen) > 1}

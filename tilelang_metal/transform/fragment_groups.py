@@ -171,7 +171,7 @@ class GroupPlan:
     partition: Partition
 
 
-def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> dict[tuple, GroupPlan]:
+def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, fragment_ct: bool) -> dict[tuple, GroupPlan]:
     """Per T.gemm (keyed by `gemm_key(A, B, C data)`) whose fragments meet another T.gemm's element
     by element: the instruction and partition all of them use."""
     plans: dict[tuple, GroupPlan] = {}
@@ -189,7 +189,7 @@ def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragm
             consumers = [s for s in sites if s.register_a and groups.find(s.a) is root]
             if not producers or (not consumers and len(producers) < 2):
                 continue  # one T.gemm fixes every layout of the group: its own selection stands
-            choice = _choose(producers, consumers, num_warps, capabilities.metal4 and route_fragments_to_cooperative_tensor, capabilities.features)
+            choice = _choose(producers, consumers, num_warps, capabilities.metal4 and fragment_ct, capabilities.features)
             if choice is None:
                 continue
             inst, parts = choice
@@ -203,7 +203,7 @@ def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragm
         _row_links(body, rows)
         for root in {rows.find(s.c) for s in sites}:
             members = [s for s in sites if rows.find(s.c) is root]
-            plans.update(_row_group_plans(members, plans, pinned, num_warps, capabilities, route_fragments_to_cooperative_tensor))
+            plans.update(_row_group_plans(members, plans, pinned, num_warps, capabilities, fragment_ct))
     return plans
 
 
@@ -213,7 +213,7 @@ def _row_group_plans(
     pinned: set[tuple],
     num_warps: int,
     capabilities: TargetCapabilities,
-    route_ct: bool,
+    fragment_ct: bool,
 ) -> dict[tuple, GroupPlan]:
     """Plans for the T.gemm calls of one row group (accumulators whose rows meet through 1-D row
     fragments) that make their row splits agree; none when they already agree or cannot. A call
@@ -228,7 +228,7 @@ def _row_group_plans(
             continue
         planned = plan_gemm(
             c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
-            capabilities=capabilities, fragment_ct=route_ct,
+            capabilities=capabilities, fragment_ct=fragment_ct,
         )
         if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
             own[s.key] = (planned.instruction, row_partition(s.m, s.n, num_warps, planned.instruction.m, planned.instruction.n, split_n=True))
@@ -245,7 +245,7 @@ def _row_group_plans(
         return {}  # a register A operand reads cooperative tensors only where GemmMetal's later checks allow
     # a register A operand reads cooperative tensors only under conditions GemmMetal checks later
     # (register_a_blockers): such a group takes simdgroup matrices
-    may_use_ct = capabilities.metal4 and route_ct and not any(s.register_a for s in free)
+    may_use_ct = capabilities.metal4 and fragment_ct and not any(s.register_a for s in free)
     features = capabilities.features
     candidates = list(fixed.values()) or (cooperative_instructions(features) if may_use_ct else []) + [simdgroup_instruction(features)]
     best = None
