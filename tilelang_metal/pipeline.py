@@ -114,12 +114,12 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.InjectSoftwarePipeline()(mod)
     mod = GuardPossiblyEmptyPipelineLoops(mod)  # plugin: the pipeline's body loop (trip count minus the prologue) may be empty too
     threadgroup_buffers.record_pipelined(mod)
+    mod = RecordGemmPlans(mod, capabilities, options)  # plugin: each T.gemm's plan on its call (shared accumulators, fragment groups); the passes and GemmMetal read it
     mod = MarkRegisterStaging(mod, capabilities, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    mod = RecordGemmPlans(mod, capabilities, options)  # plugin: each T.gemm's plan on its call (shared accumulators, fragment groups)
     mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
     mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line
     cfg.LayoutVisual(mod)

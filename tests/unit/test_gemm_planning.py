@@ -98,3 +98,50 @@ def test_no_thread_local_or_context_variable_between_passes():
     assert not outside, "thread-local / context variables outside the allowed boundary (record on the IR instead):\n" + "\n".join(outside)
     stale = sorted(set(CONTEXT_ALLOWED) - {file for file, _ in found})
     assert not stale, f"CONTEXT_ALLOWED lists modules that hold no such variable any more: {stale}"
+
+
+def test_register_staging_estimates_the_plan_recorded_on_the_call():
+    """MarkRegisterStaging's register estimate reads the plan GemmMetal will lower with (recorded on
+    the T.gemm call), not a plan of the call alone: a recorded replicated split (each of 4 simdgroups
+    holds the whole 32x32 tile) costs 4x the accumulator registers of the 2x2 split."""
+    import tilelang.language as T
+
+    from tilelang_metal import register_budget
+    from tilelang_metal.capabilities import capabilities_of
+    from tilelang_metal.host import Target, gemm_call_fields, tir, tvm, vocab, with_call_annotations
+    from tilelang_metal.ir_attrs import find_nodes
+    from tilelang_metal.planning import GEMM_PLAN_ANNOTATION, encode_plan, plan_gemm
+    from tilelang_metal.selection import Partition
+    from tilelang_metal.transform.register_staging import loop_registers
+
+    @T.prim_func
+    def kernel(A: T.Tensor((32, 64), "float16"), B: T.Tensor((64, 32), "float16"), C: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((32, 16), "float16")
+            b = T.alloc_shared((16, 32), "float16")
+            c = T.alloc_fragment((32, 32), "float32")
+            T.clear(c)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(A[0, k * 16], a)
+                T.copy(B[k * 16, 0], b)
+                T.gemm(a, b, c)
+            T.copy(c, C)
+
+    capabilities = capabilities_of(Target("metal"))
+    loop = next(f for f in find_nodes(kernel.body, [vocab.TIRX_FOR]) if find_nodes(f.body, [vocab.TIRX_CALL]))
+    call = next(c for c in find_nodes(loop.body, [vocab.TIRX_CALL]) if gemm_call_fields(c) is not None)
+    alone = plan_gemm(c_scope="local.fragment", M=32, N=32, K=16, threads=128, policy=0, capabilities=capabilities, fragment_ct=True,
+                      a_scope="shared")
+    replicated = Partition(1, 1, 4)
+    recorded = encode_plan(type(alone)(alone.selection, replicated, alone.dataflow, 128))
+    annotated = tvm.tirx.stmt_functor.ir_transform(
+        loop, None, lambda node: with_call_annotations(node, {GEMM_PLAN_ANNOTATION: recorded}) if node.same_as(call) else None, [vocab.TIRX_CALL])
+    assert isinstance(annotated, tir.For)
+
+    def accumulator(part: Partition) -> int:
+        return register_budget.gemm_registers(M=32, N=32, instruction=alone.instruction, partition=part, a_dtype="float16",
+                                              b_dtype="float16", acc_dtype="float32", shared=True).accumulator
+
+    assert alone.partition != replicated and accumulator(replicated) == 4 * accumulator(alone.partition)
+    assert loop_registers(loop, 128, capabilities, True).accumulator == accumulator(alone.partition)
+    assert loop_registers(annotated, 128, capabilities, True).accumulator == accumulator(replicated)

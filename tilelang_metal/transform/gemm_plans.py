@@ -1,12 +1,13 @@
-"""Every T.gemm's plan, recorded on its call before layout inference.
+"""Every T.gemm's plan, recorded on its call once the software pipeline is in place.
 
 The two decisions that need the whole kernel are taken here: a fragment accumulated by calls that
 would pick different instructions takes the simdgroup path for all of them
 (`accumulator_sharing.py`), and calls whose fragments meet element or row by element agree on one
 instruction and partition (`fragment_groups.py`). With them, each call is planned
 (`planning.plan_gemm`) and the plan is written on the call as an annotation
-(`planning.GEMM_PLAN_ANNOTATION`). GemmMetal, asked by layout inference and LowerTileOp, reads the
-plan from the call it is given: nothing passes beside the IR.
+(`planning.GEMM_PLAN_ANNOTATION`). MarkRegisterStaging's register estimate (`plan_of_call`) and
+GemmMetal, asked by layout inference and LowerTileOp, read the plan from the call: nothing passes
+beside the IR.
 
 A call this pass cannot plan (a launch whose thread count is symbolic or not whole simdgroups, a
 tile with no legal partition) carries no plan; GemmMetal plans it alone and refuses it with its
@@ -19,9 +20,9 @@ from typing import Any
 
 from ..capabilities import TargetCapabilities
 from ..config import LoweringOptions
-from ..host import gemm_call_fields, tir, tvm, vocab, with_call_annotations
+from ..host import call_annotations, gemm_call_fields, tir, tvm, vocab, with_call_annotations
 from ..isa import SIMD_WIDTH
-from ..planning import GEMM_PLAN_ANNOTATION, encode_plan, gemm_key, plan_gemm
+from ..planning import GEMM_PLAN_ANNOTATION, GemmPlan, decode_plan, encode_plan, gemm_key, plan_gemm
 from .accumulator_sharing import fragments_needing_simdgroup
 from .fragment_groups import fragment_group_plans
 from .kernel_launches import rewrite_kernels
@@ -61,3 +62,15 @@ def _record(kernel: Any, threads: int | None, shared: set, groups: dict, capabil
         return with_call_annotations(call, {GEMM_PLAN_ANNOTATION: encode_plan(plan)})
 
     return tvm.tirx.stmt_functor.ir_transform(kernel, None, annotate, [vocab.TIRX_CALL])
+
+
+def plan_of_call(call: Any, fields: Any, threads: int, capabilities: TargetCapabilities, fragment_ct: bool) -> GemmPlan:
+    """The plan recorded on a T.gemm call (`fields`: its `gemm_call_fields`) for this launch, or, on a
+    call without one, the plan of the call alone."""
+    recorded = call_annotations(call).get(GEMM_PLAN_ANNOTATION)
+    if recorded is not None:
+        plan = decode_plan(recorded)
+        if plan.threads == threads:
+            return plan
+    return plan_gemm(c_scope=str(fields.c_buffer.scope()), M=fields.m, N=fields.n, K=fields.k, threads=threads, policy=fields.policy,
+                     capabilities=capabilities, fragment_ct=fragment_ct, a_scope=str(fields.a_buffer.scope()))

@@ -38,7 +38,7 @@ from ..capabilities import TargetCapabilities
 from ..isa import SIMD_WIDTH
 from ..register_budget import RegisterEstimate
 from ..scopes import FRAGMENT_SCOPES
-from ..planning import plan_gemm
+from .gemm_plans import plan_of_call
 from .kernel_launches import kernels
 from ..ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from ..ir_attrs import find_nodes, with_decisions
@@ -195,13 +195,12 @@ def loop_registers(loop: Any, threads: int, capabilities: TargetCapabilities, fr
     if any(n <= 0 for n in copies.values()):
         return None
     staging = sum(register_budget.registers(math.ceil(n / threads), dtype) for dtype, n in copies.items())
-    sites = [f for f in (gemm_call_fields(c) for c in find_nodes(loop.body, [vocab.TIRX_CALL])) if f is not None and f.a_buffer is not None]
+    sites = [(c, f) for c, f in ((c, gemm_call_fields(c)) for c in find_nodes(loop.body, [vocab.TIRX_CALL])) if f is not None and f.a_buffer is not None]
     accumulator = operands = 0
     shared = False
-    for f in sites:
+    for call, f in sites:
         c_scope = str(f.c_buffer.scope())
-        planned = plan_gemm(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, capabilities=capabilities,
-                            fragment_ct=fragment_ct)
+        planned = plan_of_call(call, f, threads, capabilities, fragment_ct)  # the plan GemmMetal will read (gemm_plans.py)
         part = planned.partition
         if part is None:
             continue  # GemmMetal refuses it with its own message
