@@ -22,7 +22,6 @@ the in-tree Metal pipeline, and why:
 from __future__ import annotations
 
 
-from . import gemm as gemm_metal
 from .target.capabilities import capabilities_of
 from .core.ir_attrs import STAGING_KEPT_ATTR, collect_decisions
 from .config import LoweringOptions, lowering, lowering_scope, stamp, stamped
@@ -31,7 +30,6 @@ from .lowering_cache import cached_lowering
 from .legalize import LowerAtomics, LowerShuffleWidths, SplitWideVectors, UseWideCopies
 from .host.passes import infer_layouts, pipeline_options, plan_pipelines, stock_passes
 from .ops import LowerMetalAtomicTileOps, LowerMetalTileOps
-from .transform.accumulator_sharing import fragments_needing_simdgroup
 from .transform.block_swizzle import BlockSwizzleLaunch, BlockSwizzleRemap
 from .transform.branch_barriers import SplitBranchBarriers
 from .transform.device_memory_sync import SyncDeviceMemory
@@ -39,7 +37,8 @@ from .transform.guarded_bodies import legalize_unguarded
 from .transform.expression_lets import InlineExpressionLets
 from .transform.function_pass import per_function_pass
 from .transform.floor_division import LowerFloorDivisions
-from .transform.fragment_groups import fragment_group_plans, gemm_roles
+from .transform.fragment_groups import gemm_roles
+from .transform.gemm_plans import RecordGemmPlans
 from .transform.hoist_offsets import HoistPositionOffsets
 from .transform.interior_split import SplitInteriorThreadgroups
 from .transform.layout_failures import no_layout_message
@@ -115,19 +114,17 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.InjectSoftwarePipeline()(mod)
     mod = GuardPossiblyEmptyPipelineLoops(mod)  # plugin: the pipeline's body loop (trip count minus the prologue) may be empty too
     threadgroup_buffers.record_pipelined(mod)
+    mod = RecordGemmPlans(mod, capabilities, options)  # plugin: each T.gemm's plan on its call (shared accumulators, fragment groups); the passes and GemmMetal read it
     mod = MarkRegisterStaging(mod, capabilities, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the
     # accumulator's fragment layout, LowerTileOp asks it (tl.gemm.lower) for the GEMM body.
-    shared_fragments = fragments_needing_simdgroup(mod, capabilities, options.fragment_ct)  # plugin
-    group_plans = fragment_group_plans(mod, capabilities, options.fragment_ct)  # plugin: fragments that meet element-wise agree
-    with gemm_metal.simdgroup_accumulators(shared_fragments), gemm_metal.fragment_group_plans(group_plans):
-        mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
-        mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line
-        cfg.LayoutVisual(mod)
-        mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
-        mod = tl.LowerTileOp()(mod)
+    mod = LowerMetalAtomicTileOps(mod)  # plugin: tile atomics -> T.Parallel loops of element atomics
+    mod = infer_layouts(mod, _conflict_message, _no_layout_message)  # tilelang's LayoutInference + ReducerPlanAndMaterialize, their internal errors in one line
+    cfg.LayoutVisual(mod)
+    mod = LowerMetalTileOps(mod)  # plugin: tl.reduce / tl.cumsum from the recorded fragment layouts
+    mod = tl.LowerTileOp()(mod)
     mod = per_function_pass("tilelang_metal.CollectDecisions", collect_decisions)(mod)  # plugin: the GEMM plans onto the function (--explain)
     mod = tl.VerifyReducerConsumed()(mod)
 

@@ -10,7 +10,7 @@ the instruction itself (`isa.REGISTRY`, filtered by the target's features), its 
 | target has `metal4` and `can_use_cooperative_tensor(...)`          | `metal.cooperative_tensor`|
 | otherwise                                                          | `metal.simdgroup`         |
 
-`route_fragments_to_cooperative_tensor` is the one deliberate extension of the spec's table (see
+`fragment_ct` (the option of that name, TILELANG_METAL_FRAGMENT_CT) is the one deliberate extension of the spec's table (see
 docs/selection.md): the spec sends every `local.fragment` accumulator to simdgroup MMA; with it on,
 a fragment that passes `can_use_cooperative_tensor` on a `metal4` target lowers to destination
 cooperative tensors. Nothing here touches TVM, so the table is unit-testable without lowering.
@@ -218,7 +218,7 @@ def select_inst(
     threads: int,
     policy: int,
     capabilities: TargetCapabilities,
-    route_fragments_to_cooperative_tensor: bool = False,
+    fragment_ct: bool = False,
 ) -> Selection:
     """Stage 1 of path selection (spec 2.1), with the reason for the decision. The registry's
     instructions that require only features the target has (`capabilities.features`) are candidates."""
@@ -226,7 +226,7 @@ def select_inst(
     fallback = simdgroup_instruction(have)
     if c_scope in SIMDGROUP_SCOPES:
         return Selection(fallback, f"C is in {c_scope}")
-    if c_scope in FRAGMENT_SCOPES and not route_fragments_to_cooperative_tensor:
+    if c_scope in FRAGMENT_SCOPES and not fragment_ct:
         return Selection(fallback, f"C is in {c_scope}")
     candidates = cooperative_instructions(have)
     if not capabilities.metal4 or not candidates:

@@ -28,15 +28,15 @@ def test_register_accumulators_take_simdgroup_in_the_spec_table(c_scope, metal4)
 
 def test_fragment_extension_routes_fragments_to_cooperative_tensors_on_metal4():
     sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=METAL4,
-                      route_fragments_to_cooperative_tensor=True)
+                      fragment_ct=True)
     assert sel.kind == COOPERATIVE_TENSOR_KIND
     # an explicit simdgroup accumulator is never rerouted
     sel = select_inst(c_scope="metal.simdgroup", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=METAL4,
-                      route_fragments_to_cooperative_tensor=True)
+                      fragment_ct=True)
     assert sel.kind == SIMDGROUP_KIND
     # and the extension still needs metal4
     sel = select_inst(c_scope="local.fragment", M=64, N=128, K=64, threads=128, policy=SQ, capabilities=PLAIN,
-                      route_fragments_to_cooperative_tensor=True)
+                      fragment_ct=True)
     assert sel.kind == SIMDGROUP_KIND
 
 

@@ -1,128 +1,69 @@
 """GemmMetal: layout inference and lowering of `T.gemm` for Metal targets.
 
-Stage 1 (`selection.select_inst`) picks the instruction (from `isa.REGISTRY`, by the target's
+Stage 1 (`selection.select_inst`, asked only by `planning.plan_gemm`) picks the instruction (from `isa.REGISTRY`, by the target's
 features); the plan carries it, and every later step reads sizes and lane maps from it. Stage 2 picks the dataflow from the
 scopes of A and B (direct-global or shared for cooperative tensors; simdgroup takes either).
-Both the layout-inference hook and the lowering hook go through `plan()`, so they always agree.
+Both the layout-inference hook and the lowering hook go through `plan()`, which reads the plan
+recorded on the call (transform/gemm_plans.py), so they always agree.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
-from ..host import layout_is_row_major, make_fragment_layout, tvm
+from ..host import call_annotations, layout_is_row_major, make_fragment_layout, tvm
 from ..target.capabilities import capabilities_of
 from ..errors import GemmLoweringError
 from ..core.ir_attrs import mark_decisions
-from ..target.isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH, MatrixInstruction
+from ..target.isa import COOPERATIVE_TENSOR_KIND, SIMD_WIDTH
 from ..config import current_options
-from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
-from ..selection import (
-    Partition,
-    Selection,
-    select_inst,
-    simdgroup_instruction,
-    warp_partition,
-)
+from ..core.scopes import FRAGMENT_SCOPES
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
+from ..planning import GEMM_PLAN_ANNOTATION, REGISTER_A, GemmPlan, decode_plan, plan_gemm
 from .register_operand import (
     check_register_a_layout,
     has_register_a,
-    register_a_blockers,
     register_a_layout,
     register_a_partition,
     validate_register_a,
 )
 from .simdgroup import lower_simdgroup
-from ..transform.fragment_groups import gemm_key
-from ..transform.guarded_bodies import assumptions, mark_guarded
+from .guard_marks import assumptions, mark_guarded
 
 logger = logging.getLogger("tilelang_metal")
 
 
-@dataclass(frozen=True)
-class GemmPlan:
-    problem: GemmProblem
-    selection: Selection
-    partition: Partition
-    dataflow: str  # "direct_global" | "shared" | "register_a"
-    threads: int
-
-    @property
-    def instruction(self) -> MatrixInstruction:
-        return self.selection.instruction
-
-    def describe(self) -> str:
-        p = self.problem
-        return (
-            f"T.gemm {p.M}x{p.N}x{p.K} (A {p.A.scope} {p.A.dtype}{' T' if p.trans_A else ''}, "
-            f"B {p.B.scope} {p.B.dtype}{' T' if p.trans_B else ''}, C {p.C.scope} {p.C.dtype}), threads={self.threads}: "
-            f"{self.selection.kind} ({self.instruction.name}) / {self.dataflow}, warps {self.partition.m_warp}x{self.partition.n_warp}"
-            f"{f' x{self.partition.replicas} replicas' if self.partition.replicas > 1 else ''}; "
-            f"because {self.selection.reason}"
-        )
-
-
-_recorders = threading.local()
-_lowering = threading.local()
-
-
-@contextlib.contextmanager
-def simdgroup_accumulators(fragments: set) -> Iterator[None]:
-    """While the block runs, T.gemm calls accumulating into these fragment data variables take the
-    simdgroup path (transform/accumulator_sharing.py: another call on the same fragment cannot
-    use cooperative tensors)."""
-    previous = getattr(_lowering, "simdgroup_fragments", frozenset())
-    _lowering.simdgroup_fragments = frozenset(fragments)
-    try:
-        yield
-    finally:
-        _lowering.simdgroup_fragments = previous
-
-
-@contextlib.contextmanager
-def fragment_group_plans(plans: dict) -> Iterator[None]:
-    """While the block runs, T.gemm calls listed here (by `transform.fragment_groups.gemm_key`) use
-    the instruction and partition their fragment group decided, not their own selection."""
-    previous = getattr(_lowering, "group_plans", {})
-    _lowering.group_plans = plans
-    try:
-        yield
-    finally:
-        _lowering.group_plans = previous
+_observers: list[list[Any]] = []  # the lists of the open `recorded_plans()` blocks (tests only)
 
 
 @contextlib.contextmanager
 def recorded_plans() -> Iterator[list[Any]]:
-    """Observe the `GemmPlan` objects this thread's lowerings make inside the block (tests read their
+    """Observe the `GemmPlan` objects the lowerings make inside the block (tests read their
     partitions and instructions). The decisions `--explain` prints are on the lowered IR
-    (`ir_attrs.DECISIONS_ATTR`); nothing of the lowering reads this list."""
+    (`ir_attrs.DECISIONS_ATTR`), and the plans GemmMetal lowers with on the calls
+    (`planning.GEMM_PLAN_ANNOTATION`); nothing of the lowering reads this list."""
     plans: list[Any] = []
-    stack = getattr(_recorders, "stack", None)
-    if stack is None:
-        stack = _recorders.stack = []
-    stack.append(plans)
+    _observers.append(plans)
     try:
         yield plans
     finally:
-        stack.pop()
+        _observers.remove(plans)
 
 
 def plans_are_recorded() -> bool:
-    """Whether a `recorded_plans()` block is open on this thread (the lowering cache then lowers
-    afresh, so the block sees every plan)."""
-    return bool(getattr(_recorders, "stack", None))
+    """Whether a `recorded_plans()` block is open (the lowering cache then lowers afresh, so the
+    block sees every plan)."""
+    return bool(_observers)
 
 
 def record(decision: Any) -> None:
-    """Add a plan to every active `recorded_plans()` list."""
-    for plans in getattr(_recorders, "stack", ()):
+    """Add a plan to every open `recorded_plans()` list."""
+    for plans in _observers:
         plans.append(decision)
 
 
@@ -141,54 +82,26 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     options = current_options()  # the lowering's, fixed before LayoutInference called this hook
     problem = GemmProblem.from_node(node)
     threads = _threads(thread_bounds)
-    shared_with_simdgroup = problem.C.buffer.data in getattr(_lowering, "simdgroup_fragments", frozenset())
-    capabilities = capabilities_of(target)
-    selection = select_inst(
-        c_scope=problem.c_scope,
-        M=problem.M,
-        N=problem.N,
-        K=problem.K,
-        threads=threads,
-        policy=problem.policy,
-        capabilities=capabilities,
-        route_fragments_to_cooperative_tensor=options.fragment_ct and not shared_with_simdgroup,
-    )
-    if shared_with_simdgroup:
-        selection = Selection(
-            selection.instruction,
-            f"C ({problem.C.buffer.name}) is also the accumulator of a T.gemm that cannot use cooperative tensors; "
-            "one representation per fragment",
-        )
-    num_warps = threads // SIMD_WIDTH
-    group = getattr(_lowering, "group_plans", {}).get(gemm_key(problem.A.buffer.data, problem.B.buffer.data, problem.C.buffer.data))
-    if group is not None and group.partition.simdgroups == num_warps:
-        selection, part = group.selection, group.partition
-        if has_register_a(problem):
-            validate_register_a(problem)
-            dataflow = "register_a"
-        else:
-            dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
-    elif has_register_a(problem):
+    if has_register_a(problem):
         validate_register_a(problem)
-        blockers = register_a_blockers(problem, selection.instruction) if selection.kind == COOPERATIVE_TENSOR_KIND else []
-        if blockers:
-            selection = Selection(
-                simdgroup_instruction(capabilities.features),
-                "A is a register fragment and cooperative tensors cannot read it in place: " + "; ".join(blockers),
-            )
-        part = register_a_partition(problem, selection.instruction, num_warps)
-        dataflow = "register_a"
-    else:
-        part = warp_partition(selection, problem.c_scope, problem.policy, problem.M, problem.N, num_warps)
-        if part is None:
-            fm, fn = selection.instruction.m, selection.instruction.n
-            raise GemmLoweringError(
-                f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
-                f"simdgroup needs a whole number of {fm}x{fn} fragments (M divisible by m_warp*{fm}, N by n_warp*{fn}, "
-                f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of {fm}*simdgroups or fewer threads."
-            )
-        dataflow = "direct_global" if problem.A.scope in GLOBAL_SCOPES else "shared"
-    result = GemmPlan(problem, selection, part, dataflow, threads)
+    recorded = call_annotations(node).get(GEMM_PLAN_ANNOTATION)  # transform/gemm_plans.py, with the kernel-wide decisions
+    planned = decode_plan(recorded) if recorded is not None else None
+    if planned is None or planned.threads != threads:  # not planned before layout inference: this call alone decides
+        planned = plan_gemm(
+            c_scope=problem.c_scope, M=problem.M, N=problem.N, K=problem.K, threads=threads, policy=problem.policy,
+            capabilities=capabilities_of(target), fragment_ct=options.fragment_ct, a_scope=problem.A.scope,
+        )
+    result = replace(planned, problem=problem)
+    if result.partition is None:
+        num_warps = threads // SIMD_WIDTH
+        if result.dataflow == REGISTER_A:
+            register_a_partition(problem, result.instruction, num_warps)  # raises its own message
+        fm, fn = result.instruction.m, result.instruction.n
+        raise GemmLoweringError(
+            f"no legal warp partition for T.gemm tile {problem.M}x{problem.N} with {num_warps} simdgroups: every "
+            f"simdgroup needs a whole number of {fm}x{fn} fragments (M divisible by m_warp*{fm}, N by n_warp*{fn}, "
+            f"m_warp*n_warp={num_warps}). Use block sizes that are multiples of {fm}*simdgroups or fewer threads."
+        )
     record(result)
     if options.debug:
         logger.warning("tilelang_metal: %s", result.describe())

@@ -32,6 +32,7 @@ from ..host import fragments_agree
 from ..errors import GemmLoweringError
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from ..core.scopes import FRAGMENT_SCOPES
+from ..planning import register_a_blockers
 from ..selection import Partition, row_partition
 from .problem import GemmProblem, Operand
 
@@ -40,22 +41,10 @@ def has_register_a(problem: GemmProblem) -> bool:
     return problem.A.scope in FRAGMENT_SCOPES
 
 
-def register_a_blockers(problem: GemmProblem, inst: MatrixInstruction) -> list[str]:
-    """Why a register-fragment A cannot be read in place with `inst` (empty when it can)."""
-    reasons = []
-    if problem.M % inst.m:
-        reasons.append(f"M={problem.M} is not a multiple of {inst.m} rows")
-    if problem.N % inst.n:
-        reasons.append(f"N={problem.N} is not a multiple of {inst.n}")
-    if problem.K % inst.n:  # A is laid out as destination tiles, inst.n columns wide
-        reasons.append(f"K={problem.K} is not a multiple of {inst.n}")
-    return reasons
-
-
 def register_a_partition(problem: GemmProblem, inst: MatrixInstruction, num_warps: int) -> Partition:
     """The rows of A (and C) over as many simdgroups as whole tiles allow, N split over the others
     as far as it goes, the rest replicated (`selection.row_partition`)."""
-    reasons = register_a_blockers(problem, inst)
+    reasons = register_a_blockers(problem.M, problem.N, problem.K, inst)
     part = row_partition(problem.M, problem.N, num_warps, inst.m, inst.n, split_n=True) if not reasons else None
     if part is None:
         a = problem.A.buffer

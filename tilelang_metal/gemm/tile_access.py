@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core import intrinsics
 from ..host import tir
-from ..transform.guarded_bodies import note_assumption
+from .guard_marks import note_assumption
 from .problem import Operand, const_int
 from .tir_build import cast, guarded, seq
 

@@ -187,6 +187,7 @@ from .vocab import (  # noqa: F401
     tile_op_name,
     tile_op_region,
     tile_region,
+    with_call_annotations,
     with_pipeline_stages,
 )
 from .ir import (  # noqa: F401

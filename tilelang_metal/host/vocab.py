@@ -299,6 +299,12 @@ def call_annotations(call: Any) -> dict[str, Any]:
     return dict(annotations.items()) if annotations is not None else {}
 
 
+def with_call_annotations(call: Any, extra: dict[str, Any]) -> Any:
+    """`call` (a tile-op Call) with `extra` added to its annotations; tilelang's op built from it
+    (the `node` its C++ hooks pass to Python) carries them too."""
+    return tir.Call(call.dtype, call.op, call.args, {**call_annotations(call), **extra}, call.span)
+
+
 @dataclass(frozen=True)
 class FragmentView:
     """What a tilelang `Fragment` (register layout of a `local.fragment` buffer) says, as TIR.

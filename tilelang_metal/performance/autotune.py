@@ -13,7 +13,7 @@ reduced sizes, so it is a separate, explicit call. `execution_backend="emulator"
 anywhere (CPU wall times, with a warning): for small spaces and tests.
 
 A configuration is kept only when the plugin's own rules accept it: the instruction selection and
-warp partition GemmMetal would use (`selection.select_inst`, `selection.warp_partition`) must give
+warp partition GemmMetal would use (`planning.plan_gemm`) must give
 a legal split, the threads fit a threadgroup, and the staged tiles fit Metal's 32 KiB of threadgroup
 memory (`limits`). See docs/benchmarks.md (Autotuning).
 """
@@ -33,7 +33,8 @@ from ..target.isa import METAL4_FEATURE, SIMD_WIDTH
 from .cost_model import RooflineEstimate
 from .register_budget import estimate_registers
 from .roofline import Chip
-from ..selection import WarpPolicy, cooperative_instructions, select_inst, warp_partition
+from ..planning import plan_gemm
+from ..selection import WarpPolicy, cooperative_instructions
 
 DIRECT_GLOBAL, SHARED = "direct_global", "shared"
 PATHS = (DIRECT_GLOBAL, SHARED)
@@ -112,10 +113,8 @@ def _partition(cfg: GemmConfig, K: int, capabilities: TargetCapabilities) -> Any
     selection; K is the GEMM's reduction length (the shared path's T.gemm spans one block_k)."""
     shared = cfg.path == SHARED
     c_scope = "local.fragment" if shared else "global"
-    selection = select_inst(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else K, threads=cfg.threads,
-                            policy=WarpPolicy.SQUARE, capabilities=capabilities,
-                            route_fragments_to_cooperative_tensor=settings.fragment_ct())
-    return warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
+    return plan_gemm(c_scope=c_scope, M=cfg.block_m, N=cfg.block_n, K=cfg.block_k if shared else K, threads=cfg.threads,
+                     policy=WarpPolicy.SQUARE, capabilities=capabilities, fragment_ct=settings.fragment_ct()).partition
 
 
 def _useful(extent: int, tile: int, candidates: Iterable[int]) -> bool:

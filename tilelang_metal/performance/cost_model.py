@@ -322,17 +322,18 @@ def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: 
     from ..target.capabilities import capabilities_with
     from ..target.isa import METAL4_FEATURE
     from .register_budget import staging_elements
-    from ..selection import WarpPolicy, select_inst, warp_partition
+    from ..planning import plan_gemm
+    from ..selection import WarpPolicy
 
     shared = path == SHARED
     c_scope = "local.fragment" if shared else "global"
     capabilities = capabilities_with(features | ({METAL4_FEATURE} if metal4 else frozenset()))
-    selection = select_inst(c_scope=c_scope, M=block_m, N=block_n, K=block_k if shared else K, threads=threads,
-                            policy=WarpPolicy.SQUARE, capabilities=capabilities, route_fragments_to_cooperative_tensor=fragment_ct)
-    part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, block_m, block_n, threads // SIMD_WIDTH)
+    planned = plan_gemm(c_scope=c_scope, M=block_m, N=block_n, K=block_k if shared else K, threads=threads,
+                        policy=WarpPolicy.SQUARE, capabilities=capabilities, fragment_ct=fragment_ct)
+    part = planned.partition
     if part is None:
         return None
-    inst = selection.instruction
+    inst = planned.instruction
     staging = staging_elements(block_m, block_n, block_k, threads) if shared and stages >= 2 else 0
     regs = _registers(block_m, block_n, part.m_warp, part.n_warp, inst, shared, staging)
     return GemmKernel(route, path, block_m, block_n, threads, part.m_warp, part.n_warp, inst,

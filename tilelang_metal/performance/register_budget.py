@@ -41,7 +41,8 @@ from ..target.capabilities import capabilities_with, resolve_capabilities
 from ..core.dtypes import DTYPE_OF_MSL
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from ..core.scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
-from ..selection import Partition, WarpPolicy, select_inst, warp_partition
+from ..planning import GemmPlan, plan_gemm
+from ..selection import Partition, WarpPolicy
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int16": 2, "uint16": 2,
           "uint32": 4, "int64": 8, "uint64": 8, "bool": 1}
@@ -156,7 +157,7 @@ def staging_elements(block_m: int, block_n: int, block_k: int, threads: int) -> 
 
 def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str = "float32", target: Any = None,
                        staging: bool | None = None, prefetch: bool = False, fragment_ct: bool = True) -> RegisterEstimate:
-    """Registers per thread of a GEMM plan (`gemm.GemmPlan`) or an autotuner configuration (anything
+    """Registers per thread of a GEMM plan GemmMetal made (`planning.GemmPlan`) or an autotuner configuration (anything
     with `path`, `block_m`, `block_n`, `threads`, `block_k`, `num_stages`: `autotune.GemmConfig`).
 
     A configuration is planned as GemmMetal would plan it on `target` (a Target, "metal", None for
@@ -164,8 +165,10 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
     a shared path with 2 or more stages) adds the register-staging
     array, `prefetch` the K-prefetch copy of the operands. A plan carries no staging tile, so
     `staging` must be False or None for one."""
-    if hasattr(subject, "problem") and hasattr(subject, "partition"):  # a GemmPlan
+    if isinstance(subject, GemmPlan):
         p = subject.problem
+        if p is None:
+            raise ValueError("a GemmPlan planned from a shape alone has no operand types: estimate it from the configuration")
         if staging:
             raise ValueError("a GemmPlan does not know its staging tile: estimate staging from the configuration (block_m, block_n, block_k)")
         in_registers = p.C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES  # else GemmMetal allocates a float32 accumulator
@@ -174,16 +177,15 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
                               shared=subject.dataflow == "shared", prefetch=prefetch)
     cfg = subject
     shared = cfg.path == "shared"
-    selection = select_inst(c_scope="local.fragment" if shared else "global", M=cfg.block_m, N=cfg.block_n,
-                            K=cfg.block_k if shared else 16, threads=cfg.threads, policy=WarpPolicy.SQUARE,
-                            capabilities=resolve_capabilities(target), route_fragments_to_cooperative_tensor=fragment_ct)
-    c_scope = "local.fragment" if shared else "global"
-    part = warp_partition(selection, c_scope, WarpPolicy.SQUARE, cfg.block_m, cfg.block_n, cfg.threads // SIMD_WIDTH)
+    planned = plan_gemm(c_scope="local.fragment" if shared else "global", M=cfg.block_m, N=cfg.block_n,
+                        K=cfg.block_k if shared else 16, threads=cfg.threads, policy=WarpPolicy.SQUARE,
+                        capabilities=resolve_capabilities(target), fragment_ct=fragment_ct)
+    part = planned.partition
     if part is None:
         raise ValueError(f"no legal warp partition of a {cfg.block_m}x{cfg.block_n} tile over {cfg.threads // SIMD_WIDTH} simdgroups")
     with_staging = (shared and cfg.num_stages >= 2) if staging is None else bool(staging)
     elements = staging_elements(cfg.block_m, cfg.block_n, cfg.block_k, cfg.threads) if with_staging else 0
-    return gemm_registers(M=cfg.block_m, N=cfg.block_n, instruction=selection.instruction, partition=part, a_dtype=dtype,
+    return gemm_registers(M=cfg.block_m, N=cfg.block_n, instruction=planned.instruction, partition=part, a_dtype=dtype,
                           b_dtype=dtype, acc_dtype=acc_dtype, shared=shared, staging_elements=elements, staging_dtype=dtype,
                           prefetch=prefetch and not shared)
 

@@ -3,8 +3,8 @@
 Several `T.gemm` calls may accumulate into the same `local.fragment` (C += A1 B1; C += A2 B2).
 Layout inference asks GemmMetal for C's layout once per call, and the answers must agree: when one
 of the calls can use cooperative tensors and another cannot (K = 8 on a metal4 target, say), every
-call on that fragment takes the simdgroup path. This analysis finds those fragments; the pipeline
-hands them to GemmMetal for the duration of layout inference and tile-op lowering.
+call on that fragment takes the simdgroup path. This analysis finds those fragments;
+`gemm_plans.RecordGemmPlans` plans their calls accordingly and records the plans on the calls.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from ..host import gemm_call_fields, tir
 from ..target.capabilities import TargetCapabilities
 from ..target.isa import SIMD_WIDTH
 from ..core.scopes import FRAGMENT_SCOPES
-from ..selection import select_inst
+from ..planning import plan_gemm
 from ..core.ir_attrs import find_nodes
 from .kernel_launches import kernels
 from ..host import vocab
 
 
-def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> set:
+def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, fragment_ct: bool) -> set:
     """Data variables of fragments written by T.gemm calls that would pick different instructions."""
     forced: set = set()
     for func in mod.functions.values():
@@ -36,7 +36,7 @@ def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, rout
                     continue
                 if threads is None or threads % SIMD_WIDTH:
                     continue  # GemmMetal refuses this launch with its own message
-                chosen = select_inst(
+                chosen = plan_gemm(
                     c_scope=str(fields.c_buffer.scope()),
                     M=fields.m,
                     N=fields.n,
@@ -44,7 +44,7 @@ def fragments_needing_simdgroup(mod: Any, capabilities: TargetCapabilities, rout
                     threads=threads,
                     policy=fields.policy,
                     capabilities=capabilities,
-                    route_fragments_to_cooperative_tensor=route_fragments_to_cooperative_tensor,
+                    fragment_ct=fragment_ct,
                 ).instruction.name  # another instruction, even of the same kind, is another lane layout
                 instructions.setdefault(fields.c_buffer.data, set()).add(chosen)
         forced |= {var for var, seen in instructions.items() if len(seen) > 1}

@@ -28,7 +28,7 @@ they all take `selection.row_partition` (MLA's `FullCol` policy splits a 16x32 s
 Cooperative tensors are chosen when every T.gemm of the group can use them; when they would need
 more replication than simdgroup matrices (a 32-row tile on 4 simdgroups: 16-row tiles give 2
 simdgroups along M, 8-row tiles 4), simdgroup matrices win, since the replicas compute the same
-tile twice. The decisions reach GemmMetal's `plan()` through `gemm.fragment_group_plans`.
+tile twice. The decisions reach GemmMetal through the plans `gemm_plans.RecordGemmPlans` records on the calls.
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ from ..selection import (
     choose_partition,
     cooperative_instructions,
     row_partition,
-    select_inst,
     simdgroup_instruction,
-    warp_partition,
 )
+from ..planning import gemm_key, plan_gemm
 from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
@@ -76,10 +75,6 @@ class GemmSite:
 
     def describe(self) -> str:
         return f"T.gemm({self.a_name}, {self.b_name}, {self.c_name}) ({self.m}x{self.n}x{self.k})"
-
-
-def gemm_key(a: Any, b: Any, c: Any) -> tuple:
-    return (a, b, c)
 
 
 class _Groups:
@@ -176,7 +171,7 @@ class GroupPlan:
     partition: Partition
 
 
-def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragments_to_cooperative_tensor: bool) -> dict[tuple, GroupPlan]:
+def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, fragment_ct: bool) -> dict[tuple, GroupPlan]:
     """Per T.gemm (keyed by `gemm_key(A, B, C data)`) whose fragments meet another T.gemm's element
     by element: the instruction and partition all of them use."""
     plans: dict[tuple, GroupPlan] = {}
@@ -194,7 +189,7 @@ def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragm
             consumers = [s for s in sites if s.register_a and groups.find(s.a) is root]
             if not producers or (not consumers and len(producers) < 2):
                 continue  # one T.gemm fixes every layout of the group: its own selection stands
-            choice = _choose(producers, consumers, num_warps, capabilities.metal4 and route_fragments_to_cooperative_tensor, capabilities.features)
+            choice = _choose(producers, consumers, num_warps, capabilities.metal4 and fragment_ct, capabilities.features)
             if choice is None:
                 continue
             inst, parts = choice
@@ -208,7 +203,7 @@ def fragment_group_plans(mod: Any, capabilities: TargetCapabilities, route_fragm
         _row_links(body, rows)
         for root in {rows.find(s.c) for s in sites}:
             members = [s for s in sites if rows.find(s.c) is root]
-            plans.update(_row_group_plans(members, plans, pinned, num_warps, capabilities, route_fragments_to_cooperative_tensor))
+            plans.update(_row_group_plans(members, plans, pinned, num_warps, capabilities, fragment_ct))
     return plans
 
 
@@ -218,7 +213,7 @@ def _row_group_plans(
     pinned: set[tuple],
     num_warps: int,
     capabilities: TargetCapabilities,
-    route_ct: bool,
+    fragment_ct: bool,
 ) -> dict[tuple, GroupPlan]:
     """Plans for the T.gemm calls of one row group (accumulators whose rows meet through 1-D row
     fragments) that make their row splits agree; none when they already agree or cannot. A call
@@ -231,14 +226,14 @@ def _row_group_plans(
         if s.key in plans:
             own[s.key] = (plans[s.key].selection.instruction, plans[s.key].partition)
             continue
-        selection = select_inst(
+        planned = plan_gemm(
             c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
-            capabilities=capabilities, route_fragments_to_cooperative_tensor=route_ct,
+            capabilities=capabilities, fragment_ct=fragment_ct,
         )
         if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
-            own[s.key] = (selection.instruction, row_partition(s.m, s.n, num_warps, selection.instruction.m, selection.instruction.n, split_n=True))
+            own[s.key] = (planned.instruction, row_partition(s.m, s.n, num_warps, planned.instruction.m, planned.instruction.n, split_n=True))
         else:
-            own[s.key] = (selection.instruction, warp_partition(selection, FRAGMENT_SCOPES[0], s.policy, s.m, s.n, num_warps))
+            own[s.key] = (planned.instruction, planned.partition)
     if all(part is not None for _, part in own.values()) and len({(inst.name, part.m_warp) for inst, part in own.values()}) == 1:
         return {}  # the calls' own choices already split the rows alike
     planned = [s for s in members if s.key in pinned]
@@ -250,7 +245,7 @@ def _row_group_plans(
         return {}  # a register A operand reads cooperative tensors only where GemmMetal's later checks allow
     # a register A operand reads cooperative tensors only under conditions GemmMetal checks later
     # (register_a_blockers): such a group takes simdgroup matrices
-    may_use_ct = capabilities.metal4 and route_ct and not any(s.register_a for s in free)
+    may_use_ct = capabilities.metal4 and fragment_ct and not any(s.register_a for s in free)
     features = capabilities.features
     candidates = list(fixed.values()) or (cooperative_instructions(features) if may_use_ct else []) + [simdgroup_instruction(features)]
     best = None

@@ -33,32 +33,8 @@ from typing import Any
 from ..errors import MetalLoweringError
 from ..host import tir, tvm, vocab
 
-GUARDED_BY_CONSTRUCTION = "tilelang_metal.guarded_by_construction"
-_ASSUMPTIONS = "_tilelang_metal_tile_assumptions"
-
-
-def note_assumption(analyzer: Any, condition: Any, *, upper_edge: bool) -> None:
-    """Record on the lowering's analyzer a condition an unguarded access relies on: a tile start
-    inside its extent (`upper_edge`) or not negative."""
-    if not hasattr(analyzer, _ASSUMPTIONS):
-        setattr(analyzer, _ASSUMPTIONS, ([], []))
-    getattr(analyzer, _ASSUMPTIONS)[1 if upper_edge else 0].append(condition)
-
-
-def assumptions(analyzer: Any) -> tuple[list[Any], list[Any]]:
-    """(lower-edge conditions, upper-edge conditions) noted on `analyzer`."""
-    lower, upper = getattr(analyzer, _ASSUMPTIONS, ([], []))
-    return list(lower), list(upper)
-
-
-def mark_guarded(lowered: Any, conditions: tuple[list[Any], list[Any]]) -> Any:
-    """`lowered` (a Stmt, or a PrimFunc whose body LowerTileOp inlines) with its body marked; the
-    mark holds the (lower-edge, upper-edge) conditions its unguarded accesses rely on."""
-    if isinstance(lowered, tir.PrimFunc):
-        return lowered.with_body(mark_guarded(lowered.body, conditions))
-    lower, upper = conditions
-    node = tvm.runtime.convert([list(lower), list(upper)])
-    return tir.AttrStmt(node, GUARDED_BY_CONSTRUCTION, tir.const(-1, "int32"), lowered)
+# the marks GemmMetal writes (gemm/guard_marks.py); this pass reads and removes them
+from ..gemm.guard_marks import GUARDED_BY_CONSTRUCTION
 
 
 def _is_mark(node: Any) -> bool:

@@ -39,7 +39,7 @@ from ..target.capabilities import TargetCapabilities
 from ..target.isa import SIMD_WIDTH
 from ..performance.register_budget import RegisterEstimate
 from ..core.scopes import FRAGMENT_SCOPES
-from ..selection import select_inst, warp_partition
+from .gemm_plans import plan_of_call
 from .kernel_launches import kernels
 from ..core.ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from ..core.ir_attrs import find_nodes, with_decisions
@@ -196,18 +196,17 @@ def loop_registers(loop: Any, threads: int, capabilities: TargetCapabilities, fr
     if any(n <= 0 for n in copies.values()):
         return None
     staging = sum(register_budget.registers(math.ceil(n / threads), dtype) for dtype, n in copies.items())
-    sites = [f for f in (gemm_call_fields(c) for c in find_nodes(loop.body, [vocab.TIRX_CALL])) if f is not None and f.a_buffer is not None]
+    sites = [(c, f) for c, f in ((c, gemm_call_fields(c)) for c in find_nodes(loop.body, [vocab.TIRX_CALL])) if f is not None and f.a_buffer is not None]
     accumulator = operands = 0
     shared = False
-    for f in sites:
+    for call, f in sites:
         c_scope = str(f.c_buffer.scope())
-        selection = select_inst(c_scope=c_scope, M=f.m, N=f.n, K=f.k, threads=threads, policy=f.policy, capabilities=capabilities,
-                                route_fragments_to_cooperative_tensor=fragment_ct)
-        part = warp_partition(selection, c_scope, f.policy, f.m, f.n, threads // SIMD_WIDTH)
+        planned = plan_of_call(call, f, threads, capabilities, fragment_ct)  # the plan GemmMetal will read (gemm_plans.py)
+        part = planned.partition
         if part is None:
             continue  # GemmMetal refuses it with its own message
         one = register_budget.gemm_registers(
-            M=f.m, N=f.n, instruction=selection.instruction, partition=part, a_dtype=str(f.a_buffer.dtype),
+            M=f.m, N=f.n, instruction=planned.instruction, partition=part, a_dtype=str(f.a_buffer.dtype),
             b_dtype=str(f.b_buffer.dtype), acc_dtype=str(f.c_buffer.dtype) if c_scope in FRAGMENT_SCOPES else "float32", shared=True)
         accumulator += one.accumulator
         operands += one.operands
