@@ -72,7 +72,7 @@ def source_fingerprint() -> str:
 # (launching, emulating; tests patch them, and the race-check tier swaps the emulator adapter's
 # runner), and what builds the input or drives compiles from above (its work is in the key).
 _NOT_LOWERING = ("tilelang_metal.emulator", "tilelang_metal.execution", "tilelang_metal.kernels",
-                 "tilelang_metal.performance.autotune", "tilelang_metal.cli", "tilelang_metal.__main__")
+                 "tilelang_metal.tuning.autotune", "tilelang_metal.cli", "tilelang_metal.__main__")
 _baseline: dict[str, dict[str, Any]] = {}  # module -> {attribute: the object it held when taken}
 _registry_baseline: tuple[Any, ...] = ()
 

@@ -9,9 +9,9 @@ import pytest
 import tilelang
 import tilelang.language as T
 
-from tilelang_metal.performance import autotune
+from tilelang_metal.tuning import autotune
 from tilelang_metal import kernels as E
-from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.tuning.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 from tilelang_metal.codegen import artifact as A
 from tilelang_metal.codegen.liveness import live_ranges
 from tilelang_metal.gemm import GemmPlan, recorded_plans

@@ -73,7 +73,7 @@ def test_mlx_steel_gemm_estimate_is_the_plugin_rule_on_the_same_tile():
     """The family estimate of MLX's steel GEMM counts what the plugin's plan estimate counts for the same
     tile on plain metal (8x8 simdgroup fragments, a shared path over 2x2 simdgroups, no staging): the
     same registers; and its threadgroup memory (padded tiles) is what limits occupancy when it is large."""
-    from tilelang_metal.performance.autotune import SHARED, GemmConfig
+    from tilelang_metal.tuning.autotune import SHARED, GemmConfig
     from tilelang_metal.target.capabilities import capabilities_with
     from tilelang_metal.performance.register_budget import estimate_registers
 

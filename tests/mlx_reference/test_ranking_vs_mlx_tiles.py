@@ -23,7 +23,8 @@ if __name__ == "__main__":  # run as a script: the same imports as under pytest 
 import mlx_gemm as mg
 import mlx_nax
 
-from tilelang_metal.performance import autotune, roofline
+from tilelang_metal.tuning import autotune
+from tilelang_metal.performance import roofline
 
 SHAPES = ((4096, 4096, 4096), (2048, 2048, 2048))
 DOC = Path(__file__).parents[2] / "docs" / "performance.md"

@@ -1,4 +1,4 @@
-"""Ranking GEMM configurations without a GPU (tilelang_metal.performance.autotune.rank_by_roofline: emulator counters
+"""Ranking GEMM configurations without a GPU (tilelang_metal.tuning.autotune.rank_by_roofline: emulator counters
 and the roofline estimate), and tilelang.autotune driving the space end to end in the emulator."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tilelang_metal.performance import autotune, cost_model, roofline
-from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.tuning import autotune
+from tilelang_metal.performance import cost_model, roofline
+from tilelang_metal.tuning.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 
 M, N, K = 128, 128, 64
 CANDIDATES = (

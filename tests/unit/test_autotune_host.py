@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tilelang_metal.performance import autotune
+from tilelang_metal.tuning import autotune
 from tilelang_metal.execution import backends
 
 

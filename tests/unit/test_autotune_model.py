@@ -1,4 +1,4 @@
-"""The autotuner's view of the cost model (tilelang_metal.performance.autotune.traffic_model / rank_by_model, thin
+"""The autotuner's view of the cost model (tilelang_metal.tuning.autotune.traffic_model / rank_by_model, thin
 calls into tilelang_metal.performance.cost_model): cache reuse within a wave of resident threadgroups and the block
 swizzle's effect on it, and the ranking's order, without building a kernel."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilelang_metal.performance import autotune, cost_model, roofline
+from tilelang_metal.tuning import autotune
+from tilelang_metal.performance import cost_model, roofline
 from tilelang_metal import kernels
-from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.tuning.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 from tilelang_metal.target.capabilities import capabilities_with
 
 METAL4 = capabilities_with({"metal4"})

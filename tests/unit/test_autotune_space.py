@@ -1,4 +1,4 @@
-"""The Metal GEMM configuration space (tilelang_metal.performance.autotune): which configurations it keeps, why it
+"""The Metal GEMM configuration space (tilelang_metal.tuning.autotune): which configurations it keeps, why it
 drops the others, and that its verdicts agree with what lowering actually does."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import pytest
 import tilelang
 from tilelang import tvm
 
-from tilelang_metal.performance import autotune
+from tilelang_metal.tuning import autotune
 from tilelang_metal import kernels as examples
 from tilelang_metal.target.capabilities import capabilities_with
 from tilelang_metal.target.isa import COOPERATIVE_TENSOR_KIND
-from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
+from tilelang_metal.tuning.autotune import DIRECT_GLOBAL, SHARED, GemmConfig, config_space, rejection, threadgroup_bytes
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.target.limits import THREADGROUP_MEMORY_BYTES
 

@@ -20,7 +20,8 @@ import pytest
 
 from tilelang_metal.target.capabilities import capabilities_with
 from tilelang_metal.target.isa import METAL4_FEATURE
-from tilelang_metal.performance import autotune, cost_model, roofline
+from tilelang_metal.tuning import autotune
+from tilelang_metal.performance import cost_model, roofline
 from tilelang_metal import kernels
 
 SIZES = (1024, 2048, 4096)

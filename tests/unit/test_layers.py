@@ -20,7 +20,7 @@ LAYERS = {
     "errors": -1, "version": -1, "config": -1, "target.limits": -1,  # foundation: import nothing of the host
     "host": 0,
     "emulator": 2, "execution": 3, "kernels": 4,
-    "cli": 5, "performance.autotune": 5, "__main__": 5, "plugin": 5, "autoload": 5,  # the top: wiring and front ends
+    "cli": 5, "tuning.autotune": 5, "__main__": 5, "plugin": 5, "autoload": 5,  # the top: wiring and front ends
 }
 COMPILER = 1
 NAMES = {-1: "foundation", 0: "host", 1: "compiler", 2: "emulator", 3: "execution", 4: "kernels", 5: "cli / autotune / wiring"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tilelang_metal.performance import autotune
+from tilelang_metal.tuning import autotune
 from tilelang_metal import kernels as E
-from tilelang_metal.performance.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
+from tilelang_metal.tuning.autotune import DIRECT_GLOBAL, SHARED, GemmConfig
 from tilelang_metal.target.capabilities import capabilities_with
 from tilelang_metal.performance.register_budget import OCCUPANCY, REGISTER_BUDGET, RegisterEstimate, estimate_registers, threads_per_core
 

@@ -283,7 +283,7 @@ def gemm_staged(
 ) -> Any:
     """Shared staging of A and B, float32 fragment accumulator, result to C: the shared-path kernel
     with the same parameters (A, B, C) as gemm_direct_global, so the two paths are interchangeable
-    (tilelang_metal.performance.autotune tunes both; kernels.matmul routes plain-metal GEMMs here). Its staging
+    (tilelang_metal.tuning.autotune tunes both; kernels.matmul routes plain-metal GEMMs here). Its staging
     is only staging, so the staging bypass lowers it on the direct-global path unless `keep_staging`
     (then it runs as written).
 

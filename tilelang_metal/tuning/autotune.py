@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .. import config as settings
-from . import cost_model
+from ..performance import cost_model
 from ..target.capabilities import TargetCapabilities, resolve_capabilities
 from ..target.isa import METAL4_FEATURE, SIMD_WIDTH
-from .cost_model import RooflineEstimate
-from .register_budget import estimate_registers
-from .roofline import Chip
+from ..performance.cost_model import RooflineEstimate
+from ..performance.register_budget import estimate_registers
+from ..performance.roofline import Chip
 from ..planning import plan_gemm
 from ..selection import WarpPolicy, cooperative_instructions
 
@@ -341,7 +341,7 @@ def shortlist(M: int, N: int, K: int, count: int, *, chip: Chip | None = None, d
     this Mac's): a space to time in seconds instead of minutes. Large problems are compute-bound
     for most of the space, where the model orders its near-ties by operand reuse and memory traffic
     (estimates), so keep `count` well above 1."""
-    from .roofline import detect_chip
+    from ..performance.roofline import detect_chip
 
     if count < 1:
         raise ValueError(f"shortlist count={count} must be at least 1")
