@@ -35,7 +35,8 @@ MSL_TYPE = {torch.float16: "half", torch.bfloat16: "bfloat16_t", torch.float32: 
 @dataclass(frozen=True)
 class Device:
     """What MLX's dispatch reads from the device: `get_architecture()` (its last letter, `devc`, is the
-    size class: 'g' base chip and 'p' Pro are "small", 's' Max "medium", 'd' Ultra "large") and
+    size class: 'g' and 'p' are "small", 'd' "large", any other letter "medium"; which chip reports
+    which letter: tilelang_metal.performance.roofline.ARCHITECTURES) and
     `get_architecture_gen()` (13 M1, 14 M2, 15 M3, 16 M4)."""
 
     architecture: str = "applegpu_g15g"  # an M3: no neural accelerators, gemv_wide available

@@ -46,15 +46,15 @@ class Tile:
 
 
 def size_class(chip: roofline.Chip) -> str:
-    """The last letter of MLX's architecture name: 's' Max, 'd' Ultra, 'g' base and Pro."""
-    return {"Max": "s", "Ultra": "d"}.get(chip.name.split()[-1], "g")
+    """The last letter of the chip's architecture name (roofline.ARCHITECTURES), which MLX reads."""
+    return chip.architecture.size_letter
 
 
 def mlx_tile(chip: roofline.Chip, M: int, N: int, K: int) -> Tile:
     if chip.generation >= 5:
         bm, bn, _, wm, wn = mlx_nax.gemm_tiles(M, N, K, size_class(chip))
     else:
-        device = mg.Device(f"applegpu_g{12 + chip.generation}{size_class(chip)}")
+        device = mg.Device(chip.architecture.name)
         assert mg.route(M, N, K, torch.float16, False, False, device) == "gemm"
         bm, bn, _, wm, wn = mg.gemm_tile(M, N, K, torch.float16, False, False, device)
     return Tile(bm, bn, wm * wn)

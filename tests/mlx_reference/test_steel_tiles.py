@@ -1,9 +1,11 @@
 """Plain metal's staged GEMM against MLX's steel GEMM (issue 35 item 1): the tile `kernels.matmul_config`
-picks per chip class is the one MLX's host logic picks (mlx_gemm.gemm_tile, our transcription of
+picks per chip is the one MLX's host logic picks for that chip's architecture string (mlx_gemm.gemm_tile, our transcription of
 matmul.cpp), and on a small problem the plugin's kernel meets no threadgroup bank conflict and is at
 or ahead of MLX's kernel on the GPU-level counts and the occupancy estimates."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -14,18 +16,19 @@ from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters
 from tilelang_metal.emulator.foreign import memory_counts_unavailable
 from tilelang_metal.kernels.matmul import GEMM, compile_choice, matmul_config
+from tilelang_metal.performance import roofline
 from tilelang_metal.performance.register_budget import kernel_occupancy
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-# MLX's size class letter of each chip class (mlx_gemm.Device): base and Pro small, Max medium, Ultra large
-ARCHITECTURE = {"M3": "applegpu_g15g", "M3 Pro": "applegpu_g15p", "M3 Max": "applegpu_g15s", "M3 Ultra": "applegpu_g15d"}
 
 
-@pytest.mark.parametrize("chip", list(ARCHITECTURE))
-def test_plain_metal_tile_is_mlx_steel_tile_of_the_chip_class(chip):
-    """Every dtype and layout, a large square problem, a long-K one and one under MLX's 2^20-outputs
-    threshold: (block_m, block_n, block_k, threads) is MLX's (bm, bn, bk, 32 wm wn)."""
-    device = mg.Device(ARCHITECTURE[chip])
+@pytest.mark.parametrize("chip", list(roofline.CHIPS))
+def test_plain_metal_tile_is_mlx_steel_tile_of_the_chip_architecture(chip):
+    """Every chip, dtype and layout, a large square problem, a long-K one and one under MLX's
+    2^20-outputs threshold: (block_m, block_n, block_k, threads) is the (bm, bn, bk, 32 wm wn) MLX's
+    host logic picks given that chip's architecture string (the M2 and M4 Pro report 's': MLX's
+    medium tile, not the base chip's)."""
+    device = mg.Device(roofline.CHIPS[chip].architecture.name)
     for M, N, K in ((4096, 4096, 4096), (2048, 2048, 8192), (512, 512, 512)):
         for dtype in TORCH:
             for layout in ("nn", "nt", "tn"):
@@ -33,7 +36,18 @@ def test_plain_metal_tile_is_mlx_steel_tile_of_the_chip_class(chip):
                 choice = matmul_config(M, N, K, dtype, chip=chip, target="metal", trans_A=ta, trans_B=tb)
                 bm, bn, bk, wm, wn = mg.gemm_tile(M, N, K, TORCH[dtype], ta, tb, device=device)
                 got = (choice.block_m, choice.block_n, choice.block_k, choice.threads)
-                assert got == (bm, bn, bk, 32 * wm * wn), (chip, M, N, K, dtype, layout, choice.describe())
+                assert got == (bm, bn, bk, 32 * wm * wn), (chip, device.architecture, M, N, K, dtype, layout, choice.describe())
+
+
+def test_architecture_strings_name_generation_and_source():
+    """Each chip's string is of its own generation (M1 g13 ... M5 g17) with a size letter MLX reads,
+    and names where it comes from; the M2 / M4 Pro strings are the Max's (the reason the Pro tile moved)."""
+    for name, entry in roofline.CHIPS.items():
+        arch = entry.architecture
+        assert re.fullmatch(rf"applegpu_g{12 + entry.generation}[gpsd]", arch.name), (name, arch.name)
+        assert arch.source and (arch.estimated or "https://" in arch.source), (name, arch.source)
+    for generation in (2, 4):
+        assert roofline.chip(f"M{generation} Pro").architecture.name == roofline.chip(f"M{generation} Max").architecture.name
 
 
 def _plugin(layout: str, dtype: str, M: int, N: int, K: int):

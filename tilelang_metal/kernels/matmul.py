@@ -203,10 +203,11 @@ class ChipTile:
 
 
 def steel_size_class(on: Chip) -> str:
-    """MLX's device size class of a chip (the last letter of `get_architecture()`): base and Pro chips
-    are "small", Max "medium", Ultra "large"."""
-    suffix = on.name.split()[-1] if " " in on.name else ""
-    return {"": "small", "Pro": "small", "Max": "medium", "Ultra": "large"}[suffix]
+    """MLX's device size class of a chip, read as MLX reads it: the last letter of the GPU's
+    architecture name (`roofline.ARCHITECTURES`, sourced per chip), 'g' or 'p' "small", 'd' "large",
+    any other "medium". Not the chip's name: the M2 and M4 Pro report 's', the Max's letter."""
+    letter = on.architecture.size_letter
+    return "small" if letter in "gp" else "large" if letter == "d" else "medium"
 
 
 def _steel_tile(on: Chip, M: int, N: int, K: int, dtype: str, trans_A: bool, trans_B: bool, batch: int) -> ChipTile:
@@ -240,7 +241,7 @@ def _steel_tile(on: Chip, M: int, N: int, K: int, dtype: str, trans_A: bool, tra
             bm, bn, bk, simdgroups = (64, 32, 32, 4) if nt else (64, 64, 16, 2)
         else:
             bm, bn, bk, simdgroups = (32, 64, 16, 2) if nt else (64, 32, 32, 4)
-    why = (f"plain metal on {on.name} (MLX's {size_class} device class): MLX's steel tile {bm}x{bn}x{bk} on {simdgroups} "
+    why = (f"plain metal on {on.name} ({on.architecture.name}: MLX's {size_class} device class): MLX's steel tile {bm}x{bn}x{bk} on {simdgroups} "
            f"simdgroups, A and B staged in {STAGES} threadgroup buffer each, rows padded by 16 bytes (no bank conflicts), "
            "two barriers per K step: MLX's registers and threadgroup memory, so as many threadgroups per core")
     return ChipTile(bm, bn, 32 * simdgroups, bk, STAGES, why)

@@ -39,6 +39,11 @@ class Chip:
         return int(self.name.split()[0].removeprefix("M"))
 
     @property
+    def architecture(self) -> GpuArchitecture:
+        """The GPU's `MTLDevice.architecture.name` (what MLX's dispatch reads), with its source."""
+        return ARCHITECTURES[self.name]
+
+    @property
     def clock_ghz(self) -> float:
         """GPU clock implied by the table (an estimate): FP32 TFLOPS / (cores x 128 lanes x 2 FLOP); on
         M5 and newer the matrix peak is 4x the ALU rate (the M5 estimate below), so a quarter of it."""
@@ -87,6 +92,59 @@ CHIPS: dict[str, Chip] = {c.name: c for c in (
     Chip("M5 Max", 40, _M5_PER_CORE * 40, round(546 * 153 / 120), _M5_FAMILY_GUESS, True),
     Chip("M5 Ultra", 80, _M5_PER_CORE * 80, 2 * round(546 * 153 / 120), _M5_FAMILY_GUESS + "; Ultra = two Max dies", True),
 )}
+
+
+@dataclass(frozen=True)
+class GpuArchitecture:
+    """`MTLDevice.architecture.name` of a chip ("applegpu_g16s"): the two digits are the GPU
+    generation, the last letter the size class MLX's kernels are tuned by (mlx/backend/metal/matmul.cpp
+    GEMM_TPARAM_MACRO: 'g' and 'p' small, 'd' large, any other letter medium). Apple publishes no
+    table, so each string names the report it comes from; `estimated` marks strings read off a
+    sibling chip rather than reported for the chip itself."""
+
+    name: str
+    source: str
+    estimated: bool = False
+
+    @property
+    def size_letter(self) -> str:
+        return self.name[-1]
+
+
+_MLX_DEVICE = "MLX's device.cpp (https://github.com/ml-explore/mlx/blob/main/mlx/backend/metal/device.cpp)"
+_INDEX = "found by code search in public repositories; the index does not name them"
+_SLICES = "macOS binary archives hold one g, s and d slice per generation (metal-lipo listings, " + _INDEX + ")"
+# Base chips are 'g' and Ultra chips 'd' in MLX's own reading of the letter (device.cpp's switch). The
+# Pro strings are what Macs report, which is not MLX's comment ("g: base, pro"): the M2 and M4 Pro
+# report the Max's 's' (MLX's medium class), the M3 Pro 'p' (small). `estimated` marks every string
+# no linked page states for that chip.
+ARCHITECTURES: dict[str, GpuArchitecture] = {
+    "M1": GpuArchitecture("applegpu_g13g", f"{_MLX_DEVICE}: 'g' base"),
+    "M1 Pro": GpuArchitecture("applegpu_g13s", "estimate: no M1 Pro report found; the M1 Max's string, since "
+                              f"{_SLICES} and the M1 Pro is neither the base nor the Ultra", True),
+    "M1 Max": GpuArchitecture("applegpu_g13s", "M1 Max MLX benchmark reports 'Apple M1 Max (applegpu_g13s)' (" + _INDEX + "); "
+                              "Apple's MTLArchitecture.name page shows `xcrun metal-arch` printing applegpu_g13s "
+                              "(https://apple-docs.everest.mt/docs/metal/mtlarchitecture/name/, machine not named)", True),
+    "M1 Ultra": GpuArchitecture("applegpu_g13d", f"{_MLX_DEVICE}: 'd' Ultra"),
+    "M2": GpuArchitecture("applegpu_g14g", f"{_MLX_DEVICE}: 'g' base"),
+    "M2 Pro": GpuArchitecture("applegpu_g14s", f"an MLX report run on 'an Apple M2 Pro (16 GB, applegpu_g14s)' ({_INDEX})", True),
+    "M2 Max": GpuArchitecture("applegpu_g14s", f"MLX tests list 'applegpu_g14s  # M2 Max' ({_INDEX})", True),
+    "M2 Ultra": GpuArchitecture("applegpu_g14d", f"{_MLX_DEVICE}: 'd' Ultra"),
+    "M3": GpuArchitecture("applegpu_g15g", f"{_MLX_DEVICE}: 'g' base"),
+    "M3 Pro": GpuArchitecture("applegpu_g15p", f"a Metal project's docs print 'Apple M3 Pro (applegpu_g15p)' ({_INDEX}); "
+                              "contested: one M3 Pro report infers g15s from its AGXG15S kernel extension", True),
+    "M3 Max": GpuArchitecture("applegpu_g15s", f"{_MLX_DEVICE}: 's' Max"),
+    "M3 Ultra": GpuArchitecture("applegpu_g15d", f"{_MLX_DEVICE}: 'd' Ultra"),
+    "M4": GpuArchitecture("applegpu_g16g", f"{_MLX_DEVICE}: 'g' base"),
+    "M4 Pro": GpuArchitecture("applegpu_g16s", "`metal-arch` on M4 Pro hosts in several MLX research logs ('an M4 Pro is "
+                              f"applegpu_g16s, not applegpu_g16p'; {_INDEX})", True),
+    "M4 Max": GpuArchitecture("applegpu_g16s", f"MLX tests list 'applegpu_g16s  # M4 Max' ({_INDEX})", True),
+    "M5": GpuArchitecture("applegpu_g17g", f"{_MLX_DEVICE}: 'g' base; gen 17 is MLX's NAX threshold"),
+    "M5 Pro": GpuArchitecture("applegpu_g17s", "estimate: a 48 GB MLX host reports applegpu_g17s and the M2 / M4 Pro report "
+                              f"their Max's letter; one MLX test lists g17g for 'M5, M5 Pro' ({_INDEX})", True),
+    "M5 Max": GpuArchitecture("applegpu_g17s", f"MLX benchmark reports 'Apple M5 Max (applegpu_g17s)' ({_INDEX})", True),
+    "M5 Ultra": GpuArchitecture("applegpu_g17d", f"estimate: not released; {_MLX_DEVICE}: 'd' Ultra", True),
+}
 
 
 def chip(name: str) -> Chip:
