@@ -14,7 +14,7 @@ import tilelang
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels import flash_attention_forward, metal4_target
 from tilelang_metal.kernels.attention import flash_decoding_program
 
@@ -136,6 +136,35 @@ def test_causal_aligns_to_the_end_and_rows_without_keys_are_zero():
     want = reference(q, k, v, causal_keep(40, 33), None, args[4]).transpose(1, 2)
     assert (out[:, :7] == 0).all() and (out[:, 7:].abs().sum(-1) > 0).all()
     torch.testing.assert_close(out, want, atol=4e-3, rtol=4e-3)
+
+
+@functools.lru_cache(maxsize=None)
+def masked_d64_kernel(mask):
+    """metal4 (direct dataflow), head_dim 64, 2 heads, 64 queries and keys, not causal."""
+    return flash_attention_forward(1, 2, 64, 64, dtype="float16", target=metal4_target(), execution_backend="emulator", mask=mask)
+
+
+def test_boolean_mask_is_read_once_per_element():
+    """Issue 35: the softmax step asked the boolean mask in both of its loops, so each mask byte
+    was read twice (the bool kernel read as many device bytes as the additive one, whose mask is
+    2 bytes an element). Apart from the mask both kernels read the same, so the additive kernel
+    reads one byte more per (query, key) element and head; the bool kernel makes no more device
+    transactions than it. Both still match torch, with a row that keeps no key."""
+    g = torch.Generator().manual_seed(35)
+    q, k, v = (torch.randn(1, 64, 2, 64, generator=g).half() for _ in range(3))
+    keep = torch.rand(64, 64, generator=g) < 0.7
+    keep[5] = False
+    additive = torch.randn(64, 64, generator=g).half().masked_fill(~keep, -math.inf)
+    stats = {}
+    for mask, tensor in (("bool", keep), ("additive", additive)):
+        kernel = masked_d64_kernel(mask)
+        want = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keep if mask == "bool" else None,
+                         additive if mask == "additive" else None, None).transpose(1, 2)
+        torch.testing.assert_close(kernel(q, k, v, tensor).float(), want, atol=4e-3, rtol=4e-3, msg=lambda m: f"{mask}: {m}")
+        stats[mask] = counters(kernel, q, k, v, tensor).total
+    elements = 2 * 64 * 64  # heads x queries x keys
+    assert stats["additive"]["device_load_bytes"] - stats["bool"]["device_load_bytes"] == elements
+    assert stats["bool"]["device_transactions"] <= stats["additive"]["device_transactions"]
 
 
 # ----------------------------------------------------------------------------- decoding
