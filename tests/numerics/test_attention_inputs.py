@@ -236,6 +236,14 @@ def test_decoding_fully_masked_row_is_zero():
     torch.testing.assert_close(out, want)
 
 
+def test_decoding_vector_reads_the_boolean_mask_once():
+    """The vector dataflow read the boolean mask twice per key and lane (to mask the score, then
+    the weight); fp32 q, K, V: the mask's bytes are the only narrow loads, one per key and lane."""
+    args = run_decoding("vector-fp32-bool-sinks32")
+    _, _, _, heads, _, seq_kv, *_ = DECODING["vector-fp32-bool-sinks32"]
+    stats = counters(decoding_kernel("vector-fp32-bool-sinks32"), *args).total
+    assert stats["narrow_device_loads"] == heads * 32 * seq_kv  # a simdgroup of 32 lanes per query head
+
 # ----------------------------------------------------------------------------- refusals
 
 

@@ -669,13 +669,13 @@ def flash_decoding_program(
                     score = T.warp_reduce_sum(score) * scale  # log2 units
                     if mask == "additive":
                         score = score + T.cast(Mask[0, key], ACCUM) * LOG2_E
-                    if mask == "bool":  # a masked key leaves the maximum alone and weighs 0
-                        score = T.if_then_else(Mask[0, key], score, MASKED_SCORE)
+                    if mask == "bool":  # a masked key leaves the maximum alone and weighs 0 (mask read once)
+                        score = score_or_masked(Mask[0, key], score)
                     new_max = T.max(running_max, score)
                     rescale = T.exp2(running_max - new_max)
                     weight = T.exp2(score - new_max)
                     if mask == "bool":
-                        weight = T.if_then_else(Mask[0, key], weight, 0)
+                        weight = T.if_then_else(was_visible(score), weight, 0)
                     running_sum = running_sum * rescale + weight
                     running_max = new_max
                     for d in T.unroll(per_lane):

@@ -4,7 +4,8 @@ key) element and key block.
 
 A boolean mask is device memory: `online_softmax_step` reads it in its first loop only, writing
 MASKED_SCORE into the score of every key it hides, and its second loop finds those keys by that
-value (`was_visible`) instead of reading the mask again (issue 35: each mask byte was read twice).
+value (`was_visible`) instead of reading the mask again (issue 35: each mask byte was read twice);
+the vector decoding kernel marks its one score per key the same way.
 A visible key whose own score is exactly MASKED_SCORE takes the next float up
 (`score_or_masked`), so MASKED_SCORE in the scores means "masked" and nothing else; at that
 magnitude one ulp changes no probability a finite computation can tell apart.
