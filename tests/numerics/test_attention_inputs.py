@@ -167,6 +167,26 @@ def test_boolean_mask_is_read_once_per_element():
     assert stats["bool"]["device_transactions"] <= stats["additive"]["device_transactions"]
 
 
+@pytest.mark.slow
+def test_boolean_mask_mark_is_apart_from_the_lowest_score():
+    """A boolean mask marks masked keys' scores with MASKED_SCORE, float32's lowest value; a row
+    whose visible scores are all exactly that value (q.k = -FLT_MAX) is still the average of its
+    visible keys' V, as in torch, not 0 (kernels/attention_masks.py: such a score moves one float
+    up); a row of scores below -1e38 likewise."""
+    n, nk, lowest = 7, 24, torch.finfo(torch.float32).min
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(1, 2, n, 32, generator=g), torch.randn(1, 1, nk, 32, generator=g), torch.randn(1, 1, nk, 32, generator=g)
+    k[..., 0] = 1.0
+    q[0, 0, 3] = 0
+    q[0, 0, 3, 0] = lowest  # every score of (row 3, head 0) is exactly the lowest float32
+    q[0, 1, 4, :2] = -1e38  # (row 4, head 1): scores below -1e38
+    keep = torch.rand(n, nk, generator=g) < 0.7
+    keep[2] = False
+    out = forward_kernel("staged-fp32-bool-causal")(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), keep)
+    want = reference(q, k, v, keep & causal_keep(n, nk), None, None).transpose(1, 2)
+    assert torch.isfinite(want).all() and (want[0, 3, 0] != 0).any()
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+
 # ----------------------------------------------------------------------------- decoding
 
 # name: (target, dataflow, dtype, heads, kv_heads, seq_len_kv, dim, num_split, mask, sinks)
