@@ -14,7 +14,7 @@ import tilelang
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.emulator import racecheck
+from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels import flash_attention_forward, metal4_target
 from tilelang_metal.kernels.attention import flash_decoding_program
 
@@ -138,6 +138,55 @@ def test_causal_aligns_to_the_end_and_rows_without_keys_are_zero():
     torch.testing.assert_close(out, want, atol=4e-3, rtol=4e-3)
 
 
+@functools.lru_cache(maxsize=None)
+def masked_d64_kernel(mask):
+    """metal4 (direct dataflow), head_dim 64, 2 heads, 64 queries and keys, not causal."""
+    return flash_attention_forward(1, 2, 64, 64, dtype="float16", target=metal4_target(), execution_backend="emulator", mask=mask)
+
+
+def test_boolean_mask_is_read_once_per_element():
+    """Issue 35: the softmax step asked the boolean mask in both of its loops, so each mask byte
+    was read twice (the bool kernel read as many device bytes as the additive one, whose mask is
+    2 bytes an element). Apart from the mask both kernels read the same, so the additive kernel
+    reads one byte more per (query, key) element and head; the bool kernel makes no more device
+    transactions than it. Both still match torch, with a row that keeps no key."""
+    g = torch.Generator().manual_seed(35)
+    q, k, v = (torch.randn(1, 64, 2, 64, generator=g).half() for _ in range(3))
+    keep = torch.rand(64, 64, generator=g) < 0.7
+    keep[5] = False
+    additive = torch.randn(64, 64, generator=g).half().masked_fill(~keep, -math.inf)
+    stats = {}
+    for mask, tensor in (("bool", keep), ("additive", additive)):
+        kernel = masked_d64_kernel(mask)
+        want = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keep if mask == "bool" else None,
+                         additive if mask == "additive" else None, None).transpose(1, 2)
+        torch.testing.assert_close(kernel(q, k, v, tensor).float(), want, atol=4e-3, rtol=4e-3, msg=lambda m: f"{mask}: {m}")
+        stats[mask] = counters(kernel, q, k, v, tensor).total
+    elements = 2 * 64 * 64  # heads x queries x keys
+    assert stats["additive"]["device_load_bytes"] - stats["bool"]["device_load_bytes"] == elements
+    assert stats["bool"]["device_transactions"] <= stats["additive"]["device_transactions"]
+
+
+@pytest.mark.slow
+def test_boolean_mask_mark_is_apart_from_the_lowest_score():
+    """A boolean mask marks masked keys' scores with MASKED_SCORE, float32's lowest value; a row
+    whose visible scores are all exactly that value (q.k = -FLT_MAX) is still the average of its
+    visible keys' V, as in torch, not 0 (kernels/attention_masks.py: such a score moves one float
+    up); a row of scores below -1e38 likewise."""
+    n, nk, lowest = 7, 24, torch.finfo(torch.float32).min
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(1, 2, n, 32, generator=g), torch.randn(1, 1, nk, 32, generator=g), torch.randn(1, 1, nk, 32, generator=g)
+    k[..., 0] = 1.0
+    q[0, 0, 3] = 0
+    q[0, 0, 3, 0] = lowest  # every score of (row 3, head 0) is exactly the lowest float32
+    q[0, 1, 4, :2] = -1e38  # (row 4, head 1): scores below -1e38
+    keep = torch.rand(n, nk, generator=g) < 0.7
+    keep[2] = False
+    out = forward_kernel("staged-fp32-bool-causal")(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), keep)
+    want = reference(q, k, v, keep & causal_keep(n, nk), None, None).transpose(1, 2)
+    assert torch.isfinite(want).all() and (want[0, 3, 0] != 0).any()
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+
 # ----------------------------------------------------------------------------- decoding
 
 # name: (target, dataflow, dtype, heads, kv_heads, seq_len_kv, dim, num_split, mask, sinks)
@@ -206,6 +255,14 @@ def test_decoding_fully_masked_row_is_zero():
     assert (want == 0).all()
     torch.testing.assert_close(out, want)
 
+
+def test_decoding_vector_reads_the_boolean_mask_once():
+    """The vector dataflow read the boolean mask twice per key and lane (to mask the score, then
+    the weight); fp32 q, K, V: the mask's bytes are the only narrow loads, one per key and lane."""
+    args = run_decoding("vector-fp32-bool-sinks32")
+    _, _, _, heads, _, seq_kv, *_ = DECODING["vector-fp32-bool-sinks32"]
+    stats = counters(decoding_kernel("vector-fp32-bool-sinks32"), *args).total
+    assert stats["narrow_device_loads"] == heads * 32 * seq_kv  # a simdgroup of 32 lanes per query head
 
 # ----------------------------------------------------------------------------- refusals
 

@@ -50,20 +50,12 @@ from ..target.isa import SIMD_WIDTH
 from ..target.limits import MAX_THREADS_PER_THREADGROUP as MAX_THREADS, THREADGROUP_MEMORY_BYTES
 from ..performance.register_budget import REGISTER_BUDGET, KernelRegisters, attention_registers
 from ..target.capabilities import resolve_capabilities
+from .attention_masks import MASKED_SCORE, MASKS, mask_element_type, score_or_masked, was_visible
 from .gemm import staged_row_pad as gemm_row_pad
 from .sizes import flags, integer_sizes, one_of, optional_size
 
 ACCUM = "float32"
 LOG2_E = 1.4426950408889634
-# The score a masked key takes for the row maximum, the starting row maximum and the log-sum-exp
-# of a decoding split with no key: the lowest finite float32, not -inf, because under Metal's fast
-# math (MTLMathModeFast, the default of MTLCompileOptions) the compiler may assume no infinities.
-# It is only ever a lower bound, never a marker: every finite score is >= it, so it never outranks a
-# key (a finite sentinel such as -1e38 did: real scores below it came out 0); masked keys get
-# probability 0 from their position (`online_softmax_step`), and "no key with a finite score yet"
-# is a denominator of 0. A real split's log-sum-exp is >= log2(1) + score * scale > MASKED_SCORE
-# (scale <= log2(e) / sqrt(8) < 1), so the combine weighs a split with no key by exactly 0.
-MASKED_SCORE = -3.4028234663852886e38
 DIRECT, STAGED = "direct", "staged"
 DATAFLOWS = (DIRECT, STAGED)
 # Decoding only: one simdgroup per query head, each lane a run of head_dim / 32 elements of q, K and
@@ -264,7 +256,7 @@ def _check_gqa(heads: int, kv_heads: int) -> None:
 
 def online_softmax_step(
     rows: int, cols: int, head_dim: int, scale: float, key_visible: Callable[[Any, Any, Any], Any],
-    score_bias: Callable[[Any, Any, Any], Any] | None = None,
+    score_bias: Callable[[Any, Any, Any], Any] | None = None, mark_masked: bool = False,
 ) -> Any:
     """A `T.macro` for one block of keys of the online softmax, shared by both kernels: mask the
     scores `S` (rows x cols, fp32) of keys `first_key + j` that row i may not see
@@ -281,21 +273,28 @@ def online_softmax_step(
     `scale` is log2(e) / sqrt(head_dim): exp(x / sqrt(d)) == exp2(x * scale); the differences are
     taken before scaling, so the maximum's own term is exactly exp2(0) whatever its size.
     `score_bias(i, key, limit)`: an additive mask, in the units of S (q.k, before the 1/sqrt(d)),
-    added to the visible keys' scores only (it is read only where the key is visible)."""
+    added to the visible keys' scores only (it is read only where the key is visible).
+    `mark_masked` (key_visible reads memory: a boolean mask): key_visible is asked in the first
+    loop only, which marks masked keys in S; the second finds them there (attention_masks.py)."""
 
-    def visible_score(i: Any, key: Any, limit: Any, score: Any) -> Any:
-        return score if score_bias is None else score + score_bias(i, key, limit)
+    def masked_score(i: Any, key: Any, limit: Any, score: Any) -> Any:
+        visible = key_visible(i, key, limit)
+        score = score if score_bias is None else score + score_bias(i, key, limit)
+        return score_or_masked(visible, score) if mark_masked else T.if_then_else(visible, score, MASKED_SCORE)
+
+    def still_visible(i: Any, key: Any, limit: Any, masked: Any) -> Any:
+        return was_visible(masked) if mark_masked else key_visible(i, key, limit)
 
     @T.macro
     def step(S, P, acc_o, row_max, row_max_prev, row_rescale, row_sum, denominator, first_key, limit):
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), visible_score(i, first_key + j, limit, S[i, j]), MASKED_SCORE)
+            S[i, j] = masked_score(i, first_key + j, limit, S[i, j])
         T.copy(row_max, row_max_prev)
         T.reduce_max(S, row_max, dim=1, clear=False)
         for i in T.Parallel(rows):
             row_rescale[i] = T.exp2((row_max_prev[i] - row_max[i]) * scale)
         for i, j in T.Parallel(rows, cols):
-            S[i, j] = T.if_then_else(key_visible(i, first_key + j, limit), T.exp2((S[i, j] - row_max[i]) * scale), 0)
+            S[i, j] = T.if_then_else(still_visible(i, first_key + j, limit, S[i, j]), T.exp2((S[i, j] - row_max[i]) * scale), 0)
         T.reduce_sum(S, row_sum, dim=1)
         for i in T.Parallel(rows):
             denominator[i] = denominator[i] * row_rescale[i] + row_sum[i]
@@ -383,7 +382,7 @@ def flash_attention_program(
     bshd = layout == "bshd"
     q_shape = (batch, seq, heads, head_dim) if bshd else (batch, heads, seq, head_dim)
     kv_shape = (batch, seq_kv, kv_heads, head_dim) if bshd else (batch, kv_heads, seq_kv, head_dim)
-    mask_shape, mask_dtype = (seq, seq_kv), _mask_dtype(mask, dtype)
+    mask_shape, mask_dtype = (seq, seq_kv), mask_element_type(mask, dtype)
     sinks_shape, sinks_dtype = (heads,), _sinks_dtype(sinks, dtype)
     has_sinks = bool(sinks)  # a Python bool: TileLang warns on a string as a condition
     # with a mask, every row has a bound key_end (0 for rows past the end) that guards the mask's reads
@@ -408,7 +407,8 @@ def flash_attention_program(
         _, mask_tensor, query0 = limit
         return T.cast(mask_tensor[query0 + i, key], ACCUM) * math.sqrt(head_dim)  # in q.k units
 
-    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None)
+    softmax_step = online_softmax_step(block_m, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None,
+                                       mark_masked=mask == "bool")
     # causal, query q sees keys below q + 1 + kv_offset (the mask aligned to the end of the keys); the
     # expressions stay those of equal lengths when seq_len_kv is not given (lowering cost: Simplify)
     kv_offset = 0 if seq_len_kv is None else seq_kv - seq
@@ -513,16 +513,9 @@ def flash_attention_program(
     return main
 
 
-MASKS = (None, "additive", "bool")
-
-
 def _check_mask_and_sinks(what: str, mask: Any, sinks: Any, dtype: str) -> None:
     one_of(what, "mask", mask, MASKS, error=MetalLoweringError)
     one_of(what, "sinks", sinks, (False, True, "float32"), error=MetalLoweringError)
-
-
-def _mask_dtype(mask: str | None, dtype: str) -> str:
-    return "bool" if mask == "bool" else dtype  # torch's attn_mask: bool, or the query's dtype
 
 
 def _sinks_dtype(sinks: bool | str, dtype: str) -> str:
@@ -614,7 +607,7 @@ def flash_decoding_program(
     kv_shape = (batch, seq_len_kv, kv_heads, head_dim)
     partial_shape = (batch, heads, num_split, head_dim)
     lse_shape = (batch, heads, num_split)
-    mask_shape, mask_dtype = (1, seq_len_kv), _mask_dtype(mask, dtype)
+    mask_shape, mask_dtype = (1, seq_len_kv), mask_element_type(mask, dtype)
     sinks_shape, sinks_dtype = (heads,), _sinks_dtype(sinks, dtype)
     has_sinks = bool(sinks)  # a Python bool: TileLang warns on a string as a condition
 
@@ -627,7 +620,8 @@ def flash_decoding_program(
     def mask_bias(i: Any, key: Any, limit: Any) -> Any:
         return T.cast(limit[1][0, key], ACCUM) * math.sqrt(head_dim)  # in q.k units
 
-    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None)
+    softmax_step = online_softmax_step(block_h, block_n, head_dim, scale, key_visible, mask_bias if mask == "additive" else None,
+                                       mark_masked=mask == "bool")
 
     @T.macro
     def body(Q, K, V, Mask, Sinks, partial_out, partial_lse, Out):
@@ -675,13 +669,13 @@ def flash_decoding_program(
                     score = T.warp_reduce_sum(score) * scale  # log2 units
                     if mask == "additive":
                         score = score + T.cast(Mask[0, key], ACCUM) * LOG2_E
-                    if mask == "bool":  # a masked key leaves the maximum alone and weighs 0
-                        score = T.if_then_else(Mask[0, key], score, MASKED_SCORE)
+                    if mask == "bool":  # a masked key leaves the maximum alone and weighs 0 (mask read once)
+                        score = score_or_masked(Mask[0, key], score)
                     new_max = T.max(running_max, score)
                     rescale = T.exp2(running_max - new_max)
                     weight = T.exp2(score - new_max)
                     if mask == "bool":
-                        weight = T.if_then_else(Mask[0, key], weight, 0)
+                        weight = T.if_then_else(was_visible(score), weight, 0)
                     running_sum = running_sum * rescale + weight
                     running_max = new_max
                     for d in T.unroll(per_lane):
