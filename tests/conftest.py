@@ -31,38 +31,46 @@ os.environ.setdefault("TILELANG_METAL_EMULATOR_CACHE", os.path.join(ROOT, ".emul
 # a test that swaps a plugin function or an instruction lowers afresh (the key holds their identity).
 os.environ.setdefault("TILELANG_METAL_LOWERING_CACHE", os.path.join(ROOT, ".lowering-cache"))
 
-import tilelang_metal  # noqa: E402,F401  (activates the plugin for the whole suite)
-from tilelang_metal.codegen import build as codegen_build  # noqa: E402
-
 _produced: list[str] = []
 _checked: set[str] = set()
-_original_generate = codegen_build.generate_msl
 
 
-def _recording_generate(mod, *args, **kwargs):
-    source = _original_generate(mod, *args, **kwargs)
-    _produced.append(source)
-    return source
+def _record_sources_and_builds() -> None:
+    """Activate the plugin and record every MSL source made and every source built (the
+    `_every_msl_source_compiles` fixture checks the rest), then take the lowering cache's baseline."""
+    import tilelang_metal  # noqa: F401  (activates the plugin for the whole run)
+    from tilelang_metal import emulator
+    from tilelang_metal import lowering_cache
+    from tilelang_metal.codegen import build as codegen_build
+
+    original_generate = codegen_build.generate_msl
+    original_compile = emulator.compile_kernel
+
+    def recording_generate(mod, *args, **kwargs):
+        source = original_generate(mod, *args, **kwargs)
+        _produced.append(source)
+        return source
+
+    def recording_compile(msl, **kwargs):
+        kernel = original_compile(msl, **kwargs)
+        _checked.add(hashlib.sha256(msl.encode()).hexdigest())  # a full build implies the syntax check
+        return kernel
+
+    codegen_build.generate_msl = recording_generate
+    emulator.compile_kernel = recording_compile
+    lowering_cache.take_baseline()  # with the recording wrappers above, the code every test starts from
 
 
-codegen_build.generate_msl = _recording_generate
-
-from tilelang_metal import emulator as _emulator  # noqa: E402
-
-_original_compile = _emulator.compile_kernel
-
-
-def _recording_compile(msl, **kwargs):
-    kernel = _original_compile(msl, **kwargs)
-    _checked.add(hashlib.sha256(msl.encode()).hexdigest())  # a full build implies the syntax check
-    return kernel
-
-
-_emulator.compile_kernel = _recording_compile
-
-from tilelang_metal import lowering_cache as _lowering_cache  # noqa: E402
-
-_lowering_cache.take_baseline()  # with the recording wrappers above, the code every test starts from
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """True in the pytest-xdist process that only hands tests to its workers (it collects and runs
+    nothing): xdist's own conditions for starting workers (`-n N` sets `dist` and `tx`)."""
+    if hasattr(config, "workerinput"):
+        return False
+    return (
+        config.getoption("dist", "no") != "no"
+        and bool(config.getoption("tx", None))
+        and not config.getoption("collectonly")
+    )
 
 
 SLOW_TIER = os.path.join(TESTS, "slow")
@@ -81,6 +89,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "mlx_reference: MLX's Metal kernels in the emulator (tests/mlx_reference; scripts/test.sh --mlx-reference)")
     config.addinivalue_line("markers", "plain_schedule: checks what one plain launch prints; left out of the --racecheck tier (two schedules print twice)")
     config.addinivalue_line("markers", "slow: long-running sweeps and large shapes (tests/slow; skipped by scripts/test.sh --quick)")
+    # Before any test module is imported (collection comes after). Not in xdist's controller: it
+    # would import tilelang, TVM and torch for nothing (~4 s of CPU per run).
+    if _is_xdist_controller(config):
+        return
+    _record_sources_and_builds()
     if config.getoption("--racecheck"):
         from tilelang_metal.emulator import racecheck
         from tilelang_metal.execution.emulator_adapter import EmulatorKernelAdapter
