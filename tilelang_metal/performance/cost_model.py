@@ -45,6 +45,7 @@ from typing import Any
 
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from .roofline import Chip
+from ..planning import DIRECT_GLOBAL, SHARED  # the dataflow names a plan carries
 
 # Philip Turner, metal-benchmarks (README, "On-Chip Memory"): ~32 bytes per cycle from the GPU's shared
 # caches into one core; 4 schedulers (ALU quadrants) per core, each issuing for its simdgroups.
@@ -64,7 +65,6 @@ VECTOR_BYTES = 16  # the widest load or store one lane issues (a half8 / uint4)
 KERNEL_LAUNCH_SECONDS = 5e-6
 
 GEMM, GEMV, SPLIT_K = "gemm", "gemv", "split_k"
-DIRECT_GLOBAL, SHARED = "direct_global", "shared"
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 

@@ -41,7 +41,7 @@ from ..target.capabilities import capabilities_with, resolve_capabilities
 from ..core.dtypes import DTYPE_OF_MSL
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from ..core.scopes import FRAGMENT_SCOPES, SIMDGROUP_SCOPES
-from ..planning import GemmPlan, plan_gemm
+from ..planning import SHARED, GemmPlan, plan_gemm
 from ..selection import Partition, WarpPolicy
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int16": 2, "uint16": 2,
@@ -174,9 +174,9 @@ def estimate_registers(subject: Any, *, dtype: str = "float16", acc_dtype: str =
         in_registers = p.C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES  # else GemmMetal allocates a float32 accumulator
         return gemm_registers(M=p.M, N=p.N, instruction=subject.instruction, partition=subject.partition, a_dtype=p.A.dtype,
                               b_dtype=p.B.dtype, acc_dtype=p.C.dtype if in_registers else "float32",
-                              shared=subject.dataflow == "shared", prefetch=prefetch)
+                              shared=subject.dataflow == SHARED, prefetch=prefetch)
     cfg = subject
-    shared = cfg.path == "shared"
+    shared = cfg.path == SHARED
     planned = plan_gemm(c_scope="local.fragment" if shared else "global", M=cfg.block_m, N=cfg.block_n,
                         K=cfg.block_k if shared else 16, threads=cfg.threads, policy=WarpPolicy.SQUARE,
                         capabilities=resolve_capabilities(target), fragment_ct=fragment_ct)
