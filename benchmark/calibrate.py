@@ -91,8 +91,9 @@ def chip_of(p: Published) -> Any:
 
 
 def mlx_size_class(chip: Any) -> str:
-    """The last letter of MLX's GPU architecture name: 's' Max, 'd' Ultra, 'g' base and Pro."""
-    return {"Max": "s", "Ultra": "d"}.get(chip.name.split()[-1], "g")
+    """The last letter of the chip's GPU architecture name (`roofline.ARCHITECTURES`), which MLX's
+    dispatch reads: the M1, M2, M4 and M5 Pro report their Max's 's', the M3 Pro 'p'."""
+    return chip.architecture.size_letter
 
 
 def kernel_for(implementation: str, chip: Any, M: int, N: int, K: int, dtype: str) -> Any:
@@ -107,7 +108,8 @@ def kernel_for(implementation: str, chip: Any, M: int, N: int, K: int, dtype: st
             import mlx_nax
 
             bm, bn, bk, wm, wn = mlx_nax.gemm_tiles(M, N, K, klass)
-            swizzle = 0 if (klass == "g" and -(-M // bm) <= 3) else (2 if klass == "g" else 4)
+            log = mlx_nax.swizzle_log_for(-(-M // bm), klass)
+            swizzle = 1 << log if log else 0  # the tile width in blocks; 0: no swizzle
             return cost_model.mlx_kernel(bm, bn, bk, wm, wn, nax=True, swizzle=swizzle)
         import mlx_gemm
         import torch

@@ -77,6 +77,12 @@ def gemm_tiles(M: int, N: int, K: int, device: str = "g") -> tuple[int, int, int
     return 128, 128, 512, 4, 4
 
 
+def swizzle_log_for(tiles_m: int, device: str = "g") -> int:
+    """The block swizzle steel_matmul_regular_axpby_nax launches with: 2 on devices whose architecture
+    ends in 's', 'c' or 'd', else 1, or 0 when at most 3 tiles cover M."""
+    return 2 if device in ("s", "c", "d") else (0 if tiles_m <= 3 else 1)
+
+
 def gemm_fused_nax_launch(include: str, a: torch.Tensor, b: torch.Tensor, *, transpose_a: bool = False,
                           transpose_b: bool = False, device: str = "g", c: torch.Tensor | None = None,
                           alpha: float = 1.0, beta: float = 1.0) -> Launch:
@@ -92,7 +98,7 @@ def gemm_fused_nax_launch(include: str, a: torch.Tensor, b: torch.Tensor, *, tra
     kernel = _gemm_kernel(include, a.dtype, transpose_a, transpose_b, (bm, bn, bk, wm, wn),
                           (M % bm == 0, N % bn == 0, K % bk == 0), out_source)
     tn, tm = math.ceil(N / bn), math.ceil(M / bm)
-    swizzle_log = 2 if device in ("s", "c", "d") else (0 if tm <= 3 else 1)
+    swizzle_log = swizzle_log_for(tm, device)
     params = GEMMParams(M=M, N=N, K=K, lda=a.shape[-1], ldb=b.shape[-1], ldd=N, tiles_n=tn, tiles_m=tm,
                         batch_stride_a=M * K if batch > 1 else 0, batch_stride_b=K * N if batch > 1 else 0,
                         batch_stride_d=M * N, swizzle_log=swizzle_log, gemm_k_iterations_aligned=K // bk, batch_ndim=1)

@@ -26,3 +26,13 @@ def test_dry_run_predicts_every_countable_row_within_the_tolerance(tmp_path):
         assert abs(error - float(r["model_error"])) < 1e-2
         assert abs(error) <= calibrate.TOLERANCE and not r["note"].startswith("outside"), r  # issue 33: every row within 25%
     assert lines[-1].startswith(f"wrote {tmp_path / 'calibration.csv'}")
+
+
+
+def test_mlx_size_class_is_the_chips_architecture_letter():
+    """MLX's dispatch reads the last letter of MTLDevice.architecture.name; the M1, M2, M4 and M5 Pro
+    report 's' and the M3 Pro 'p' (roofline.ARCHITECTURES), not the base chip's 'g'."""
+    from tilelang_metal.performance import roofline
+
+    for chip in roofline.CHIPS.values():
+        assert calibrate.mlx_size_class(chip) == roofline.ARCHITECTURES[chip.name].name[-1], chip.name
