@@ -35,6 +35,10 @@ _M3_ULTRA = "https://github.com/ml-explore/mlx/issues/3196"
 _M4_AIR = "https://dev.to/tinyalg/278-tflops-on-a-fanless-macbook-air-benchmarking-apples-m4-with-mlx-38n4"
 _M4_MAX_MPS = "https://github.com/chsasank/device-benchmarks/pull/13"
 _M1_PRO_MPS = "https://github.com/zzc0721/torch-performance-test-data/issues/191"
+_M4_MAX = "https://github.com/jackzampolin/rustane/blob/941f126b59c5f065c40a8756c90b75a9a10c07bc/results/gpu_tflops_m4max.md"
+_M2_ULTRA_424 = "https://github.com/ml-explore/mlx/pull/424"
+_M2_ULTRA_1518 = "https://github.com/ml-explore/mlx/pull/1518"
+GIB_FLOP = 2**30 / 1e12  # TFLOP per "GFLOP" of MLX's benchmarks/python/blas/bench_gemm.py, which divides by 1024**3
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,29 @@ PUBLISHED: tuple[Published, ...] = (
     *(Published(_M4_AIR, "M4", None, MLX, s, s, s, "bfloat16", t,
                 "fanless: the author reports throttling across runs; GPU cores not stated (10 assumed)")
       for s, t in ((10000, 2.70), (20000, 2.78))),
+    # M4 Max, 40-core GPU, MLX 0.31.0, table "Results" (2026-03-10); bench/gpu_tflops.py of the same commit:
+    # inputs evaluated first, then per launch `a @ b; mx.eval(c)` timed by perf_counter, median of 100 after
+    # 10 warmup. Its three 512-row problems (0.3 ms a launch) are left out: a host round trip per launch is
+    # part of each time there and the model counts GPU time only (docs/performance.md, "Calibration")
+    *(Published(_M4_MAX, "M4 Max", 40, MLX, m, n, k, dtype, t)
+      for (m, n, k), dtype, t in (((4096, 4096, 4096), "float16", 14.74), ((4096, 4096, 4096), "float32", 13.07),
+                                  ((8192, 8192, 8192), "float16", 14.26))),
+    # M2 Ultra, float32, batch 1, "nn". #424: comment of 2024-01-18 ("recorded on an M2 Ultra"), "Post FLOPS"
+    # column, from bench_gemm.py of that commit (80 x 5 launches per timing, GFLOP = 2**30 FLOP). #1518:
+    # first benchmark comment (2024-10-25), column gflops_mx (the MLX release before the PR), its unit
+    # taken as bench_gemm.py's. GPU cores not stated: 76, since #424's 4096^3 (22.0 TFLOPS) is above a
+    # 60-core M2 Ultra's 21.5 TFLOPS peak. Both MLX versions pick the tile the port does (64x64x16, 2x2)
+    *(Published(_M2_ULTRA_424, "M2 Ultra", 76, MLX, m, n, k, "float32", round(g * GIB_FLOP, 2),
+                f"{g} GFLOP/s as posted (2**30 FLOP)")
+      for m, n, k, g in ((1024, 1024, 2048, 13122.696), (4096, 4096, 4096, 20464.456))),
+    *(Published(_M2_ULTRA_1518, "M2 Ultra", 76, MLX, m, n, k, "float32", round(g * GIB_FLOP, 2),
+                f"{g} GFLOP/s as posted (2**30 FLOP assumed)")
+      for m, n, k, g in ((1024, 4096, 11008, 19117.517), (2048, 4096, 11008, 19217.543),
+                         (4096, 4096, 11008, 19131.385), (8192, 4096, 11008, 19118.967),
+                         (1024, 11008, 4096, 19397.411), (2048, 11008, 4096, 19901.953),
+                         (4096, 11008, 4096, 20224.684), (8192, 11008, 4096, 20370.913),
+                         (4096, 4096, 4096, 20587.211), (4095, 4095, 4095, 17565.664),
+                         (4097, 4097, 4097, 17311.481), (1333, 4096, 4096, 18111.473))),
     Published(_M4_MAX_MPS, "M4 Max", 40, MPS, 4096, 4096, 4096, "float32", 13.35, "PyTorch MPS float32: context, no kernel to count"),
     Published(_M1_PRO_MPS, "M1 Pro", 16, MPS, 4096, 4096, 4096, "float16", 4.75, "PyTorch MPS: context, no kernel to count"),
 )
