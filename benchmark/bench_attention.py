@@ -103,7 +103,7 @@ def blocks_for(shape: Shape, dtype: str, args: argparse.Namespace) -> tuple[int,
     """--block-m / --block-n where given; otherwise the kernel's own defaults at this head_dim on the
     run's dataflow (kernels/attention.py, `attention_blocks`: the largest blocks whose register
     estimate fits the budget and, on plain metal, whose K and V tiles fit threadgroup memory)."""
-    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow
+    from tilelang_metal.kernels.attention_config import attention_blocks, attention_dataflow
 
     blocks = attention_blocks(shape.head_dim, dataflow=attention_dataflow(run_target(args)), dtype=dtype, row_bounds=shape.causal,
                               block_m=args.block_m, block_n=args.block_n, threads=args.threads)

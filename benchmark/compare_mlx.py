@@ -159,7 +159,7 @@ def plugin_attention(p: Problem, klass: str) -> Measured:
     import torch.nn.functional as F
 
     from tilelang_metal import kernels
-    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow
+    from tilelang_metal.kernels.attention_config import attention_blocks, attention_dataflow
 
     target_name, _ = CLASSES[klass]
     d = p.dims

@@ -20,7 +20,8 @@ import tilelang.language as T
 import torch
 import torch.nn.functional as F
 
-from tilelang_metal.kernels.attention import MASKED_SCORE, attention_dataflow, flash_attention_program, flash_decoding_program
+from tilelang_metal.kernels.attention import MASKED_SCORE, flash_attention_program, flash_decoding_program
+from tilelang_metal.kernels.attention_config import attention_dataflow
 from tilelang_metal.emulator import racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.kernels import metal4_target

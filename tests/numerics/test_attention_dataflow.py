@@ -19,14 +19,8 @@ import torch.nn.functional as F
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.kernels import metal4_target, plain_metal_target
-from tilelang_metal.kernels.attention import (
-    DIRECT,
-    STAGED,
-    attention_dataflow,
-    flash_attention_program,
-    flash_decoding_program,
-    staged_row_pad,
-)
+from tilelang_metal.kernels.attention import flash_attention_program, flash_decoding_program
+from tilelang_metal.kernels.attention_config import DIRECT, STAGED, attention_dataflow, staged_row_pad
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TARGETS = {"metal4": metal4_target, "metal": plain_metal_target}

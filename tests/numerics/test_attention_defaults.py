@@ -24,7 +24,8 @@ import torch
 from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels import flash_attention_forward, metal4_target, plain_metal_target
-from tilelang_metal.kernels.attention import DIRECT, STAGED, flash_decoding_program
+from tilelang_metal.kernels.attention import flash_decoding_program
+from tilelang_metal.kernels.attention_config import DIRECT, STAGED
 from tilelang_metal.performance.register_budget import REGISTER_BUDGET, kernel_occupancy, kernel_registers
 
 from test_attention_inputs import causal_keep, reference
@@ -38,7 +39,7 @@ HEADS = 2
 
 def test_every_default_fits_the_register_budget_by_the_model():
     """No lowering: the estimate of the configuration the kernels would pick."""
-    from tilelang_metal.kernels.attention import DECODING_BLOCK_N_CHOICES, DECODING_THREAD_CHOICES, attention_blocks
+    from tilelang_metal.kernels.attention_config import DECODING_BLOCK_N_CHOICES, DECODING_THREAD_CHOICES, attention_blocks
 
     over = []
     for target, head_dim, causal, mask, sinks in itertools.product(TARGETS, HEAD_DIMS, (False, True), (None, "additive", "bool"),
@@ -76,7 +77,7 @@ def test_default_forward_kernel_fits_the_budget_and_matches_torch(target, head_d
     kernel = forward_kernel(target, head_dim)
     (regs,) = registers_of(kernel)
     assert regs.total <= REGISTER_BUDGET.registers, f"{target} d{head_dim} default: {regs.describe()}"
-    from tilelang_metal.kernels.attention import attention_blocks
+    from tilelang_metal.kernels.attention_config import attention_blocks
 
     model = attention_blocks(head_dim, dataflow=DATAFLOW[target], row_bounds=True, inputs=6)
     assert regs.total == model.registers.total, f"record {regs.describe()}; model {model.describe()}"

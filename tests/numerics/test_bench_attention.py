@@ -95,11 +95,11 @@ def test_causal_flops_are_half(bench_attention):
     assert bench_attention.attention_flops(causal) == bench_attention.attention_flops(full) / 2
 
 
-# the kernel's own defaults (kernels/attention.attention_blocks), within the register budget
+# the kernel's own defaults (kernels/attention_config.attention_blocks), within the register budget
 @pytest.mark.parametrize("target", ["metal4", "metal"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_default_blocks_are_the_kernels_and_fit_the_budget(bench_attention, target, head_dim):
-    from tilelang_metal.kernels.attention import attention_blocks, attention_dataflow, check_attention_config
+    from tilelang_metal.kernels.attention_config import attention_blocks, attention_dataflow, check_attention_config
     from tilelang_metal.performance.register_budget import REGISTER_BUDGET
 
     args = bench_attention._parser().parse_args(["--dry-run", "--target", target])

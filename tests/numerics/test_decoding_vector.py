@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.errors import MetalLoweringError
 from tilelang_metal.kernels import metal4_target, plain_metal_target
-from tilelang_metal.kernels.attention import MASKED_SCORE, STAGED, VECTOR, decoding_dataflow, decoding_splits, flash_decoding_program
+from tilelang_metal.kernels.attention import MASKED_SCORE, flash_decoding_program
+from tilelang_metal.kernels.attention_config import STAGED, VECTOR, decoding_dataflow, decoding_splits
 
 TARGETS = {"metal4": metal4_target, "metal": plain_metal_target}
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

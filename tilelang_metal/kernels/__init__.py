@@ -10,13 +10,8 @@ package (`tests/unit/test_layers.py`); the CLI, the autotuner, the benchmarks an
 """
 
 from ..target.normalize import metal4_target, plain_metal_target
-from .attention import (
-    MASKED_SCORE,
-    check_attention_config,
-    flash_attention_forward,
-    flash_attention_program,
-    flash_decoding_program,
-)
+from .attention import MASKED_SCORE, flash_attention_forward, flash_attention_program, flash_decoding_program
+from .attention_config import check_attention_config
 from .gemm import ALPHA, BETA, EPILOGUES, gelu_tanh, gemm_bias_gelu, gemm_direct_global, gemm_shared, gemm_staged
 from .gemm_batched import gemm_batched
 from .gemv import GEMV_MAX_ROWS, gemv_small_m, gemv_small_n
