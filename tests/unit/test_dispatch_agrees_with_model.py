@@ -4,10 +4,11 @@ model (tilelang_metal/performance/cost_model.py) finds over every route and conf
 squares at 1024^3, 2048^3 and 4096^3. Pure arithmetic: no kernel is built.
 
 Metal 4 chips (M5 family): asserted; the dispatch asks the model to rank the kernels it ships.
-M1-M4 (plain metal): the staged tile and the split count come from rules (the steel-gemm work changes
-the tile); their ratios, over every route and over the staged routes the plain dispatch ships, are the
-table in docs/performance.md ("Dispatch agreement"), kept equal to what the code gives by the slow test
-below and printed by `python tests/unit/test_dispatch_agrees_with_model.py`."""
+M1-M4 (plain metal): MLX's steel tile by rule, the split count by the model. Asserted for every chip
+and size: within 5%, or listed in NOT_MET with the reason, and then over 5% (an entry that starts to
+hold must go). The ratios, over every route and over the staged routes the plain dispatch ships, are
+the table in docs/performance.md ("Dispatch agreement"), kept equal to what the code gives by the slow
+test below and printed by `python tests/unit/test_dispatch_agrees_with_model.py`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,19 @@ TOLERANCE = 0.05
 METAL4_CHIPS = [name for name, chip in roofline.CHIPS.items() if chip.generation >= 5]
 DOC = Path(__file__).parents[2] / "docs" / "performance.md"
 START, END = "<!-- dispatch-agreement:start -->", "<!-- dispatch-agreement:end -->"
+
+
+_DIRECT_LOADS = ("Apple family 9 (M3 / M4): the model's best is a direct-global tile (its L1 holds the rows; metal-flash-attention "
+                 "loads directly there too), the dispatch ships MLX's staged tile, which compare_mlx's steel rows count against")
+_MEDIUM_TILE = "MLX's medium-class tile (64x64 on 4 simdgroups): the model ranks the small-class tile (2 simdgroups) 5-9% ahead"
+_LARGE_TILE = "MLX's large-class 64x64 tile at 1024^3 on 76-80 cores: the model ranks its 32x64 tile ahead (tiles over cores)"
+# (chip, size) where the pick is over 5% of the model's best, and why (docs/performance.md, "Dispatch agreement")
+NOT_MET: dict[tuple[str, int], str] = {
+    **{(chip, size): _DIRECT_LOADS for chip in ("M3", "M3 Pro", "M3 Ultra", "M4") for size in SIZES},
+    **{(chip, size): _MEDIUM_TILE for chip in ("M1 Pro", "M1 Max", "M2 Pro", "M2 Max") for size in SIZES},
+    **{(chip, size): _DIRECT_LOADS + "; " + _MEDIUM_TILE for chip in ("M3 Max", "M4 Pro", "M4 Max") for size in SIZES},
+    ("M2 Ultra", 1024): _LARGE_TILE,
+}
 
 
 def _capabilities(metal4: bool):
@@ -60,6 +74,31 @@ def test_metal4_dispatch_is_within_5_percent_of_the_model_s_best(name):
         ratio, _, pick, best = agreement(name, size)
         print(f"{name} {size}^3: {ratio:.3f} ({pick}; the model's best: {best})")
         assert ratio <= 1 + TOLERANCE, f"{name} {size}^3: {pick} is {ratio:.3f}x the model's best ({best})"
+
+
+@pytest.mark.parametrize("name", [name for name, chip in roofline.CHIPS.items() if chip.generation < 5])
+def test_plain_dispatch_is_within_5_percent_of_the_model_s_best_or_says_why_not(name):
+    for size in SIZES:
+        ratio, _, pick, best = agreement(name, size)
+        why = NOT_MET.get((name, size))
+        if why is None:
+            assert ratio <= 1 + TOLERANCE, f"{name} {size}^3: {pick} is {ratio:.3f}x the model's best ({best})"
+        else:
+            assert ratio > 1 + TOLERANCE, f"{name} {size}^3 now holds ({ratio:.3f}): drop its NOT_MET entry ({why})"
+
+
+@pytest.mark.parametrize("name", [name for name, chip in roofline.CHIPS.items() if chip.generation < 5])
+def test_direct_global_wins_only_where_the_l1_keeps_its_rows(name):
+    """M1 / M2 (8 KB of L1 per core): a direct-global tile's rows of A do not stay in L1 across the K
+    steps a cache line serves, so its reads cross from the shared caches again and the model's best
+    route is threadgroup-staged (as MLX and metal-flash-attention stage there); from M3 on (Dynamic
+    Caching, no published capacity) the model's best stays a direct-global tile."""
+    chip = roofline.CHIPS[name]
+    for size in SIZES:
+        found = autotune.route_candidates(size, size, size, chip=chip, target=_capabilities(False), space=space(size, False))
+        best = min(found, key=lambda c: c.seconds)
+        staged = chip.l1_data_cache_bytes is not None
+        assert (best.kernel.path == cost_model.SHARED) == staged, f"{name} {size}^3: the model's best is {best.describe()}"
 
 
 def table() -> str:

@@ -19,7 +19,8 @@ chip of `roofline.CHIPS`:
   too few resident simdgroups to hide latency (LATENCY_HIDING_SIMDGROUPS);
 - core loads: the threadgroups' A and B panels from the shared caches at CORE_LOAD_BYTES_PER_CYCLE per
   core (a direct-global kernel's simdgroups re-read their threadgroup's panels through the core's L1,
-  so the panels, not every simdgroup's reads, cross the shared caches);
+  so the panels, not every simdgroup's reads, cross the shared caches, while the chip's L1 holds a
+  line per row of A of every resident threadgroup: on M1 / M2's 8 KB the rest is fetched again);
 - on-core traffic: the load instructions' bytes (direct-global: through L1; staged: threadgroup memory
   reads and the copies' stores) at ON_CORE_BYTES_PER_CYCLE, plus one pass per bank replay;
 - memory: what a wave of resident threadgroups reads from DRAM (each distinct panel once) plus the
@@ -44,7 +45,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
-from .roofline import Chip
+from .roofline import CACHE_LINE_BYTES, Chip
 from ..planning import DIRECT_GLOBAL, SHARED  # the dataflow names a plan carries
 
 # Philip Turner, metal-benchmarks (README, "On-Chip Memory"): ~32 bytes per cycle from the GPU's shared
@@ -127,6 +128,7 @@ class Counts:
     threads_per_core: int
     operand_reuse: float  # matrix FLOPs per operand element a simdgroup loads
     threadgroup_replays: int = 0
+    l1_miss_bytes: int = 0  # direct-global: extra bytes into the cores when L1 cannot keep A's rows across K steps
     combine_bytes: int = 0  # split-K's second kernel: the partials it reads and the C it writes
     launches: int = 1  # kernels launched one after the other
 
@@ -157,6 +159,25 @@ def _wave_panels(tiles_m: int, tiles_n: int, panel: int, wave: int) -> tuple[int
     return int(rows), int(cols)
 
 
+def _l1_miss_bytes(kernel: GemmKernel, chip: Chip, threadgroups_per_core: int, kp: int, eb: int) -> float:
+    """Bytes one direct-global threadgroup pulls into its core from the shared caches. A fragment row of A
+    is `instruction.k` elements of a 128-byte line that the next K steps read on, so the L1 serves the
+    simdgroups' repeats only while it holds a line per row of A for every resident threadgroup; the
+    part of that working set over the chip's L1 (`Chip.l1_data_cache_bytes`) is fetched again: each
+    simdgroup's A row a whole line per K step, each simdgroup its own rows of B (their lines are used
+    up within the step). Where the L1 holds the rows (or its size is not published), the panels."""
+    panel = (kernel.block_m + kernel.block_n) * kp * eb
+    l1 = chip.l1_data_cache_bytes
+    working_set = threadgroups_per_core * kernel.block_m * CACHE_LINE_BYTES
+    if l1 is None or working_set <= l1:
+        return panel
+    inst = kernel.instruction
+    refetched = (kernel.block_m * kernel.n_warp * (kp // inst.k) * max(CACHE_LINE_BYTES, inst.k * eb)
+                 + kernel.block_n * kernel.m_warp * kp * eb)
+    missed = 1 - l1 / working_set
+    return panel + missed * max(0, refetched - panel)
+
+
 def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str = "float16", out_dtype: str | None = None,
            batch: int = 1) -> Counts:
     """The launch's counts on `chip` (core count and occupancy decide the waves)."""
@@ -180,6 +201,8 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
     simdgroup_reads = (kernel.block_m * kernel.n_warp + kernel.block_n * kernel.m_warp) * kp * eb  # all its simdgroups
     core_load = panel if staged else simdgroup_reads
     on_core = simdgroup_reads + (panel if staged else 0)  # staged: fragment reads from, and copies into, threadgroup memory
+
+    l1_miss = 0 if staged else tiles * _l1_miss_bytes(kernel, chip, per_core, kp, eb) - tiles * panel
 
     wave = chip.gpu_cores * per_core
     rows, cols = _wave_panels(tiles_m, tiles_n, kernel.swizzle, wave)
@@ -218,6 +241,7 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
         device_store_bytes=partials or stores,
         dram_bytes=dram,
         combine_bytes=combine,
+        l1_miss_bytes=max(0, l1_miss),
         launches=2 if partials else 1,
         barriers=(kp // kernel.step_k) * kernel.barriers_per_step,
         issue_overhead=overhead,
@@ -282,7 +306,7 @@ def estimate(c: Counts, chip: Chip) -> Estimate:
     resident_simdgroups = c.threads_per_core // SIMD_WIDTH
     hiding = min(1.0, resident_simdgroups / LATENCY_HIDING_SIMDGROUPS)
     compute = c.busiest_core_flops / per_core_peak * (1 + c.issue_overhead) / hiding
-    core_loads = c.panel_bytes / core_load_bandwidth(chip)
+    core_loads = (c.panel_bytes + c.l1_miss_bytes) / core_load_bandwidth(chip)
     on_core = (c.on_core_passes + c.threadgroup_replays) / (chip.gpu_cores * clock)
     memory = c.dram_bytes / (chip.bandwidth_gbs * 1e9)
     barriers = c.busiest_core_threadgroups * c.barriers * BARRIER_CYCLES / (c.threadgroups_per_core * clock)

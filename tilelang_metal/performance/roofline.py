@@ -39,6 +39,12 @@ class Chip:
         return int(self.name.split()[0].removeprefix("M"))
 
     @property
+    def l1_data_cache_bytes(self) -> int | None:
+        """Bytes of device-data cache (L1) per GPU core, by GPU generation (`L1_DATA_CACHE`); None where
+        the capacity is not published and the model takes a direct-global tile's rows to fit."""
+        return L1_DATA_CACHE.get(self.generation)
+
+    @property
     def architecture(self) -> GpuArchitecture:
         """The GPU's `MTLDevice.architecture.name` (what MLX's dispatch reads), with its source."""
         return ARCHITECTURES[self.name]
@@ -56,6 +62,18 @@ class Chip:
             return self
         return Chip(self.name, gpu_cores, self.matrix_tflops * gpu_cores / self.gpu_cores, self.bandwidth_gbs,
                     self.source + f"; scaled from {self.gpu_cores} to {gpu_cores} GPU cores", self.estimated)
+
+
+# The device-data cache (L1) of one GPU core, by chip generation. M1 and M2 (Apple GPU families 7 and 8):
+# 8 KB with 128-byte lines (Philip Turner, metal-benchmarks, README "On-Chip Memory": "Data Cache 8 KB",
+# "Global Cache Line 128 B"). M3 and newer (Apple family 9 on): registers, threadgroup memory and the
+# cache share one on-chip memory allocated as kernels run ("Dynamic Caching", Apple Newsroom 2023-10-30);
+# no capacity is published, so the model takes what registers and threadgroup memory leave to hold a
+# direct-global tile's rows (an estimate; metal-flash-attention measured the same split: its GEMM copies
+# operands into threadgroup memory before family 9 and loads them directly from family 9 on,
+# GEMMKernelDescriptor.preferAsyncLoad).
+L1_DATA_CACHE: dict[int, int] = {1: 8 * 1024, 2: 8 * 1024}
+CACHE_LINE_BYTES = 128
 
 
 def _alu_estimate(cores: int, ghz: float) -> float:
