@@ -45,7 +45,7 @@ from .transform.layout_failures import no_layout_message
 from .transform.math_precision import PreserveMathPrecision
 from .transform.matrix_storage import RecordMatrixStorage
 from .transform.power_of_two_division import RestorePowerOfTwoDivisions, ShieldPowerOfTwoDivisions, shape_variables
-from .transform.register_staging import MarkRegisterStaging, SplitStagedCopies
+from .transform.register_staging import SplitStagedCopies
 from .transform.resource_check import CheckThreadgroupResources, ThreadgroupBufferLog
 from .transform.scalar_params import CheckScalarParams
 from .transform.imported_sources import CheckImportedSources
@@ -114,8 +114,7 @@ def _lower_metal_passes(mod: object, target: object, options: LoweringOptions) -
     mod = tl.InjectSoftwarePipeline()(mod)
     mod = GuardPossiblyEmptyPipelineLoops(mod)  # plugin: the pipeline's body loop (trip count minus the prologue) may be empty too
     threadgroup_buffers.record_pipelined(mod)
-    mod = RecordGemmPlans(mod, capabilities, options)  # plugin: each T.gemm's plan on its call (shared accumulators, fragment groups); the passes and GemmMetal read it
-    mod = MarkRegisterStaging(mod, capabilities, options)  # plugin: pipelined copies whose threadgroup stores may move after the MMAs (where the registers fit)
+    mod = RecordGemmPlans(mod, capabilities, options)  # plugin: each T.gemm's plan on its call (shared accumulators, fragment groups, K-prefetch, register staging: pipelined copies whose stores may move after the MMAs); the passes and GemmMetal read it
     mod = tl.Simplify()(mod)
 
     # Tile ops: layout inference asks GemmMetal (through the tl.gemm.infer_layout hook) for the

@@ -8,16 +8,20 @@ the options and the target's capabilities, and cached on them.
 
 The decisions that need the whole kernel (a fragment shared by calls of different instructions, a
 group of fragments that meet element by element) come in as arguments (`shared_accumulator`,
-`group`); `encode_plan` / `decode_plan` carry a plan on the call it was made for
-(`GEMM_PLAN_ANNOTATION`).
+`group`); the ones that need the operands' types, the loop around the call or the options
+(K-prefetch, register staging, the shared-staging bypass) are taken by the pass that records the
+plans (transform/gemm_plans.py) and carried as the plan's flags. `encode_plan` / `decode_plan`
+carry a plan on the call it was made for (`GEMM_PLAN_ANNOTATION`); nothing after that pass decides
+them again.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .host import call_annotations
 from .target.capabilities import TargetCapabilities
 from .target.isa import COOPERATIVE_TENSOR_KIND, REGISTRY, SIMD_WIDTH, MatrixInstruction
 from .core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES
@@ -29,6 +33,8 @@ REGISTER_A = "register_a"
 
 # tl.gemm call annotation: the call's encoded GemmPlan (transform/gemm_plans.py writes it, GemmMetal reads it).
 GEMM_PLAN_ANNOTATION = "tilelang_metal.gemm_plan"
+# tl.gemm call annotation: BypassSharedStaging rewrote the call to read its staging buffers' sources (GemmPlan.staging_bypassed).
+STAGING_BYPASS_ANNOTATION = "tilelang_metal.staging_bypassed"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,10 @@ class GemmPlan:
     dataflow: str  # DIRECT_GLOBAL | SHARED | REGISTER_A
     threads: int
     problem: Any = field(default=None, compare=False, hash=False)
+    # Flags set by the pass that records the plan (transform/gemm_plans.py), read by GemmMetal and the passes:
+    k_prefetch: bool = False  # the K loop loads step k+1's operands into a second set while step k's MMAs run
+    register_staging: bool = False  # the pipelined loop around the call stores its staged copies after the MMAs
+    staging_bypassed: bool = False  # A and B were staging-only shared buffers; the call reads them from device memory
 
     @property
     def instruction(self) -> MatrixInstruction:
@@ -60,8 +70,17 @@ class GemmPlan:
         if p is not None:
             head = (f"T.gemm {p.M}x{p.N}x{p.K} (A {p.A.scope} {p.A.dtype}{' T' if p.trans_A else ''}, "
                     f"B {p.B.scope} {p.B.dtype}{' T' if p.trans_B else ''}, C {p.C.scope} {p.C.dtype})")
-        return (f"{head}, threads={self.threads}: {self.selection.kind} ({self.instruction.name}) / {self.dataflow}, "
+        flags = "".join(f", {name.replace('_', ' ')}" for name in self.flags())
+        return (f"{head}, threads={self.threads}: {self.selection.kind} ({self.instruction.name}) / {self.dataflow}{flags}, "
                 f"{split}; because {self.selection.reason}")
+
+    def flags(self) -> list[str]:
+        """Names of the flags that are set, in declaration order."""
+        return [name for name in PLAN_FLAGS if getattr(self, name)]
+
+
+PLAN_FLAGS = ("k_prefetch", "register_staging", "staging_bypassed")
+assert set(PLAN_FLAGS) == {f.name for f in fields(GemmPlan) if f.type in ("bool", bool)}
 
 
 def gemm_key(a: Any, b: Any, c: Any) -> tuple:
@@ -137,14 +156,37 @@ def plan_gemm(
 
 
 def encode_plan(plan: GemmPlan) -> str:
-    """The plan as one line of text for the call's annotation (a plan with a partition only)."""
+    """The plan as one line of text for the call's annotation ("-" for a missing partition)."""
     part = plan.partition
-    assert part is not None, "only plans with a partition are recorded"
-    return f"{plan.instruction.key} {part.m_warp} {part.n_warp} {part.replicas} {plan.dataflow} {plan.threads}|{plan.selection.reason}"
+    split = "- - -" if part is None else f"{part.m_warp} {part.n_warp} {part.replicas}"
+    flags = ",".join(plan.flags()) or "-"
+    return f"{plan.instruction.key} {split} {plan.dataflow} {plan.threads} {flags}|{plan.selection.reason}"
 
 
 def decode_plan(text: str) -> GemmPlan:
     head, _, reason = str(text).partition("|")
-    key, m_warp, n_warp, replicas, dataflow, threads = head.split()
-    part = Partition(int(m_warp), int(n_warp), int(replicas))
-    return GemmPlan(Selection(REGISTRY.resolve(key), reason, part), part, dataflow, int(threads))
+    key, m_warp, n_warp, replicas, dataflow, threads, flags = head.split()
+    part = None if m_warp == "-" else Partition(int(m_warp), int(n_warp), int(replicas))
+    set_flags = {name: True for name in flags.split(",") if name != "-"}
+    return GemmPlan(Selection(REGISTRY.resolve(key), reason, part), part, dataflow, int(threads), **set_flags)
+
+
+def plan_call_alone(fields: Any, threads: int, capabilities: TargetCapabilities, fragment_ct: bool, **kernel_wide: Any) -> GemmPlan:
+    """The plan of a T.gemm call from its `host.gemm_call_fields` (`kernel_wide`: `shared_accumulator`, `group`)."""
+    return plan_gemm(c_scope=str(fields.c_buffer.scope()), M=fields.m, N=fields.n, K=fields.k, threads=threads, policy=fields.policy,
+                     capabilities=capabilities, fragment_ct=fragment_ct, a_scope=str(fields.a_buffer.scope()), **kernel_wide)
+
+
+def plan_of_call(call: Any, fields: Any, threads: int, capabilities: TargetCapabilities, fragment_ct: bool) -> GemmPlan:
+    """The plan recorded on a T.gemm call for this launch, or, on a call without one (or whose
+    recorded plan has no partition), the plan of the call alone, as GemmMetal plans it."""
+    plan = recorded_plan(call)
+    if plan is not None and plan.threads == threads and plan.partition is not None:
+        return plan
+    return plan_call_alone(fields, threads, capabilities, fragment_ct)
+
+
+def recorded_plan(call: Any) -> GemmPlan | None:
+    """The plan recorded on a T.gemm call (transform/gemm_plans.py), or None."""
+    recorded = call_annotations(call).get(GEMM_PLAN_ANNOTATION)
+    return None if recorded is None else decode_plan(recorded)

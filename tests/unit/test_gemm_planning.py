@@ -145,3 +145,65 @@ def test_register_staging_estimates_the_plan_recorded_on_the_call():
     assert alone.partition != replicated and accumulator(replicated) == 4 * accumulator(alone.partition)
     assert loop_registers(loop, 128, capabilities, True).accumulator == accumulator(alone.partition)
     assert loop_registers(annotated, 128, capabilities, True).accumulator == accumulator(replicated)
+
+
+# Options whose decision the plan carries (planning.PLAN_FLAGS, set by transform/gemm_plans.py):
+# GemmMetal and its tiling read the flag on the recorded plan, never the option.
+PLANNED_OPTIONS = {"k_prefetch", "register_staging", "staging_bypass"}
+
+
+def test_gemm_lowering_reads_no_option_the_plan_decides():
+    found = []
+    for path in sorted((PACKAGE / "gemm").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        holders = set()  # names bound to current_options()
+
+        def is_options(node: ast.AST) -> bool:
+            if isinstance(node, ast.Name):
+                return node.id in holders
+            return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "current_options"
+
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and is_options(node.value):
+                holders.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(tree):
+            read = isinstance(node, ast.Attribute) and node.attr in PLANNED_OPTIONS and is_options(node.value)
+            setting = isinstance(node, ast.Attribute) and node.attr.removesuffix("_mode") in PLANNED_OPTIONS and getattr(node.value, "id", "") == "config"
+            if read or setting:
+                found.append(f"gemm/{path.relative_to(PACKAGE / 'gemm')}:{node.lineno} reads {node.attr}")
+    assert not found, "GemmMetal decides what the recorded plan carries (read the GemmPlan's flag instead):\n" + "\n".join(found)
+
+
+def test_recorded_plans_carry_k_prefetch_register_staging_and_the_bypass(monkeypatch):
+    """The flags GemmMetal lowers with come from the plan recorded on the call, and the MSL follows them."""
+    import tilelang
+
+    from tilelang_metal import kernels as E
+    from tilelang_metal.gemm import recorded_plans
+    from tilelang_metal.host import resolve_target
+    from tilelang_metal.host.passes import pass_context
+
+    def lower(func, target, **env):
+        for name, value in env.items():
+            monkeypatch.setenv("TILELANG_METAL_" + name, value)
+        with recorded_plans() as plans, pass_context(), resolve_target(target) as t:
+            source = tilelang.lower(func, target=t).kernel_source
+        return source, plans
+
+    direct = E.gemm_direct_global(64, 64, 64, 64, 64, threads=128)  # 4 K steps of 16 on metal4
+    source, plans = lower(direct, E.metal4_target(), K_PREFETCH="1")
+    assert plans and all(p.k_prefetch and p.flags() == ["k_prefetch"] for p in plans) and "_next[" in source
+    source, plans = lower(direct, E.metal4_target(), K_PREFETCH="0")
+    assert plans and not any(p.k_prefetch for p in plans) and "_next[" not in source
+
+    staged = E.gemm_staged(64, 64, 64, 64, 64, 16, threads=128, num_stages=2)
+    source, plans = lower(staged, E.plain_metal_target(), REGISTER_STAGING="1")
+    assert any(p.register_staging for p in plans) and "staged_float16" in source
+    source, plans = lower(staged, E.plain_metal_target(), REGISTER_STAGING="0")
+    assert plans and not any(p.register_staging for p in plans) and "staged_" not in source
+
+    shared = E.gemm_shared(64, 64, 64, 64, 64, 32, num_stages=2)
+    source, plans = lower(shared, E.metal4_target(), STAGING_BYPASS="1")
+    assert plans and all(p.staging_bypassed and p.dataflow == "direct_global" for p in plans) and "threadgroup_barrier" not in source
+    source, plans = lower(shared, E.metal4_target(), STAGING_BYPASS="0")
+    assert plans and not any(p.staging_bypassed for p in plans) and "threadgroup_barrier" in source

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..host import call_annotations, layout_is_row_major, make_fragment_layout, tvm
+from ..host import layout_is_row_major, make_fragment_layout, tvm
 from ..target.capabilities import capabilities_of
 from ..errors import GemmLoweringError
 from ..core.ir_attrs import mark_decisions
@@ -24,7 +24,7 @@ from ..config import current_options
 from ..core.scopes import FRAGMENT_SCOPES
 from .cooperative_tensor import lower_cooperative_tensor
 from .problem import GemmProblem
-from ..planning import GEMM_PLAN_ANNOTATION, REGISTER_A, GemmPlan, decode_plan, plan_gemm
+from ..planning import REGISTER_A, GemmPlan, plan_gemm, recorded_plan
 from .register_operand import (
     check_register_a_layout,
     has_register_a,
@@ -84,9 +84,9 @@ def plan(node: Any, target: Any, thread_bounds: Any) -> GemmPlan:
     threads = _threads(thread_bounds)
     if has_register_a(problem):
         validate_register_a(problem)
-    recorded = call_annotations(node).get(GEMM_PLAN_ANNOTATION)  # transform/gemm_plans.py, with the kernel-wide decisions
-    planned = decode_plan(recorded) if recorded is not None else None
-    if planned is None or planned.threads != threads:  # not planned before layout inference: this call alone decides
+    planned = recorded_plan(node)  # transform/gemm_plans.py, with the kernel-wide decisions and the flags
+    if planned is None or planned.threads != threads or planned.partition is None:
+        # not planned for this launch before layout inference: this call alone decides, without the flags
         planned = plan_gemm(
             c_scope=problem.c_scope, M=problem.M, N=problem.N, K=problem.K, threads=threads, policy=problem.policy,
             capabilities=capabilities_of(target), fragment_ct=options.fragment_ct, a_scope=problem.A.scope,
@@ -152,9 +152,9 @@ def lower(node: Any, layout_map: Any, target: Any, thread_bounds: Any, thread_in
         check_register_a_layout(gp.problem, expected, layout_map)
     problem = gp.problem.with_storage_layouts(lambda buf: buf in layout_map and not layout_is_row_major(layout_map[buf]))
     if gp.selection.kind == COOPERATIVE_TENSOR_KIND:
-        body = lower_cooperative_tensor(problem, gp.instruction, gp.partition, analyzer, thread_index, gp.dataflow)
+        body = lower_cooperative_tensor(problem, gp.instruction, gp.partition, analyzer, thread_index, gp.dataflow, k_prefetch=gp.k_prefetch)
     else:
-        body = lower_simdgroup(problem, gp.instruction, gp.partition, analyzer, thread_index)
+        body = lower_simdgroup(problem, gp.instruction, gp.partition, analyzer, thread_index, k_prefetch=gp.k_prefetch)
     # every device access of the body is guarded or proven in bounds, under conditions the mark holds
     # (legalize_unguarded proves them in context, then tilelang's safe-memory pass skips the body)
     # the plan goes on the IR with the body (ir_attrs.DECISION_MARK), for `--explain`

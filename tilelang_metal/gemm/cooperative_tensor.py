@@ -126,9 +126,9 @@ class CooperativeTensorPlan(SimdgroupTiling):
 
 
 def lower_cooperative_tensor(
-    problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any, dataflow: str
+    problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any, dataflow: str, *, k_prefetch: bool = False
 ) -> Any:
     if (problem.trans_A or problem.trans_B) and inst.can_transpose(problem.trans_A, problem.trans_B):
         # the descriptor transposes: each lane reads its runs in the operands' storage order
         inst = inst.transposed(problem.trans_A, problem.trans_B)
-    return CooperativeTensorPlan(problem, inst, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}")
+    return CooperativeTensorPlan(problem, inst, part, analyzer, thread_index).build(f"tlm_gemm_ct_{dataflow}", k_prefetch=k_prefetch)

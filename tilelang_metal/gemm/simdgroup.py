@@ -95,5 +95,5 @@ class SimdgroupPlan(SimdgroupTiling):
         return seq(stmts)
 
 
-def lower_simdgroup(problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any) -> Any:
-    return SimdgroupPlan(problem, inst, part, analyzer, thread_index).build("tlm_gemm_simdgroup")
+def lower_simdgroup(problem: GemmProblem, inst: MatrixInstruction, part: Partition, analyzer: Any, thread_index: Any, *, k_prefetch: bool = False) -> Any:
+    return SimdgroupPlan(problem, inst, part, analyzer, thread_index).build("tlm_gemm_simdgroup", k_prefetch=k_prefetch)

@@ -14,13 +14,9 @@ from typing import Any
 from ..host import tir, tvm
 from ..target.isa import SIMD_WIDTH, MatrixInstruction
 from ..selection import Partition
-from .accumulator import ACCUM_DTYPE, Accumulator, clear_flag, make_accumulator
+from .accumulator import Accumulator, clear_flag, make_accumulator
 from .problem import GemmProblem, const_int
-from .. import config
-from ..core.ir_attrs import mark_decisions
-from ..config import current_options
-from ..performance.register_budget import RegisterDecision, gemm_registers
-from ..core.scopes import FRAGMENT_SCOPES, GLOBAL_SCOPES, SIMDGROUP_SCOPES
+from ..core.scopes import GLOBAL_SCOPES
 from .edge_split import interior_condition, uniform_branch
 from .prefetch import prefetched_k_loop
 from .register_operand import has_register_a, left_operand_offset, register_a_elements
@@ -145,31 +141,14 @@ class SimdgroupTiling:
             k_loop = tir.IfThenElse(inside, k_loop, None)
         return seq([self.init_accumulator(acc), k_loop, store])
 
-    def _prefetch_applies(self) -> bool:
-        """K-prefetch asked for, direct-global operands, two K steps or more, and (unless forced) the
-        register estimate with the second operand set within the budget."""
-        p = self.p
-        mode = current_options().k_prefetch
-        if mode == config.OFF or p.A.scope not in GLOBAL_SCOPES or p.B.scope not in GLOBAL_SCOPES or self.whole_k_steps < 2:
-            return False
-        if mode == config.FORCE:
-            return True
-        acc_dtype = p.C.dtype if p.C.scope in FRAGMENT_SCOPES + SIMDGROUP_SCOPES else ACCUM_DTYPE  # as make_accumulator
-        with_it = gemm_registers(M=p.M, N=p.N, instruction=self.inst, partition=self.part, a_dtype=p.A.dtype, b_dtype=p.B.dtype,
-                                 acc_dtype=acc_dtype, shared=False, prefetch=True)
-        if with_it.fits:
-            return True
-        self.decisions.append(RegisterDecision("K-prefetch", f"T.gemm {p.M}x{p.N}x{p.K} on {self.part.simdgroups} simdgroups", config.PREFIX + "K_PREFETCH", with_it).describe())
-        return False
-
-    def build(self, name: str) -> Any:
+    def build(self, name: str, *, k_prefetch: bool = False) -> Any:
+        """The lowered T.gemm; `k_prefetch` is the plan's flag (decided by transform/gemm_plans.py)."""
         p = self.p
         a_frag = local_buffer(self.names[0], self.rows * self.inst.left_elems, p.A.dtype)
         b_frag = local_buffer(self.names[1], self.cols * self.inst.right_elems, p.B.dtype)
         acc = make_accumulator(p, self.rows * self.cols * self.inst.dest_elems)
         self.next_frags = None  # the second operand set of the register prefetch (gemm/prefetch.py)
-        self.decisions: list[str] = []  # for --explain, on the IR with the body (ir_attrs.DECISION_MARK)
-        if self._prefetch_applies():
+        if k_prefetch:
             self.next_frags = (
                 local_buffer(self.names[0] + "_next", self.rows * self.inst.left_elems, p.A.dtype),
                 local_buffer(self.names[1] + "_next", self.cols * self.inst.right_elems, p.B.dtype),
@@ -184,4 +163,4 @@ class SimdgroupTiling:
             self._check_bounds()
             body = uniform_branch(interior, inside, self._body(a_frag, b_frag, acc))
         allocs = [a_frag, b_frag] + list(self.next_frags or ()) + ([acc.buffer] if acc.owned else [])
-        return mark_decisions(as_block_func(body, allocs, name), self.decisions)
+        return as_block_func(body, allocs, name)

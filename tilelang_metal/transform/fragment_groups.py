@@ -3,7 +3,8 @@
 A register fragment's thread layout is fixed by the T.gemm that accumulates into it (or reads it as
 A), and tilelang's layout inference needs fragments combined element by element (`T.copy(S, P)`, a
 `T.Parallel` over `C1[i, j] + C2[i, j]`) to put each element on the same thread. GemmMetal answers
-the layout hook one call at a time, so before layout inference this analysis groups the fragments
+the layout hook one call at a time, so before layout inference this analysis (reading the plans
+`gemm_plans.RecordGemmPlans` first records for each call alone) groups the fragments
 that meet element by element and decides, per group, one matrix instruction and the partitions
 that make their layouts equal:
 
@@ -48,7 +49,7 @@ from ..selection import (
     row_partition,
     simdgroup_instruction,
 )
-from ..planning import gemm_key, plan_gemm
+from ..planning import gemm_key, recorded_plan
 from ..core.ir_attrs import find_nodes
 from ..host import vocab
 
@@ -68,6 +69,7 @@ class GemmSite:
     k: int
     policy: int
     register_a: bool  # A is a register fragment
+    alone: Any  # the plan recorded on the call, planned alone (`gemm_plans.RecordGemmPlans`), or None
 
     @property
     def key(self) -> tuple:
@@ -134,7 +136,7 @@ def _sites(body: Any) -> list[GemmSite]:
         sites.append(
             GemmSite(
                 f.a_buffer.data, f.b_buffer.data, f.c_buffer.data, f.a_buffer.name, f.b_buffer.name, f.c_buffer.name,
-                f.m, f.n, f.k, f.policy, str(f.a_buffer.scope()) in FRAGMENT_SCOPES,
+                f.m, f.n, f.k, f.policy, str(f.a_buffer.scope()) in FRAGMENT_SCOPES, recorded_plan(call),
             )
         )
     return sites
@@ -226,14 +228,9 @@ def _row_group_plans(
         if s.key in plans:
             own[s.key] = (plans[s.key].selection.instruction, plans[s.key].partition)
             continue
-        planned = plan_gemm(
-            c_scope=FRAGMENT_SCOPES[0], M=s.m, N=s.n, K=s.k, threads=num_warps * SIMD_WIDTH, policy=s.policy,
-            capabilities=capabilities, fragment_ct=fragment_ct,
-        )
-        if s.register_a:  # GemmMetal's register-A split (gemm/register_operand.py)
-            own[s.key] = (planned.instruction, row_partition(s.m, s.n, num_warps, planned.instruction.m, planned.instruction.n, split_n=True))
-        else:
-            own[s.key] = (planned.instruction, planned.partition)
+        if s.alone is None or s.alone.threads != num_warps * SIMD_WIDTH:
+            return {}  # not planned: GemmMetal plans these calls alone
+        own[s.key] = (s.alone.instruction, s.alone.partition)  # a register A's plan has the row split GemmMetal needs
     if all(part is not None for _, part in own.values()) and len({(inst.name, part.m_warp) for inst, part in own.values()}) == 1:
         return {}  # the calls' own choices already split the rows alike
     planned = [s for s in members if s.key in pinned]

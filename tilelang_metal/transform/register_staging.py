@@ -9,7 +9,8 @@ array into threadgroup memory move to the end of the loop body (after them). The
 in flight while the matrix operations run.
 
 Two passes, one concept:
-- `MarkRegisterStaging` runs right after InjectSoftwarePipeline, where the loop body still has one
+- `stage_loops` (the marking, the last step of `gemm_plans.RecordGemmPlans`, which sets the
+  `register_staging` flag of the plans of the marked loops' T.gemm calls) runs right after InjectSoftwarePipeline, where the loop body still has one
   block per tile op and the tile ops' regions are exact. It marks a pipelined loop when every leading
   `T.copy` from global into shared memory writes a pipeline version that no later statement of the
   body reads (proved per residue of the loop variable modulo the stage count) and no later statement
@@ -30,8 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 import math
+from dataclasses import replace
 
-from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm
+from ..host import gemm_call_fields, tile_op_name, tile_region, tir, tvm, with_call_annotations
 from .. import config
 from ..performance import register_budget
 from ..config import LoweringOptions
@@ -39,7 +41,7 @@ from ..target.capabilities import TargetCapabilities
 from ..target.isa import SIMD_WIDTH
 from ..performance.register_budget import RegisterEstimate
 from ..core.scopes import FRAGMENT_SCOPES
-from .gemm_plans import plan_of_call
+from ..planning import GEMM_PLAN_ANNOTATION, encode_plan, plan_of_call, recorded_plan
 from .kernel_launches import kernels
 from ..core.ir_attrs import THREAD_ARRAY_ALIGN_ATTR  # AllocBuffer annotation: the printer declares alignas(N)
 from ..core.ir_attrs import find_nodes, with_decisions
@@ -201,7 +203,7 @@ def loop_registers(loop: Any, threads: int, capabilities: TargetCapabilities, fr
     shared = False
     for call, f in sites:
         c_scope = str(f.c_buffer.scope())
-        planned = plan_of_call(call, f, threads, capabilities, fragment_ct)  # the plan GemmMetal will read (gemm_plans.py)
+        planned = plan_of_call(call, f, threads, capabilities, fragment_ct)  # the plan GemmMetal will read (recorded by gemm_plans.py)
         part = planned.partition
         if part is None:
             continue  # GemmMetal refuses it with its own message
@@ -254,14 +256,27 @@ def mark_function(func: Any, capabilities: TargetCapabilities, options: Lowering
             return None
         annotations = dict(node.annotations.items())
         annotations[STAGED_BUFFERS_ATTR] = names
-        return tir.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
+        return tir.For(node.loop_var, node.min, node.extent, node.kind, _with_staging_flag(node.body), node.thread_binding, annotations)
 
     body = tvm.tirx.stmt_functor.ir_transform(func.body, None, postorder, [vocab.TIRX_FOR])
     return with_decisions(func.with_body(body), decisions)
 
 
-def MarkRegisterStaging(mod: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
-    """Mark the pipelined loops whose copies may split (see `mark_function`), on every PrimFunc."""
+def _with_staging_flag(body: Any) -> Any:
+    """`body` with `register_staging` set on the plans recorded on its T.gemm calls."""
+
+    def flag(call: Any) -> Any:
+        plan = recorded_plan(call)
+        if plan is None or plan.register_staging:
+            return None
+        return with_call_annotations(call, {GEMM_PLAN_ANNOTATION: encode_plan(replace(plan, register_staging=True))})
+
+    return tvm.tirx.stmt_functor.ir_transform(body, None, flag, [vocab.TIRX_CALL])
+
+
+def stage_loops(mod: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
+    """Mark the pipelined loops whose copies may split (see `mark_function`), on every PrimFunc, and
+    set the flag on the plans of their T.gemm calls: the last step of `gemm_plans.RecordGemmPlans`."""
     return per_function_pass("tilelang_metal.MarkRegisterStaging", lambda func: mark_function(func, capabilities, options))(mod)
 
 

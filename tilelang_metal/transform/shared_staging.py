@@ -31,7 +31,8 @@ from typing import Any
 from ..target.capabilities import TargetCapabilities
 from ..core.ir_attrs import STAGING_KEPT_ATTR, find_nodes, with_decisions
 from ..config import LoweringOptions
-from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_pipeline_stages
+from ..host import annotated_layout_vars, pipeline_stages, tile_op_name, tile_region, tir, tvm, with_call_annotations, with_pipeline_stages
+from ..planning import STAGING_BYPASS_ANNOTATION
 from ..target.limits import THREADGROUP_MEMORY_BYTES
 from ..core.scopes import GLOBAL_SCOPES, SHARED_SCOPES
 from ..gemm.problem import tile_view_refusal
@@ -219,7 +220,9 @@ def _rewrite(body: Any, bypass: list[tuple[Any, list[_Staging]]], stages: dict[A
                     if stmt.same_as(g):
                         call = stmt.value
                         args = [sources[0], sources[1], *list(call.args[2:])]
-                        stmt = tir.Evaluate(tir.Call(call.dtype, call.op, args, call.annotations))
+                        # the plan records the bypass from this mark (transform/gemm_plans.py: GemmPlan.staging_bypassed)
+                        rewritten = with_call_annotations(tir.Call(call.dtype, call.op, args, call.annotations), {STAGING_BYPASS_ANNOTATION: "bypassed"})
+                        stmt = tir.Evaluate(rewritten)
                 kept.append(stmt)
             if len(kept) == len(node.seq) and all(a.same_as(b) for a, b in zip(kept, node.seq)):
                 return None
