@@ -7,6 +7,7 @@ from gemm_support import lower_source
 
 import tilelang_metal
 from tilelang_metal import kernels as E
+from tilelang_metal.codegen.artifact import strip_artifact
 
 
 def k_loop(source: str) -> str:
@@ -120,6 +121,6 @@ def test_swizzle_maps_tiles_once():
     source = lower_source(E.gemm_direct_global(1000, 256, 64, swizzle_panel=4), E.metal4_target())
     assert source.count("const int __tile_x = ") == 1 and source.count("const int __tile_y = ") == 1
     assert "return;" not in source  # 16 tile rows fill 4 panels of 4: no padding threadgroups
-    body = source.split("const int __tile_y = ", 1)[1].split("\n", 1)[1]
+    body = strip_artifact(source).split("const int __tile_y = ", 1)[1].split("\n", 1)[1]
     assert "__physical_blockIdx" not in body  # no physical-index arithmetic after the prelude
     assert "uint3 __physical_blockIdx [[threadgroup_position_in_grid]]" in source

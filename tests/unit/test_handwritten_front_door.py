@@ -92,25 +92,31 @@ def test_the_rewrite_reads_only_records():
         rewrite(FREE, checked=True)
 
 
-def _module(*records: A.KernelRecord, order: tuple[int, ...]) -> str:
+def _module(*records: A.KernelRecord, order: tuple[int, ...], artifact_last: bool) -> str:
     art = A.KernelArtifact(A.STANDARD, tuple(records))
-    kernels = [f"{records[i].opening()}device float* __restrict X [[ buffer(0) ]]) {{ X[0] = {i}; }}\n" for i in order]
-    return f"// banner\n{art.line()}\n#include <metal_stdlib>\n" + "".join(kernels)
+    kernels = "".join(f"{records[i].opening()}device float* __restrict X [[ buffer(0) ]]) {{ X[0] = {i}; }}\n" for i in order)
+    if artifact_last:  # where the printer writes it
+        return f"// banner\n#include <metal_stdlib>\n{kernels}{art.line()}\n"
+    return f"// banner\n{art.line()}\n#include <metal_stdlib>\n{kernels}"  # where it was until session 16
 
 
-def test_split_kernels_finds_kernels_by_their_records():
+@pytest.mark.parametrize("artifact_last", [True, False])
+def test_split_kernels_finds_kernels_by_their_records(artifact_last):
     x = (A.BufferParam(0, "X", "float", False),)
     first, second = A.KernelRecord("k_b", x, None, 64), A.KernelRecord("k_a", x, None, None)
-    source = _module(first, second, order=(0, 1))
+    source = _module(first, second, order=(0, 1), artifact_last=artifact_last)
+    line = A.KernelArtifact(A.STANDARD, (first, second)).line()
     parts = split_kernels(source)
     assert list(parts) == ["k_b", "k_a"]  # in the text's order
-    assert parts["k_b"].endswith("X[0] = 0; }\n") and "k_a" not in parts["k_b"].split(A.MARK)[0]
-    assert parts["k_a"].startswith("// banner\n") and parts["k_a"].endswith("[[kernel]] void k_a(device float* __restrict X [[ buffer(0) ]]) { X[0] = 1; }\n")
+    for name, part in parts.items():  # each piece a file of its own: the header, its kernel, the artifact line last
+        assert part.startswith("// banner\n#include <metal_stdlib>\n") and part.endswith(f"\n{line}\n") and part.count(A.MARK) == 1, name
+    assert A.strip_artifact(parts["k_b"]).endswith("X[0] = 0; }\n") and "k_a" not in parts["k_b"].split(A.MARK)[0]
+    assert A.strip_artifact(parts["k_a"]).endswith("[[kernel]] void k_a(device float* __restrict X [[ buffer(0) ]]) { X[0] = 1; }\n")
     with pytest.raises(A.ArtifactError, match="carries no tilelang_metal artifact"):
         split_kernels("kernel void f(device float* X [[buffer(0)]]) {}\n")
     missing = A.KernelRecord("k_c", x, None, None)  # recorded, not in the text
     with pytest.raises(ValueError, match="kernel k_c: its artifact's opening line"):
-        split_kernels(_module(first, missing, order=(0,)))
+        split_kernels(_module(first, missing, order=(0,), artifact_last=True))
 
 
 def test_needs_metal4_reads_the_recorded_instructions():

@@ -2,7 +2,8 @@
 
 tilelang hands an execution backend only what its source module holds (the MSL text; its kernel
 cache may even restore a kernel from disk without running codegen), so the printer writes the
-records of every kernel into the source itself, as one comment line after the banner:
+records of every kernel into the source itself, as one comment line at the end of the file (after
+the kernels, so a reader meets the kernel first):
 
     // tilelang_metal.artifact v3 {"convention": "standard", "kernels": [...]}
 
@@ -283,7 +284,7 @@ class KernelArtifact:
         return any(k.prints for k in self.kernels)
 
     def line(self) -> str:
-        """The artifact as the one comment line the printer writes after the banner."""
+        """The artifact as the one comment line the printer writes at the end of the file."""
         payload = json.dumps(_to_json(self), separators=(",", ":"), sort_keys=True, ensure_ascii=True)
         return f"{MARK} v{self.version} {payload}"
 
@@ -374,6 +375,14 @@ def artifact_of(source: str) -> KernelArtifact:
     return found
 
 
+def artifact_line_of(source: str) -> str:
+    """The artifact comment line of `source`, as written (ArtifactError, one line, when it has none)."""
+    artifact_of(source)
+    m = _ANY_LINE.search(source)
+    assert m is not None
+    return m.group(0)
+
+
 def strip_artifact(source: str) -> str:
     """`source` without its artifact line (for text that describes other kernels, e.g. MLX's header)."""
     return _WHOLE_LINE.sub("", source, count=1)
@@ -382,5 +391,5 @@ def strip_artifact(source: str) -> str:
 __all__ = [
     "ARTIFACT_VERSION", "ArgStructParam", "ArtifactError", "BufferParam", "CooperativeTensorDecl", "KernelArtifact", "KernelRecord", "MARK",
     "Param", "PositionParam", "STANDARD", "ScalarParam", "TVM_RUNTIME", "ThreadArrayDecl", "ThreadgroupArrayDecl",
-    "ThreadgroupViewDecl", "TilePointerDecl", "artifact_of", "decode", "find_artifact", "strip_artifact",
+    "ThreadgroupViewDecl", "TilePointerDecl", "artifact_line_of", "artifact_of", "decode", "find_artifact", "strip_artifact",
 ]

@@ -36,11 +36,12 @@ def _include_lines(headers: set[str]) -> list[str]:
 
 
 def generate_msl(mod: Any, signature: str = STANDARD) -> str:
-    """MSL for every kernel of the module in one file: the banner, the artifact line (the kernels'
-    records, codegen/artifact.py: `artifact_of` reads them back), one header holding the union of
+    """MSL for every kernel of the module in one file: the banner, one header holding the union of
     the kernels' includes, the helper functions any kernel calls (math helpers, atomic CAS loops;
-    each once), the sources the kernels import (T.import_source; each once), then the kernels
-    (sorted by name: the launchers find them by name)."""
+    each once), the sources the kernels import (T.import_source; each once), the kernels (sorted by
+    name: the launchers find them by name), and last the artifact line (the kernels' records,
+    codegen/artifact.py: `artifact_of` reads them back). Last, so that a reader of the source sees
+    the kernel before one long line of JSON."""
     kernels = sorted(((str(gvar.name_hint), func) for gvar, func in mod.functions.items() if isinstance(func, tir.PrimFunc)), key=lambda kv: kv[0])
     headers: set[str] = set()
     helpers: set[str] = set()
@@ -55,10 +56,10 @@ def generate_msl(mod: Any, signature: str = STANDARD) -> str:
         bodies.append(text)
         records.append(record)
     artifact = KernelArtifact(convention=signature, kernels=tuple(records))
-    head = [banner([name for name, _ in kernels]), artifact.line(), *_include_lines(headers), "using namespace metal;", ""]
+    head = [banner([name for name, _ in kernels]), *_include_lines(headers), "using namespace metal;", ""]
     head += helper_definitions(helpers) + [support[key] for key in sorted(support) if not key.startswith(IMPORTED_SOURCE_KEY)]
     head += [text for key, text in support.items() if key.startswith(IMPORTED_SOURCE_KEY)]  # T.import_source, in program order
-    return "\n".join(head + bodies)
+    return "\n".join(head + bodies) + "\n" + artifact.line() + "\n"
 
 
 def build_metal(mod: Any, target: Any) -> Any:

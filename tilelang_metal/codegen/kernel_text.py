@@ -5,15 +5,19 @@ kernels are found by their artifact records' opening lines (codegen/artifact.py)
 
 from __future__ import annotations
 
-from .artifact import artifact_of
+from .artifact import artifact_line_of, artifact_of, strip_artifact
 
 
 def split_kernels(msl: str) -> dict[str, str]:
     """kernel name -> a source holding that kernel alone: the file's header (everything before the
-    first kernel, the artifact line included) followed by the kernel's text up to the next kernel.
+    first kernel) followed by the kernel's text up to the next kernel, then the file's artifact line
+    (wherever the file has it), so each piece reads as a file the printer wrote.
     The kernels are those the artifact records (ArtifactError, one line, for MSL without one)."""
+    records = artifact_of(msl).kernels
+    record_line = artifact_line_of(msl)
+    msl = strip_artifact(msl)
     starts = []
-    for record in artifact_of(msl).kernels:
+    for record in records:
         at = msl.find(record.opening())
         if at < 0 or msl.find(record.opening(), at + 1) >= 0:
             raise ValueError(f"kernel {record.name}: its artifact's opening line `{record.opening()}` is not once in the source")
@@ -25,7 +29,8 @@ def split_kernels(msl: str) -> dict[str, str]:
     out = {}
     for i, (at, name) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else len(msl)
-        out[name] = header + msl[at:end]
+        text = msl[at:end]
+        out[name] = header + text + ("" if text.endswith("\n") else "\n") + record_line + "\n"
     return out
 
 
