@@ -384,6 +384,45 @@ def run(problems: list[Problem], classes: list[str], out: Path, log: Callable[[s
     return rows
 
 
+# The columns of docs/performance.md's table "Against MLX, problem by problem": GPU-level counts per
+# FLOP as a ratio to MLX's (when MLX's count is 0 the cell gives both counts), then the estimates.
+DOC_RATIO_COLUMNS = (("load instructions", "load_instructions"), ("device transactions", "device_transactions"),
+                     ("device bytes read once", "unique_device_load_bytes"), ("threadgroup replays", "threadgroup_replays"),
+                     ("memory barriers", "memory_barriers"), ("lockstep barriers", "lockstep_barriers"),
+                     ("matrix ops", "matrix_ops"))
+
+
+def _count(value: str) -> str:
+    return f"{float(value):,.0f}".replace(",", " ") if value not in ("", None) else "-"
+
+
+def doc_table(rows: list[dict[str, str]]) -> str:
+    """The plugin rows of a compare_mlx.csv as docs/performance.md's per-problem table."""
+    mlx = {(r["problem"], r["chip_class"]): r for r in rows if r["implementation"] == "mlx"}
+    head = ["problem", "class", "plugin kernel", *(name + " vs MLX" for name, _ in DOC_RATIO_COLUMNS),
+            "registers (est., plugin vs MLX)", "threadgroups per core (plugin vs MLX)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r["implementation"] != "plugin":
+            continue
+        theirs = mlx.get((r["problem"], r["chip_class"]), {})
+        cells = [r["problem"], r["chip_class"], r["config"].split(" tile, ")[0] if r["config"].startswith("gemm ") else r["config"]]
+        for _, column in DOC_RATIO_COLUMNS:
+            ratio = r.get(f"{column}_vs_mlx", "")
+            mine, other = r.get(column, ""), theirs.get(column, "")
+            zero = ("0", "0.0")
+            if mine in zero and other in zero:
+                cells.append("none")  # neither kernel has any
+            elif ratio in ("", "inf", "0") or other in ("", *zero):
+                cells.append(f"{_count(mine)} / {_count(other)}")  # a ratio would hide which side has none
+            else:
+                cells.append(ratio)
+        for column in OCCUPANCY_COLUMNS:
+            cells.append(f"{r.get(column, '') or '-'} vs {theirs.get(column, '') or '-'}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for compare_mlx.csv and compare_mlx.md")
@@ -392,7 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--classes", default=",".join(CLASSES),
                     help="chip classes: nax (M5: metal4 vs MLX NAX), steel (M3: plain metal vs steel), steel-pro, steel-max, "
                          "steel-ultra (the M3 Pro, Max, Ultra: MLX's steel tile per size class)")
+    ap.add_argument("--doc-table", type=Path, metavar="CSV",
+                    help="print docs/performance.md's per-problem table from a compare_mlx.csv this script wrote, and stop")
     args = ap.parse_args(argv)
+    if args.doc_table:
+        with open(args.doc_table, newline="") as f:
+            print(doc_table(list(csv.DictReader(f))))
+        return 0
     names = {n for n in args.only.split(",") if n}
     unknown = names - {p.name for p in PROBLEMS}
     if unknown:
