@@ -10,9 +10,9 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
   each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
   its predicted time and the runner-up's);
-- on the plain metal target (M1-M4): for 16-bit NN problems MLX's four steel tiles ranked by the cost
-  model within issue 35's bounds against MLX's tile for the chip (`_model_steel_tile`), else the tile by
-  rule; the K split by the cost model: `split_k`
+- on the plain metal target (M1-M4): for 16-bit types MLX's four steel tiles ranked by the cost model
+  within issue 35's bounds against MLX's tile for the chip (`_model_steel_tile`; fp32, B stored (N, K),
+  or A stored (K, M) at a pitch copied in 16-byte runs: MLX's tile by rule); the K split by the cost model: `split_k`
   (kernels/split_k.py) when the model predicts slices of K faster than the unsplit tile (few output
   tiles, long K; the combine kernel and its launch count against a split); `gemm` otherwise,
   kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
@@ -66,9 +66,6 @@ SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzl
 DEFAULT_CHIP = "M5"
 # plain metal's candidate tiles: MLX's steel tiles (bm, bn, bk, simdgroups), those of its size classes
 STEEL_TILES = ((64, 64, 16, 2), (64, 64, 16, 4), (64, 32, 32, 4), (32, 64, 16, 2))
-# the emulator counts threadgroup bank replays on this one with B stored (N, K) (84 at 200x300x100 NT): a
-# candidate for transposed problems only where it is MLX's own tile for the chip
-REPLAYED_WHEN_TRANSPOSED = (32, 64, 16, 2)
 KEEP_MLX_TILE = 0.01  # another steel tile replaces MLX's for the chip only when the model predicts it more than this faster
 
 
@@ -357,21 +354,18 @@ def _tile_name(tile: ChipTile) -> str:
 
 
 def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, *,
-                       splittable: bool, swizzle_ok: bool, transposed: bool = False) -> list[tuple[ChipTile, Any]]:
+                       splittable: bool, swizzle_ok: bool) -> list[tuple[ChipTile, Any]]:
     """Plain metal's candidates (issue 35 item 1): MLX's four steel tiles (STEEL_TILES) as the cost model
     predicts them on the problem, each with its best K split where `splittable` (`_plain_split_ranking`'s
     first), kept where a core holds at least the threadgroups of MLX's tile for the chip (the
     register_budget estimate the model uses) and the tiles load at most the device bytes of MLX's
     (compare_mlx's load instructions and device transactions per FLOP: a 32x64 tile where MLX's is
     64x64 reads A's panel twice as often, whatever the model predicts); fastest first. Every one is replay-free (rows padded by
-    16 bytes), except REPLAYED_WHEN_TRANSPOSED with a transposed operand, and a tile a small side would
-    shrink (kernels/small_m.py) is not one of them."""
+    16 bytes; matmul_config ranks none where a transposed operand is copied in 16-byte runs) and a tile
+    a small side would shrink (kernels/small_m.py) is not one of them."""
     found = []
     for bm, bn, bk, simdgroups in STEEL_TILES:
         if small_side_tile(M, N, bm, bn, "metal") is not None:
-            continue
-        if transposed and (bm, bn, bk, simdgroups) == REPLAYED_WHEN_TRANSPOSED and (bm, bn, bk, 32 * simdgroups) != (
-                mlx_tile.block_m, mlx_tile.block_n, mlx_tile.block_k, mlx_tile.threads):
             continue
         swizzle = _swizzle_for(M, N, bm, bn) if swizzle_ok else 0
         ranked = _plain_split_ranking(on, M, N, K, dtype, out_dtype, batch, bm, bn, 32 * simdgroups, bk, STAGES, swizzle,
@@ -387,12 +381,11 @@ def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dty
 
 
 def _model_steel_tile(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, *,
-                      splittable: bool, swizzle_ok: bool, transposed: bool) -> tuple[ChipTile, str]:
+                      splittable: bool, swizzle_ok: bool) -> tuple[ChipTile, str]:
     """The candidate of `steel_tile_ranking` the model predicts fastest, MLX's tile for the chip unless
     another is more than KEEP_MLX_TILE faster: a difference that small is model noise (its inputs are
     estimates), and MLX's tile is the one measured on that class of chip. With the reason."""
-    ranked = steel_tile_ranking(on, mlx_tile, M, N, K, dtype, out_dtype, batch, splittable=splittable, swizzle_ok=swizzle_ok,
-                                transposed=transposed)
+    ranked = steel_tile_ranking(on, mlx_tile, M, N, K, dtype, out_dtype, batch, splittable=splittable, swizzle_ok=swizzle_ok)
     plain_mlx = replace(mlx_tile, reason="")
     mlx = next((estimate for tile, estimate in ranked if tile == plain_mlx), None)
     if mlx is None:  # no candidate the model can plan: MLX's tile by rule
@@ -495,11 +488,17 @@ def matmul_config(
     tile = _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
     reasons.append(tile.reason)
     small = small_side_tile(M, N, tile.block_m, tile.block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
-    # ranked for 16-bit NN only so far: with a transposed operand the emulator counts bank replays on 64x64x16
-    # on 2 simdgroups (48 at 200x300x100 NT) and on 32x64x16 (84), and fp32's fragments are twice the
-    # registers the model's estimate (16-bit) gives (101 for 64x64x16 on 2 against MLX's 61)
-    if small is None and not transposed and dtype in ("float16", "bfloat16"):
-        tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only, transposed=bool(transposed),
+    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
+    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
+    odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
+    # ranked for 16-bit types only: fp32's fragments take twice the registers the model's estimate (16-bit)
+    # gives (101 printed for 64x64x16 on 2 against MLX's 61); not with B stored (N, K): the model's
+    # 64x64x16 on 2 passes more barriers than MLX's 64x32x32 on 4 (56 against 48 at 128x128x64, the
+    # emulator's count; the model counts none per tile); and not with a transposed operand copied in
+    # 16-byte runs, where the emulator counts bank replays that grow as the tile narrows (200x300x100 NT:
+    # 24 on MLX's 64x32x32, 48 on 64x64x16 on 2, 84 on 32x64x16; none at 16-byte pitches)
+    if small is None and dtype in ("float16", "bfloat16") and not trans_B and not (trans_A and any(odd_pitch)):
+        tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only,
                                       splittable=K >= 2 * MIN_SLICE_K and not transposed and epilogue == "none")
         reasons += [why] if why else []
     block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
@@ -519,9 +518,6 @@ def matmul_config(
     elif K >= 2 * MIN_SLICE_K and not transposed:
         splits, why = _plain_split(on, M, N, K, dtype, out_dtype, batch, block_m, block_n, threads, block_k, stages, swizzle)
         reasons += why
-    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
-    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
-    odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
     run_copies = tuple(operand for operand, is_odd in zip("AB", odd_pitch) if is_odd) if stages else ()
     if run_copies and tiled_only:
         reasons.append(f"row pitch of {' and '.join(run_copies)} is not a multiple of 16 bytes, but batched or epilogued operands "
