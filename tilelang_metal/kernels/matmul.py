@@ -12,7 +12,8 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   its predicted time and the runner-up's);
 - on the plain metal target (M1-M4): for 16-bit types MLX's four steel tiles ranked by the cost model
   within issue 35's bounds against MLX's tile for the chip (`_model_steel_tile`; fp32, B stored (N, K),
-  or A stored (K, M) at a pitch copied in 16-byte runs: MLX's tile by rule); the K split by the cost model: `split_k`
+  or A stored (K, M) at a pitch copied in 16-byte runs: MLX's tile by rule); the K split by the cost
+  model: `split_k`
   (kernels/split_k.py) when the model predicts slices of K faster than the unsplit tile (few output
   tiles, long K; the combine kernel and its launch count against a split); `gemm` otherwise,
   kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
@@ -360,9 +361,9 @@ def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dty
     first), kept where a core holds at least the threadgroups of MLX's tile for the chip (the
     register_budget estimate the model uses) and the tiles load at most the device bytes of MLX's
     (compare_mlx's load instructions and device transactions per FLOP: a 32x64 tile where MLX's is
-    64x64 reads A's panel twice as often, whatever the model predicts); fastest first. Every one is replay-free (rows padded by
-    16 bytes; matmul_config ranks none where a transposed operand is copied in 16-byte runs) and a tile
-    a small side would shrink (kernels/small_m.py) is not one of them."""
+    64x64 reads B's panel twice as often, whatever the model predicts); fastest first. Every one is
+    replay-free (rows padded by 16 bytes; matmul_config ranks none where a transposed operand is
+    copied in 16-byte runs); a tile a small side would shrink (kernels/small_m.py) is not one of them."""
     found = []
     for bm, bn, bk, simdgroups in STEEL_TILES:
         if small_side_tile(M, N, bm, bn, "metal") is not None:
