@@ -67,7 +67,7 @@ def test_plain_metal_split_count_is_the_cost_model_s_first(shape, chip):
         assert choice.route == GEMM and times[2] > times[1]
 
 
-@pytest.mark.parametrize("chip, tile", [("M4 Max", (64, 64, 128)), ("M1", (64, 64, 64))])
+@pytest.mark.parametrize("chip, tile", [("M4 Max", (64, 64, 64)), ("M1", (64, 64, 64))])  # M4 Max: the model's pick over MLX's 4 simdgroups
 def test_square_shape_gets_the_chip_class_tile_and_swizzle(chip, tile):
     choice = matmul_config(4096, 4096, 4096, chip=chip)
     assert choice.route == GEMM and (choice.block_m, choice.block_n, choice.threads) == tile
@@ -332,19 +332,23 @@ def test_odd_pitch_staged_kernel_matches_torch_with_one_move_per_run(M, N, K, ro
 # ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory
 
 
-@pytest.mark.parametrize("dtype, chip, tile", [
-    ("float16", "M3", (64, 64, 16, 64)), ("bfloat16", "M3 Pro", (64, 64, 16, 64)),  # small devices, 16-bit: wm 1 wn 2
-    ("float32", "M3", (64, 64, 16, 128)), ("float16", "M3 Max", (64, 64, 16, 128)),  # MLX's default tile: wm 2 wn 2
+@pytest.mark.parametrize("dtype, chip, mlx_tile, tile", [
+    ("float16", "M3", (64, 64, 16, 64), (64, 64, 16, 64)), ("bfloat16", "M3 Pro", (64, 64, 16, 64), (64, 64, 16, 64)),  # wm 1 wn 2
+    # MLX's default tile (wm 2 wn 2); for 16-bit NN the model ranks the same tile on 2 simdgroups ahead (more threadgroups per core)
+    ("float32", "M3", (64, 64, 16, 128), (64, 64, 16, 128)), ("float16", "M3 Max", (64, 64, 16, 128), (64, 64, 16, 64)),
 ])
-def test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles(dtype, chip, tile):
-    """M1-M4: MLX's steel tile for the chip class (tests/mlx_reference/test_steel_tiles.py checks the
-    whole table against MLX's host logic), A and B staged in one padded buffer each; split-K slices
-    take the same tile; metal4 keeps the direct-global kernel (no stages)."""
+def test_plain_metal_gemm_and_split_k_take_mlx_steel_tiles(dtype, chip, mlx_tile, tile):
+    """M1-M4: one of MLX's steel tiles, ranked by the cost model against MLX's tile for the chip class
+    (tests/mlx_reference/test_steel_tiles.py checks the whole table against MLX's host logic and the
+    model), A and B staged in one padded buffer each; split-K slices take the same tile; metal4 keeps
+    the direct-global kernel (no stages)."""
     for shape, routes in (((4096, 4096, 4096), (GEMM,)), ((64, 4096, 4096), (GEMM, SPLIT_K))):  # the model's split
         choice = matmul_config(*shape, dtype, chip=chip)
         assert choice.route in routes and (choice.target, choice.stages) == ("metal", STAGES)
         assert (choice.block_m, choice.block_n, choice.block_k, choice.threads) == tile
-        assert any(f"MLX's steel tile {tile[0]}x{tile[1]}x{tile[2]} on {tile[3] // 32} simdgroups" in r for r in choice.reasons)
+        assert any(f"MLX's steel tile {mlx_tile[0]}x{mlx_tile[1]}x{mlx_tile[2]} on {mlx_tile[3] // 32} simdgroups" in r for r in choice.reasons)
+        ranked = any(r.startswith("the cost model ranks MLX's steel tiles") for r in choice.reasons)
+        assert ranked == (dtype != "float32"), choice.describe()
         assert "threadgroup-staged" in choice.summary() or choice.route == SPLIT_K
     nax = matmul_config(4096, 4096, 4096, dtype, chip="M5")
     assert (nax.stages, nax.block_k) == (0, 0) and "direct-global" in nax.summary()
@@ -423,6 +427,33 @@ def test_steel_tiles_match_torch_on_ragged_shapes_under_racecheck(M, N, K, layou
     ref = (a.float() @ b.float()).to(TORCH[dtype]).float()
     tol = 1e-4 if dtype == "float32" else 2e-2
     torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * math.sqrt(K))
+
+
+@pytest.mark.parametrize("M, N, K, layout, dtype, chip, tile", [
+    (65, 130, 47, "nn", "float16", "M2 Max", (64, 64, 16, 64)),  # MLX: 64x64x16 on 4
+    (70, 131, 45, "nn", "bfloat16", "M1 Pro", (64, 64, 16, 64)),  # MLX: 64x64x16 on 4
+    (136, 200, 47, "tn", "bfloat16", "M3 Max", (64, 64, 16, 64)),  # MLX: 64x64x16 on 4
+])
+def test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck(M, N, K, layout, dtype, chip, tile):
+    """The steel tile the cost model ranks ahead of MLX's for the chip (issue 35 item 1; 16-bit NN and
+    TN: 64x64x16 on 2 simdgroups), ragged in M and N, K no multiple of block_k (kernels/matmul.py says
+    why NT, fp32 and A^T copied in 16-byte runs keep MLX's tile)."""
+    trans_A, trans_B = layout[0] == "t", layout[1] == "t"
+    choice = matmul_config(M, N, K, dtype, chip=chip, trans_A=trans_A, trans_B=trans_B)
+    assert (choice.route, choice.block_m, choice.block_n, choice.block_k, choice.threads) == (GEMM, *tile), choice.describe()
+    assert any("faster than MLX's tile" in r for r in choice.reasons), choice.describe()
+    kernel = compile_choice(choice, "emulator")
+    a, b = _inputs(M, N, K, dtype, seed=N)
+    a_s = a.t().contiguous() if trans_A else a
+    b_s = b.t().contiguous() if trans_B else b
+    out = racecheck(kernel, a_s, b_s, seeds=(0,))
+    ref = (a.float() @ b.float()).to(TORCH[dtype]).float()
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * math.sqrt(K))
+    assert counters(kernel, a_s, b_s).total["threadgroup_replays"] == 0
+    if trans_A:  # A (K, M) at a pitch that is no multiple of 16 bytes, and B stored (N, K): MLX's tile, unranked
+        for other in (matmul_config(M + 1, N, K, dtype, chip=chip, trans_A=True), matmul_config(M, N, K, dtype, chip=chip, trans_B=True)):
+            assert not any("the cost model ranks MLX's steel tiles" in r for r in other.reasons), other.describe()
 
 
 def staged_counts(layout, M=64, N=128, K=64, dtype="float16"):

@@ -10,7 +10,10 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
   each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
   its predicted time and the runner-up's);
-- on the plain metal target (M1-M4): the tile by rule and the K split by the cost model: `split_k`
+- on the plain metal target (M1-M4): for 16-bit types MLX's four steel tiles ranked by the cost model
+  within issue 35's bounds against MLX's tile for the chip (`_model_steel_tile`; fp32, B stored (N, K),
+  or A stored (K, M) at a pitch copied in 16-byte runs: MLX's tile by rule); the K split by the cost
+  model: `split_k`
   (kernels/split_k.py) when the model predicts slices of K faster than the unsplit tile (few output
   tiles, long K; the combine kernel and its launch count against a split); `gemm` otherwise,
   kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
@@ -62,6 +65,9 @@ STAGES = 1  # plain metal: threadgroup buffers per operand (MLX's steel loop; `_
 SWIZZLE_PANEL = 8
 SWIZZLE_MIN_TILES = 16  # tile rows and columns both at least this before swizzling (heuristic)
 DEFAULT_CHIP = "M5"
+# plain metal's candidate tiles: MLX's steel tiles (bm, bn, bk, simdgroups), those of its size classes
+STEEL_TILES = ((64, 64, 16, 2), (64, 64, 16, 4), (64, 32, 32, 4), (32, 64, 16, 2))
+KEEP_MLX_TILE = 0.01  # another steel tile replaces MLX's for the chip only when the model predicts it more than this faster
 
 
 @dataclass(frozen=True)
@@ -304,16 +310,16 @@ def _model_pick(candidates: list[MatmulChoice], on: Chip, reasons: list[str], sh
     return replace(pick, reasons=tuple(reasons + why))
 
 
-def _plain_split(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, block_m: int, block_n: int,
-                 threads: int, block_k: int, stages: int, swizzle: int) -> tuple[int, list[str]]:
-    """Plain metal: the K slices of the staged tile, unsplit or each power-of-two count of slices of at
-    least MIN_SLICE_K, as the cost model ranks them (`cost_model.rank`: within NEAR_TIE, less memory
-    traffic, so unsplit), with the reason. The split's second kernel (the combine) and its launch
-    count against it: a rule on the tile count alone split 1024^3 on the Ultra chips, where the model
-    predicts the combine costs more than the slices gain."""
+def _plain_split_ranking(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, block_m: int,
+                         block_n: int, threads: int, block_k: int, stages: int, swizzle: int, splittable: bool) -> list[Any]:
+    """Plain metal: the staged tile unsplit and, where `splittable`, in each power-of-two count of K
+    slices of at least MIN_SLICE_K, in the cost model's order (`cost_model.rank`: within NEAR_TIE, less
+    memory traffic, so unsplit). The split's second kernel (the combine) and its launch count against
+    it: a rule on the tile count alone split 1024^3 on the Ultra chips, where the model predicts the
+    combine costs more than the slices gain."""
     from ..performance import cost_model
 
-    most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K))
+    most = max(1, min(MAX_SPLITS, K // MIN_SLICE_K)) if splittable else 1
     counts = [1] + sorted({effective_splits(K, 2**e, block_k) for e in range(1, most.bit_length())} - {1})
     estimated = []
     for count in counts:
@@ -323,17 +329,79 @@ def _plain_split(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype: str, b
         if kernel is not None:
             estimated.append((count, cost_model.predict(kernel, M, N, K, chip=on, dtype=dtype, out_dtype=out_dtype,
                                                         batch=max(1, batch))))
-    if not estimated:
+    return cost_model.rank(estimated)
+
+
+def _plain_split(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, block_m: int, block_n: int,
+                 threads: int, block_k: int, stages: int, swizzle: int) -> tuple[int, list[str]]:
+    """The K slices of the staged tile (`_plain_split_ranking`'s first), with the reason."""
+    ranked = _plain_split_ranking(on, M, N, K, dtype, out_dtype, batch, block_m, block_n, threads, block_k, stages, swizzle,
+                                  splittable=True)
+    if not ranked:
         return 1, []
-    ranked = cost_model.rank(estimated)
     first = ranked[0]
     unsplit = next(r for r in ranked if r.item == 1)
     options = ", ".join(f"{r.item}: {r.seconds * 1e6:.1f} us" for r in sorted(ranked, key=lambda r: r.item))
+    counts = sorted(r.item for r in ranked)
     why = (f"the cost model ranks the tile unsplit and in {', '.join(str(c) for c in counts[1:])} K slices (predicted "
            f"{options} on {on.name}, estimates): {'unsplit' if first.item == 1 else f'{first.item} slices'}")
     if first.item > 1:
         why += f", {unsplit.seconds / first.seconds:.2f}x faster than unsplit"
     return first.item, [why]
+
+
+def _tile_name(tile: ChipTile) -> str:
+    return f"{tile.block_m}x{tile.block_n}x{tile.block_k} on {tile.threads // 32}"
+
+
+def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, *,
+                       splittable: bool, swizzle_ok: bool) -> list[tuple[ChipTile, Any]]:
+    """Plain metal's candidates (issue 35 item 1): MLX's four steel tiles (STEEL_TILES) as the cost model
+    predicts them on the problem, each with its best K split where `splittable` (`_plain_split_ranking`'s
+    first), kept where a core holds at least the threadgroups of MLX's tile for the chip (the
+    register_budget estimate the model uses) and the tiles load at most the device bytes of MLX's
+    (compare_mlx's load instructions and device transactions per FLOP: a 32x64 tile where MLX's is
+    64x64 reads B's panel twice as often, whatever the model predicts); fastest first. Every one is
+    replay-free (rows padded by 16 bytes; matmul_config ranks none where a transposed operand is
+    copied in 16-byte runs); a tile a small side would shrink (kernels/small_m.py) is not one of them."""
+    found = []
+    for bm, bn, bk, simdgroups in STEEL_TILES:
+        if small_side_tile(M, N, bm, bn, "metal") is not None:
+            continue
+        swizzle = _swizzle_for(M, N, bm, bn) if swizzle_ok else 0
+        ranked = _plain_split_ranking(on, M, N, K, dtype, out_dtype, batch, bm, bn, 32 * simdgroups, bk, STAGES, swizzle,
+                                      splittable)
+        if ranked:
+            found.append((ChipTile(bm, bn, 32 * simdgroups, bk, STAGES, ""), ranked[0].estimate))
+    mlx = next((estimate for tile, estimate in found if tile == replace(mlx_tile, reason="")), None)
+    if mlx is not None:  # issue 35's bounds against MLX's kernel: occupancy at least its, device loads at most its
+        least, most = mlx.counts.threadgroups_per_core, mlx.counts.core_load_bytes
+        found = [(tile, estimate) for tile, estimate in found
+                 if estimate.counts.threadgroups_per_core >= least and estimate.counts.core_load_bytes <= most]
+    return sorted(found, key=lambda pair: pair[1].seconds)
+
+
+def _model_steel_tile(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dtype: str, out_dtype: str, batch: int, *,
+                      splittable: bool, swizzle_ok: bool) -> tuple[ChipTile, str]:
+    """The candidate of `steel_tile_ranking` the model predicts fastest, MLX's tile for the chip unless
+    another is more than KEEP_MLX_TILE faster: a difference that small is model noise (its inputs are
+    estimates), and MLX's tile is the one measured on that class of chip. With the reason."""
+    ranked = steel_tile_ranking(on, mlx_tile, M, N, K, dtype, out_dtype, batch, splittable=splittable, swizzle_ok=swizzle_ok)
+    plain_mlx = replace(mlx_tile, reason="")
+    mlx = next((estimate for tile, estimate in ranked if tile == plain_mlx), None)
+    if mlx is None:  # no candidate the model can plan: MLX's tile by rule
+        return mlx_tile, ""
+    fastest, best = ranked[0]
+    pick = plain_mlx if best.seconds * (1 + KEEP_MLX_TILE) >= mlx.seconds else fastest
+    times = ", ".join(f"{_tile_name(tile)}: {estimate.seconds * 1e6:.1f} us" for tile, estimate in ranked)
+    why = (f"the cost model ranks MLX's steel tiles with at least the {mlx.counts.threadgroups_per_core} threadgroups per core "
+           f"and at most the device loads of MLX's {_tile_name(plain_mlx)} simdgroups (predicted on {on.name}, estimates: {times}): ")
+    if pick == plain_mlx:
+        why += (f"MLX's tile kept" + (f" (the fastest, {_tile_name(fastest)}, is within {KEEP_MLX_TILE:.0%})" if fastest != plain_mlx else
+                                      ", the fastest"))
+    else:
+        why += f"{_tile_name(pick)} simdgroups, {mlx.seconds / best.seconds:.3f}x faster than MLX's tile"
+    return pick, why
 
 
 def matmul_config(
@@ -416,12 +484,25 @@ def matmul_config(
             pick = replace(pick, reasons=pick.reasons[:len(reasons)] + (small[3],) + pick.reasons[len(reasons):])
         return pick
 
-    # plain metal (M1-M4): MLX's steel tile by rule, its K split ranked by the cost model; the model's
-    # agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
+    # plain metal (M1-M4): MLX's steel tiles ranked by the cost model (at least MLX's threadgroups per core),
+    # then the K split; the model's agreement is checked in tests/unit/test_dispatch_agrees_with_model.py
     tile = _steel_tile(on, M, N, K, dtype, trans_A, trans_B, batch)
-    block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
     reasons.append(tile.reason)
-    small = small_side_tile(M, N, block_m, block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
+    small = small_side_tile(M, N, tile.block_m, tile.block_n, target_name)  # 9..48 rows, or few columns (kernels/small_m.py)
+    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
+    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
+    odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
+    # ranked for 16-bit types only: fp32's fragments take twice the registers the model's estimate (16-bit)
+    # gives (101 printed for 64x64x16 on 2 against MLX's 61); not with B stored (N, K): the model's
+    # 64x64x16 on 2 passes more barriers than MLX's 64x32x32 on 4 (56 against 48 at 128x128x64, the
+    # emulator's count; the model counts none per tile); and not with a transposed operand copied in
+    # 16-byte runs, where the emulator counts bank replays that grow as the tile narrows (200x300x100 NT:
+    # 24 on MLX's 64x32x32, 48 on 64x64x16 on 2, 84 on 32x64x16; none at 16-byte pitches)
+    if small is None and dtype in ("float16", "bfloat16") and not trans_B and not (trans_A and any(odd_pitch)):
+        tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only,
+                                      splittable=K >= 2 * MIN_SLICE_K and not transposed and epilogue == "none")
+        reasons += [why] if why else []
+    block_m, block_n, threads, block_k, stages = tile.block_m, tile.block_n, tile.threads, tile.block_k, tile.stages
     if small is not None:
         block_m, block_n, threads, small_reason = small
         reasons.append(small_reason)
@@ -438,9 +519,6 @@ def matmul_config(
     elif K >= 2 * MIN_SLICE_K and not transposed:
         splits, why = _plain_split(on, M, N, K, dtype, out_dtype, batch, block_m, block_n, threads, block_k, stages, swizzle)
         reasons += why
-    # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
-    pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
-    odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
     run_copies = tuple(operand for operand, is_odd in zip("AB", odd_pitch) if is_odd) if stages else ()
     if run_copies and tiled_only:
         reasons.append(f"row pitch of {' and '.join(run_copies)} is not a multiple of 16 bytes, but batched or epilogued operands "
