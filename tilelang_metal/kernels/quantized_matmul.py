@@ -258,7 +258,6 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
             w_tile = T.alloc_shared((TILE_N, TILE_K + w_pad), dtype)
             acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
             products = T.alloc_local((1,), dtype)
-            packed = T.alloc_local((run_words,), "uint32")
             T.clear(acc)
             for ks in T.serial(K // TILE_K):
                 T.copy(X[by * TILE_M, ks * TILE_K], x_tile[0:TILE_M, 0:TILE_K])
@@ -269,16 +268,12 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
                         row = slot // runs
                         word0 = slot % runs * run_words
                         n = T.min(bx * TILE_N + row, N - 1)  # rows of w past N read the last one; T.copy stores no column past N
-                        if run_words > 1:  # one vector load (rows of w hold a multiple of 8 words at 8 bits: aligned)
-                            for v in T.vectorized(run_words):
-                                packed[v] = W[n, ks * tile_words + word0 + v]
-                        else:
-                            packed[0] = W[n, ks * tile_words + word0]
                         scale = Scales[n, group]
                         bias = Biases[n, group]
-                        for v in T.unroll(run_words):
+                        for v in T.unroll(run_words):  # a scalar per word (a local array would cost registers)
+                            packed = W[n, ks * tile_words + word0 + v]
                             for j in T.unroll(per_word):
-                                level = (packed[v] >> T.uint32(j * bits)) & T.uint32(mask)
+                                level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
                                 products[0] = rounded_product(scale, level, dtype)
                                 w_tile[row, (word0 + v) * per_word + j] = rounded_sum(products[0], bias, dtype)
                 else:
