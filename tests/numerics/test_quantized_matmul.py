@@ -3,7 +3,7 @@ float64. Every bits (4, 8; 3, 5, 6 with levels across words), group size (32, 64
 called with M = 1, 3 and 7 (the vector kernel) (one row chunk, and two of 4 with a ragged one); N = 13 (a full and a
 ragged threadgroup of 8 columns) and K = 640 (several groups, not a multiple of a step: 512 levels
 at 4 bits, 256 at 8, so the last step has idle lanes); NaN and inf in x; a static M; the tiled kernel (T.gemm on dequantized tiles of w, N = 72; 4, 8 and 6 bits);
-transpose=False (w (K, N), K = 45); the metal4 target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
+transpose=False (w (K, N), K = 45); no threadgroup bank replays in the tiled kernels; the metal4 target; the race checker; the mlx backend on weights straight from mx.quantize; one-line errors.
 Kernels compile once (lru_cache)."""
 
 from __future__ import annotations
