@@ -26,10 +26,13 @@ out; per K step of 32 (inside one group) it copies the x tile to threadgroup mem
 the 64x32 tile of w there (2, 4, 8 bits: each thread 1 to 4 whole words; 3, 5, 6 bits: 16
 levels of a row, each from a 64-bit window of its two words; dequantized as in the vector kernel),
 then T.gemm(x_tile, w_tile^T) accumulates in float32 (simdgroup matrices on plain metal; on metal4
-the x tile's staging is bypassed). Rows of w past N read the last one.
+the x tile's staging is bypassed). Rows of w past N read the last one. Both tiles' rows are padded to
+an odd multiple of 16 bytes (kernels.gemm.staged_row_pad) and a thread's dequantized levels are stored
+as runs of at least 16 bytes (8 bits in 16-bit dtypes: two words per thread), so simdgroup_load's
+8 rows, the x copy and the w stores meet in no threadgroup bank (dense 64-byte rows replayed).
 
 transpose=False (w (K, N) quantized along N, out = x @ dequant(w)): the tiled kernel for every M,
-each thread dequantizing 16 neighbouring columns of a row of the 32x64 w tile; any K.
+each thread dequantizing 16 neighbouring columns of a row of the 32x64 w tile; any K; the same padding.
 
 `M=None` compiles one kernel for every row count (a dynamic first dimension).
 
@@ -41,6 +44,7 @@ from typing import Any
 import tilelang.language as T
 
 from ..target.isa import SIMD_WIDTH
+from .gemm import staged_row_pad
 from .quantize import BITS, GROUP_SIZES
 from .sizes import integer_sizes
 
@@ -53,6 +57,8 @@ SIMDGROUPS = 2
 MAX_ROWS = 4  # rows of x per threadgroup (the second grid axis walks M in chunks of this)
 # the tiled kernel (prefill): x and dequantized w tiles in threadgroup memory, T.gemm on them
 TILE_M, TILE_N, TILE_K, TILE_THREADS = 32, 64, 32, 128  # TILE_K divides every group size: one scale per row and step
+STORE_RUN_BYTES = 16  # the widest store a thread's neighbouring dequantized levels merge into
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 VECTOR, TILED = "vector", "tiled"
 ROUTES = (VECTOR, TILED)
 VECTOR_MAX_M = 8  # rows up to which the vector kernel is chosen (kernels.matmul's GEMV_MAX_ROWS; a heuristic, not measured)
@@ -226,11 +232,17 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
     words = K * bits // WORD_BITS
     groups = K // group_size
     tile_words = TILE_K * bits // WORD_BITS  # words of one row of w per K step
-    loads = TILE_N * tile_words // TILE_THREADS  # words each thread dequantizes per K step (whole levels)
+    # whole levels: a thread dequantizes runs of `run_words` neighbouring words of a row, at least 16 bytes
+    # of levels (two words at 8 bits in 16-bit dtypes): a simdgroup's stores are then 16-byte runs of the
+    # padded rows, which meet in no bank (8-byte runs of 4 rows would)
+    run_words = max(1, STORE_RUN_BYTES // (WORD_BITS // bits * DTYPE_BYTES[dtype])) if whole else 1
+    runs = tile_words // run_words  # runs per row of the tile
+    loads = TILE_N * runs // TILE_THREADS  # runs each thread dequantizes per K step (whole levels)
     share = TILE_N * TILE_K // TILE_THREADS  # levels each thread dequantizes per K step (3, 5, 6 bits)
     parts = TILE_K // share  # threads per row of the tile
     mask = (1 << bits) - 1
     n_rows = T.dynamic("M") if M is None else M
+    x_pad, w_pad = staged_row_pad(TILE_K, dtype), staged_row_pad(TILE_K, dtype)
 
     @T.prim_func
     def qmm(
@@ -242,27 +254,28 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
     ):
         with T.Kernel(T.ceildiv(N, TILE_N), T.ceildiv(n_rows, TILE_M), threads=TILE_THREADS) as (bx, by):
             tid = T.get_thread_binding()
-            x_tile = T.alloc_shared((TILE_M, TILE_K), dtype)
-            w_tile = T.alloc_shared((TILE_N, TILE_K), dtype)
+            x_tile = T.alloc_shared((TILE_M, TILE_K + x_pad), dtype)
+            w_tile = T.alloc_shared((TILE_N, TILE_K + w_pad), dtype)
             acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
             products = T.alloc_local((1,), dtype)
             T.clear(acc)
             for ks in T.serial(K // TILE_K):
-                T.copy(X[by * TILE_M, ks * TILE_K], x_tile)
+                T.copy(X[by * TILE_M, ks * TILE_K], x_tile[0:TILE_M, 0:TILE_K])
                 group = ks * TILE_K // group_size  # TILE_K divides group_size: one group per row of the step
                 if whole:
                     for i in T.unroll(loads):
                         slot = i * TILE_THREADS + tid
-                        row = slot // tile_words
-                        word = slot % tile_words
+                        row = slot // runs
+                        word0 = slot % runs * run_words
                         n = T.min(bx * TILE_N + row, N - 1)  # rows of w past N read the last one; T.copy stores no column past N
-                        packed = W[n, ks * tile_words + word]
                         scale = Scales[n, group]
                         bias = Biases[n, group]
-                        for j in T.unroll(per_word):
-                            level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
-                            products[0] = rounded_product(scale, level, dtype)
-                            w_tile[row, word * per_word + j] = rounded_sum(products[0], bias, dtype)
+                        for v in T.unroll(run_words):  # a scalar per word (a local array would cost registers)
+                            packed = W[n, ks * tile_words + word0 + v]
+                            for j in T.unroll(per_word):
+                                level = (packed >> T.uint32(j * bits)) & T.uint32(mask)
+                                products[0] = rounded_product(scale, level, dtype)
+                                w_tile[row, (word0 + v) * per_word + j] = rounded_sum(products[0], bias, dtype)
                 else:
                     # `share` consecutive levels of one row per thread; a level may open in one word and end in the
                     # next: both read as one 64-bit window (a shift below 32, never by the full width)
@@ -278,7 +291,7 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
                         level = T.cast((window >> T.cast(bit % WORD_BITS, "uint64")) & T.uint64(mask), "uint32")
                         products[0] = rounded_product(scale, level, dtype)
                         w_tile[row, tid % parts * share + j] = rounded_sum(products[0], bias, dtype)
-                T.gemm(x_tile, w_tile, acc, transpose_B=True)
+                T.gemm(x_tile[0:TILE_M, 0:TILE_K], w_tile[0:TILE_N, 0:TILE_K], acc, transpose_B=True)
             T.copy(acc, Out[by * TILE_M, bx * TILE_N])
 
     return qmm
@@ -296,6 +309,7 @@ def _tiled_kn_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dty
     share = TILE_N * TILE_K // TILE_THREADS  # 16 columns of one row per thread
     parts = TILE_N // share
     n_rows = T.dynamic("M") if M is None else M
+    x_pad, w_pad = staged_row_pad(TILE_K, dtype), staged_row_pad(TILE_N, dtype)
 
     @T.prim_func
     def qmm_kn(
@@ -307,13 +321,13 @@ def _tiled_kn_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dty
     ):
         with T.Kernel(T.ceildiv(N, TILE_N), T.ceildiv(n_rows, TILE_M), threads=TILE_THREADS) as (bx, by):
             tid = T.get_thread_binding()
-            x_tile = T.alloc_shared((TILE_M, TILE_K), dtype)
-            w_tile = T.alloc_shared((TILE_K, TILE_N), dtype)
+            x_tile = T.alloc_shared((TILE_M, TILE_K + x_pad), dtype)
+            w_tile = T.alloc_shared((TILE_K, TILE_N + w_pad), dtype)
             acc = T.alloc_fragment((TILE_M, TILE_N), ACCUM)
             products = T.alloc_local((1,), dtype)
             T.clear(acc)
             for ks in T.serial(T.ceildiv(K, TILE_K)):
-                T.copy(X[by * TILE_M, ks * TILE_K], x_tile)
+                T.copy(X[by * TILE_M, ks * TILE_K], x_tile[0:TILE_M, 0:TILE_K])
                 row = tid // parts
                 k = ks * TILE_K + row
                 n = bx * TILE_N + tid % parts * share
@@ -332,7 +346,7 @@ def _tiled_kn_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dty
                 else:
                     for j in T.unroll(share):
                         w_tile[row, tid % parts * share + j] = T.cast(0, dtype)
-                T.gemm(x_tile, w_tile, acc)
+                T.gemm(x_tile[0:TILE_M, 0:TILE_K], w_tile[0:TILE_K, 0:TILE_N], acc)
             T.copy(acc, Out[by * TILE_M, bx * TILE_N])
 
     return qmm_kn
