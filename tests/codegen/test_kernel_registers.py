@@ -115,6 +115,34 @@ def test_if_else_arms_do_not_add_up():
     assert ranges == {"a": ((5, 7), (8, 8), (11, 12)), "b": ((8, 9),), "c": ((11, 12),), "d": ((6, 14),)}, ranges
 
 
+def test_an_array_written_first_in_each_step_is_not_carried_around_the_loop():
+    """copy_runs' run registers: filled in both arms of an if / else, stored after it, in each K step;
+    they hold a value only there (before: to the end of the loop, 8 more registers for a GEMM that
+    copies A and B in runs). An array read in the loop before it is written there (q), or written in
+    an if without else (c), stays live to the end of the loop."""
+    lines = ["kernel {",
+             "  half r[8];", "  half q[8];", "  half c[8];",
+             "  q[0] = 1;",
+             "  for (int ko = 0; ko < 4; ++ko) {",
+             "    if (x) {",
+             "      *(thread tlm_run16<half>*)(r + (0)) = *(const device tlm_run16<half>*)(A + (ko * 8));",
+             "    } else {",
+             "      for (int v = 0; v < 8; ++v) {",
+             "        r[v] = (v < ko) ? A[v] : half(0.0f);",
+             "      }",
+             "    }",
+             "    *(threadgroup tlm_run16<half>*)(S + (0)) = *(thread tlm_run16<half>*)(r + (0));",
+             "    if (y) {",
+             "      c[0] = 2;",
+             "    }",
+             "    out[ko] = q[0] + c[0];",
+             "    mma();",
+             "  }",
+             "}"]
+    ranges = live_ranges(lines, {name: name for name in "rqc"})
+    assert ranges == {"r": ((7, 13),), "q": ((4, 19),), "c": ((15, 19),)}, ranges
+
+
 def test_ragged_gemm_estimate_is_the_aligned_one():
     """4000^3 runs the interior / edge split: both arms declare the K-step operands and the
     epilogue's cast array. With one live range per array spanning both arms the estimate was

@@ -17,8 +17,10 @@ import torch
 
 from tilelang_metal import kernels
 from tilelang_metal.cli import main
+from tilelang_metal.codegen.artifact import artifact_of
 from tilelang_metal.emulator import counters, racecheck
 from tilelang_metal.kernels.matmul import GEMM, GEMV, MIN_SLICE_K, SPLIT_K, STAGES, compile_choice, matmul_config
+from tilelang_metal.performance.register_budget import kernel_registers
 from tilelang_metal.performance.roofline import chip as chip_named
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -327,6 +329,31 @@ def test_odd_pitch_staged_kernel_matches_torch_with_one_move_per_run(M, N, K, ro
     torch.testing.assert_close(out, ref.half().float(), rtol=2e-3, atol=2e-3 * math.sqrt(K), equal_nan=True)
     total = counters(kernel, a, b).total
     assert total["narrow_device_loads"] * 4 < total["device_load_instructions"], total
+
+
+@pytest.mark.parametrize("layout, runs", [("nt", ("A", "B")), ("tn", ("B",))])
+def test_run_copies_cut_by_an_edge_store_without_bank_replays(layout, runs):
+    """MLX's steel tile on an M1 at 200x300x100, a stored operand's pitch no multiple of 16 bytes: where
+    an edge cuts the runs, a simdgroup's lanes split between the 16-byte move and the element copy,
+    each storing its part of the rows with its own instruction; those partial stores met in banks
+    (24 replays NT, 200 TN). Each lane now fills 16 bytes of registers either way and all lanes store
+    them with one instruction: no replay, under the race checker, and the same device loads."""
+    M, N, K = 200, 300, 100
+    trans_A, trans_B = layout == "tn", layout == "nt"
+    choice = matmul_config(M, N, K, chip="M1", trans_A=trans_A, trans_B=trans_B)
+    assert (choice.route, choice.run_copies) == (GEMM, runs), choice.describe()
+    kernel = compile_choice(choice, "emulator", trans_A=trans_A, trans_B=trans_B)
+    a, b = _inputs(M, N, K, "float16", seed=3)
+    a_s = a.t().contiguous() if trans_A else a
+    b_s = b.t().contiguous() if trans_B else b
+    out = racecheck(kernel, a_s, b_s, seeds=(0,)) if layout == "tn" else kernel(a_s, b_s)
+    torch.testing.assert_close(out.float(), (a.float() @ b.float()).half().float(), rtol=2e-3, atol=2e-3 * math.sqrt(K))
+    total = counters(kernel, a_s, b_s).total
+    assert total["threadgroup_replays"] == 0, total
+    assert total["narrow_device_loads"] * 4 <= total["device_load_instructions"], total  # K's last step: 1 of 4 runs cut
+    record = artifact_of(kernel.get_kernel_source()).kernels[0]
+    peak = {t.name: t.elem_type for t in record.thread_arrays if t.name in kernel_registers(record).peak}
+    assert all(t.startswith("simdgroup_") for t in peak.values()), peak  # the run registers add to no peak
 
 
 # ----------------------------------------------------------------------------- plain metal: staged through threadgroup memory

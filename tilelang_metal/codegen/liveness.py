@@ -2,7 +2,9 @@
 estimate, register_budget.kernel_registers): from its first use after the declaration (the printer
 declares arrays ahead of the statements that fill them) to its last use, extended to the
 end of the outermost loop or block entered after the declaration that contains that use (a value
-read at the top of a loop is needed again on the next iteration). Arrays whose ranges do not meet
+read at the top of a loop is needed again on the next iteration); only to the end of the innermost
+block holding all its uses when the first of them writes it unconditionally there (each step fills
+it before reading it: copy_runs' run registers). Arrays whose ranges do not meet
 (the copies of a fragment that a pipelined loop's prologue and epilogue each declare) never hold
 registers at the same time.
 
@@ -61,7 +63,7 @@ def _extended(lines: Sequence[str], start: int, last: int, depth: int) -> int:
     return last
 
 
-def _segments(lines: Sequence[str], statements: list, uses: list[int], start: int, end: int) -> Segments:
+def _segments(lines: Sequence[str], statements: list, uses: list[int], start: int, end: int, names: Sequence[str]) -> Segments:
     """The segments of a range (start, end) with `uses`, cut by the first if / else inside it
     after which nothing reads the value."""
     for k, (at, closing, arms) in enumerate(statements):
@@ -73,8 +75,9 @@ def _segments(lines: Sequence[str], statements: list, uses: list[int], start: in
             if not inside:
                 continue
             first = begin if start < at else inside[0]  # live on entry: from the arm's start
-            last = min(_extended(lines, first, inside[-1], _depth(lines[at]) + 1), finish)
-            cut.extend(_segments(lines, statements[k + 1:], inside, first, last))
+            depth = max(_depth(lines[at]) + 1, _uncarried_depth(lines, statements, inside, names) if first == inside[0] else 0)
+            last = min(_extended(lines, first, inside[-1], depth), finish)
+            cut.extend(_segments(lines, statements[k + 1:], inside, first, last, names))
         return tuple(cut)
     return ((start, end),)
 
@@ -102,6 +105,44 @@ def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, Se
     for name, at in declared.items():
         used = uses.get(name, [])
         start = used[0] if used else at
-        end = _extended(lines, start, last[name], _depth(lines[at]))
-        ranges[name] = _segments(lines, statements, used, start, end)
+        names = [t for t, n in tokens.items() if n == name]
+        end = _extended(lines, start, last[name], max(_depth(lines[at]), _uncarried_depth(lines, statements, used, names)))
+        ranges[name] = _segments(lines, statements, used, start, end, names)
     return ranges
+
+
+def _uncarried_depth(lines: Sequence[str], statements: list, uses: list[int], names: Sequence[str]) -> int:
+    """The depth of the innermost block holding all of `uses` when the first of them writes the array
+    before anything reads it there (no loop around that block carries the value: copy_runs' run
+    registers, filled and stored within one step); else 0."""
+    if not uses or not _writes_first(lines, statements, uses, names):
+        return 0
+    return min(_depth(lines[j]) for j in range(uses[0], uses[-1] + 1) if lines[j].strip())
+
+
+def _write_only(line: str, names: Sequence[str]) -> bool:
+    """The line assigns the array and reads nothing of it (`x[v] = ...`, `*(thread T*)(x + 0) = ...`)."""
+    target, sep, value = _code(line).partition(" = ")
+    return bool(sep) and any(n in _TOKEN.findall(target) for n in names) and not any(n in _TOKEN.findall(value) for n in names)
+
+
+def _writes_first(lines: Sequence[str], statements: list, uses: list[int], names: Sequence[str]) -> bool:
+    """The first use writes the array unconditionally within the block of all its uses: it sits in
+    no `if` there, or in an if / else each of whose arms begins its uses with a write."""
+    start, last = uses[0], uses[-1]
+    if not _write_only(lines[start], names):
+        return False
+    common = min(_depth(lines[j]) for j in range(start, last + 1) if lines[j].strip())
+    for level in range(_depth(lines[start]) - 1, common - 1, -1):
+        opener = next(j for j in range(start - 1, -1, -1) if lines[j].strip() and _depth(lines[j]) == level)
+        text = _code(lines[opener])
+        if not (text.startswith("if (") or text.startswith("} else")):
+            continue
+        arms = next((a for i, closing, a in statements if any(b - 1 == opener for b, _ in a) and closing > start), None)
+        if arms is None:
+            return False  # an if without else: the value may come from an earlier step
+        for begin, finish in arms:
+            inside = [u for u in uses if begin <= u <= finish]
+            if not inside or not _write_only(lines[inside[0]], names):
+                return False
+    return True

@@ -234,8 +234,10 @@ def copy_runs(shape: tuple, tile: tuple, dtype: str, threads: int) -> Any:
     (a tensor of `shape`), each thread copying runs of 16 bytes of a row. A run inside the tensor is
     an unrolled element loop that the late legalization turns into one 16-byte move (aligned or
     packed: `legalize/wide_copies.py`); a run the edge cuts copies its elements, zeros outside.
-    What T.copy does instead at a row pitch that is not a multiple of 16 bytes is one element per
-    thread: eight 2-byte loads where this makes one access."""
+    Either way the run goes through 16 bytes of registers and every lane stores it with the same
+    instruction: with a store in each arm, an edge that splits a simdgroup's lanes left two partial
+    stores whose rows met in threadgroup banks. What T.copy does instead at a row pitch that is not
+    a multiple of 16 bytes is one element per thread: eight 2-byte loads where this makes one access."""
     run = RUN_BYTES // (4 if dtype == "float32" else 2 if dtype in ("float16", "bfloat16") else 1)
     rows, cols = tile
     if cols % run:
@@ -250,14 +252,17 @@ def copy_runs(shape: tuple, tile: tuple, dtype: str, threads: int) -> Any:
         tx = T.get_thread_binding()
         for i in T.unroll(rounds):
             if total % threads == 0 or i * threads + tx < total:
+                run_regs = T.decl_buffer((run,), dtype, scope="local")  # filled and stored in one step
                 r = (i * threads + tx) // runs_per_row
                 c = (i * threads + tx) % runs_per_row * run
                 if row0 + r < row_extent and col0 + c + run <= col_extent:
                     for v in T.unroll(run):
-                        dst[r, c + v] = src[row0 + r, col0 + c + v]
+                        run_regs[v] = src[row0 + r, col0 + c + v]
                 else:
                     for v in T.unroll(run):
-                        dst[r, c + v] = T.if_then_else(row0 + r < row_extent and col0 + c + v < col_extent, src[row0 + r, col0 + c + v], T.cast(0, dtype))
+                        run_regs[v] = T.if_then_else(row0 + r < row_extent and col0 + c + v < col_extent, src[row0 + r, col0 + c + v], T.cast(0, dtype))
+                for v in T.unroll(run):
+                    dst[r, c + v] = run_regs[v]
 
     return copy
 

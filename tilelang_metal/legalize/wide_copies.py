@@ -7,11 +7,12 @@ element type) and both offsets are provably multiples of the lane count for ever
 becomes one `tlm_copy16` call. The proof substitutes the values of the `Bind`s printed before the
 store (prelude offsets, tile origins) and reads LowerIntrin's shifts and masks as division and modulo.
 
-An element loop over 16 bytes between two device or threadgroup buffers (`for v: dst[d + v] =
+An element loop over 16 bytes between two device, threadgroup or thread buffers (`for v: dst[d + v] =
 src[s + v]`: what tilelang leaves of a copy whose vector alignment it cannot prove, as in
-kernels.gemm.copy_runs at an odd row pitch) becomes one move as well: `tlm_copy16` when both ends
-are proved 16-byte aligned, else `tlm_packed_copy16` (a struct of 16 bytes of elements, aligned to
-its element). This runs after tilelang planned the barriers, which saw plain element accesses.
+kernels.gemm.copy_runs at an odd row pitch, through its run registers) becomes one move as well:
+`tlm_copy16` when both ends are proved 16-byte aligned (a thread array: declared alignas(16)), else
+`tlm_packed_copy16` (a struct of 16 bytes of elements, aligned to its element). This runs after
+tilelang planned the barriers, which saw plain element accesses.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class _WideCopies:
 
     def _run_as_copy16(self, loop: Any) -> Any:
         """`for v in [0, n): dst[d + v] = src[s + v]`, n elements of 16 bytes in all between two
-        different device or threadgroup buffers, as one move: `tlm_copy16` when both ends are
+        different device, threadgroup or thread buffers, as one move: `tlm_copy16` when both ends are
         provably 16-byte aligned, else the packed flavour (element alignment). A copy the vectorizer
         left element by element (it could not prove a vector alignment) so costs one access."""
         store = loop.body
@@ -69,16 +70,21 @@ class _WideCopies:
         lanes = int(loop.extent.value)
         if dtype.lanes != 1 or str(store.buffer.dtype) != str(load.buffer.dtype) or dtype.bits * lanes != COPY_BITS:
             return None
-        bases = []
+        bases, aligned_ends = [], True
         for buf, index in ((store.buffer, store.indices[0]), (load.buffer, load.indices[0])):
-            if self.memory.space.get(buf.data) not in (DEVICE, THREADGROUP) or self.element_dtype(buf.data) != str(buf.dtype):
+            space = self.memory.space.get(buf.data)
+            if space not in (DEVICE, THREADGROUP, THREAD) or self.memory.dtype.get(buf.data) != str(buf.dtype):
                 return None
+            if space == THREAD and buf.data in self.memory.matrices:
+                return None  # a simdgroup / cooperative matrix has no element addresses
+            # a thread array (copy_runs' run registers) takes the packed move unless declared alignas(16)
+            aligned_ends = aligned_ends and self.element_dtype(buf.data) is not None
             base = self.analyzer.simplify(tvm.tirx.stmt_functor.substitute(index, {loop.loop_var: tir.const(0, loop.loop_var.dtype)}))
             if not self.analyzer.can_prove_equal(index - base, loop.loop_var):
                 return None  # not consecutive elements in v
             bases.append(base)
         dst_base, src_base = bases
-        if all(self._provably_multiple(base, lanes) for base in bases):
+        if aligned_ends and all(self._provably_multiple(base, lanes) for base in bases):
             return intrinsics.build_copy16(store.buffer, dst_base, load.buffer, src_base)
         return intrinsics.build_copy16(store.buffer, dst_base, load.buffer, src_base, aligned=False)
 
