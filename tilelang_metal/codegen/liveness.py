@@ -3,8 +3,8 @@ estimate, register_budget.kernel_registers): from its first use after the declar
 declares arrays ahead of the statements that fill them) to its last use, extended to the
 end of the outermost loop or block entered after the declaration that contains that use (a value
 read at the top of a loop is needed again on the next iteration); only to the end of the innermost
-block holding all its uses when the first of them writes it unconditionally there (each step fills
-it before reading it: copy_runs' run registers). Arrays whose ranges do not meet
+block holding all its uses for a 16-byte array that the first of them fills whole there (each step
+fills it before reading it: copy_runs' run registers). Arrays whose ranges do not meet
 (the copies of a fragment that a pipelined loop's prologue and epilogue each declare) never hold
 registers at the same time.
 
@@ -106,16 +106,31 @@ def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, Se
         used = uses.get(name, [])
         start = used[0] if used else at
         names = [t for t, n in tokens.items() if n == name]
+        if not _one_run(lines[at], names):
+            names = []  # the rule below is for 16-byte run registers only
         end = _extended(lines, start, last[name], max(_depth(lines[at]), _uncarried_depth(lines, statements, used, names)))
         ranges[name] = _segments(lines, statements, used, start, end, names)
     return ranges
 
 
+_RUN_ELEMENT_BYTES = {"half": 2, "bfloat": 2, "short": 2, "ushort": 2, "float": 4, "int": 4, "uint": 4, "char": 1, "uchar": 1}
+
+
+def _one_run(declaration: str, names: Sequence[str]) -> bool:
+    """The array is 16 bytes (`half r[8];`): one move fills it whole."""
+    match = re.fullmatch(r"(\w+) (\w+)\[(\d+)\];", _code(declaration))
+    return bool(match) and match[2] in names and _RUN_ELEMENT_BYTES.get(match[1], 0) * int(match[3]) == 16
+
+
 def _uncarried_depth(lines: Sequence[str], statements: list, uses: list[int], names: Sequence[str]) -> int:
-    """The depth of the innermost block holding all of `uses` when the first of them writes the array
-    before anything reads it there (no loop around that block carries the value: copy_runs' run
-    registers, filled and stored within one step); else 0."""
-    if not uses or not _writes_first(lines, statements, uses, names):
+    """For a 16-byte array whose first use in the innermost block holding all of `uses` fills it whole
+    (`*(thread tlm_run16<half>*)(r + (0)) = ...`, or every arm of the if / else there begins with a
+    write of it): the depth of that block, as no loop around it carries the value (copy_runs' run
+    registers, filled and stored within one K step); else 0. Other arrays keep the loop-wide range
+    the register model (register_budget, attention_config) is measured against."""
+    if not uses or not names or not _writes_first(lines, statements, uses, names):
+        return 0
+    if not any(f"({n} + (0)) = " in _code(lines[uses[0]]) and _code(lines[uses[0]]).startswith("*(thread ") for n in names):
         return 0
     return min(_depth(lines[j]) for j in range(uses[0], uses[-1] + 1) if lines[j].strip())
 
