@@ -216,3 +216,23 @@ def test_off_by_default(monkeypatch, tmp_path):
     before = lowering_cache.stats()
     _source(K.gemm_direct_global(64, 128, 32))
     assert _delta(before) == {"hits": 0, "misses": 0, "bypassed": 0}
+
+
+def test_device_preparation_is_cached_and_prints_the_same_kernel(cache_dir, monkeypatch):
+    """tilelang's passes between the host/device split and the codegen (Simplify: seconds on an
+    attention kernel) run once per kernel: a second compile loads their module, whose MSL and
+    results are those of the passes run afresh (the cache off), and an observed compile runs them."""
+    before = lowering_cache.preparation_stats()
+    first = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    second = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    now = lowering_cache.preparation_stats()
+    assert {k: now[k] - before[k] for k in now} == {"hits": 1, "misses": 1, "bypassed": 0}
+    assert len(list(cache_dir.rglob("*.device.z"))) == 1
+    with recorded_plans():
+        tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    assert lowering_cache.preparation_stats()["bypassed"] == now["bypassed"] + 1
+    monkeypatch.delenv("TILELANG_METAL_LOWERING_CACHE")
+    afresh = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    assert second.get_kernel_source() == first.get_kernel_source() == afresh.get_kernel_source()
+    x = torch.randn(45, 4)
+    torch.testing.assert_close(second(x), x * 2 + 1)
