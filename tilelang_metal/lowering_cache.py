@@ -198,13 +198,15 @@ def caching_device_preparation(prepare: Callable[[Any], Any]) -> Callable[[Any],
     once its lowering was a hit."""
 
     def prepared(device_mod: Any) -> Any:
-        from .host import device_target
+        from .host import device_target, tir
 
         root = config.lowering_cache()
         target = device_target(device_mod) if root is not None else None
-        if target is None or target.kind.name != "metal":
+        # the options lower_metal stamped: none on a module the plugin did not lower
+        options = config.stamped([f for f in device_mod.functions.values() if isinstance(f, tir.PrimFunc)]) if target else None
+        if options is None or target.kind.name != "metal":
             return prepare(device_mod)
-        return _through_cache(root, device_mod, lambda: prepare(device_mod), target, None, config.debug(), _PREPARATION)
+        return _through_cache(root, device_mod, lambda: prepare(device_mod), target, options, options.debug, _PREPARATION)
 
     return prepared
 
