@@ -10,7 +10,7 @@ from . import gemm as gemm_metal
 from .pipeline import codegen_build, codegen_build_runtime
 from .errors import CodegenError, ConfigError, GemmLoweringError, MetalLoweringError
 from .execution.backends import EMULATOR, MLX, execution_backends, unavailable_hint
-from .lowering_cache import source_fingerprint
+from .lowering_cache import caching_device_preparation, source_fingerprint
 from .pipeline import lower_metal
 from .target.normalize import detect_metal_target, is_metal, normalize_metal_target
 from .version import __version__
@@ -117,4 +117,5 @@ def build_hooks() -> _host.HostHooks:
         adapters={EMULATOR: _make_emulator_adapter, "torch": _make_mps_adapter, MLX: _make_mlx_adapter},
         unavailable_hint=unavailable_hint,
         pass_config_scope=_pass_config_scope,
+        device_preparation=caching_device_preparation,
     )

@@ -14,8 +14,12 @@ classification, ldexp, fmod, IEEE round-to-nearest arithmetic) compare exactly; 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,12 +165,25 @@ def all_math(X: T.Tensor(({rows}, {N}), "{dtype}"), Y: T.Tensor(({rows}, {N}), "
 """
 
 
-def _load_kernel(tmp_dir, dtype: str):
-    path = tmp_dir / f"math_kernel_{dtype}.py"
-    path.write_text(_kernel_source(dtype))
-    spec = importlib.util.spec_from_file_location(f"math_kernel_{dtype}", path)
+def _import_source(source: str, name: str):
+    """`source` imported as a module from a file named by its content: the file's path is in the
+    kernel's spans, hence in its lowering-cache key, so a fresh temporary directory per run made
+    every run lower these kernels again."""
+    folder = Path(tempfile.gettempdir()) / "tilelang_metal_test_sources"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}_{hashlib.sha256(source.encode()).hexdigest()[:16]}.py"
+    if not path.exists():
+        part = path.with_suffix(f".{os.getpid()}.part")
+        part.write_text(source)
+        os.replace(part, path)  # whole files only: another worker may be importing it
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _load_kernel(dtype: str):
+    module = _import_source(_kernel_source(dtype), f"math_kernel_{dtype}")
     return tilelang.compile(module.all_math, target="metal", execution_backend="emulator")
 
 
@@ -185,9 +202,9 @@ def _inputs(dtype: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 @pytest.fixture(scope="module", params=["float32", "float16"])
-def math_run(request, tmp_path_factory):
+def math_run(request):
     dtype = request.param
-    kernel = _load_kernel(tmp_path_factory.mktemp("math"), dtype)
+    kernel = _load_kernel(dtype)
     x, y, z = _inputs(dtype)
     out = torch.zeros_like(x)
     kernel(x, y, z, out)
@@ -287,13 +304,9 @@ def _bit_reference(values: list[int], bits: int) -> tuple[list[int], list[int], 
 
 
 @pytest.mark.parametrize("dtype", list(INT_BITS))
-def test_integer_bit_counts_match_python(dtype, tmp_path):
+def test_integer_bit_counts_match_python(dtype):
     n, bits = 64, INT_BITS[dtype]
-    path = tmp_path / f"bits_{dtype}.py"
-    path.write_text(INT_SOURCE.format(n=n, dtype=dtype))
-    spec = importlib.util.spec_from_file_location(f"bits_{dtype}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _import_source(INT_SOURCE.format(n=n, dtype=dtype), f"bits_{dtype}")
     kernel = tilelang.compile(module.bit_counts, target="metal", execution_backend="emulator")
     source = kernel.get_kernel_source()
     assert "popcount(" in source and "clz(" in source and "ctz(" in source

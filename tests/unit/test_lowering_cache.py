@@ -68,10 +68,17 @@ def _dynamic_scale(dtype: str = "float32"):
     return main
 
 
+@pytest.fixture(scope="module")
+def shape_variable_entries(tmp_path_factory):
+    """One cache for every size below: the sizes share one dynamic kernel, lowered once."""
+    return tmp_path_factory.mktemp("shape-variables")
+
+
 @pytest.mark.parametrize("rows", [0, 1, 33, 70])
-def test_a_hit_keeps_the_callers_shape_variables(cache_dir, rows):
+def test_a_hit_keeps_the_callers_shape_variables(shape_variable_entries, monkeypatch, rows):
     """The host code of a stored module names the caller's own parameters and shape variables
     (the adapter binds arguments to them by identity), at every dynamic size."""
+    monkeypatch.setenv("TILELANG_METAL_LOWERING_CACHE", str(shape_variable_entries))
     tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
     before = lowering_cache.stats()
     kernel = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
@@ -216,3 +223,21 @@ def test_off_by_default(monkeypatch, tmp_path):
     before = lowering_cache.stats()
     _source(K.gemm_direct_global(64, 128, 32))
     assert _delta(before) == {"hits": 0, "misses": 0, "bypassed": 0}
+
+
+def test_device_preparation_is_cached_and_prints_the_same_kernel(cache_dir):
+    """tilelang's passes between the host/device split and the codegen (Simplify: seconds on an
+    attention kernel) run once per kernel: a second compile loads their module, whose MSL and
+    results are those of the passes run afresh (an observed compile runs every pass)."""
+    before = lowering_cache.preparation_stats()
+    first = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    second = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    now = lowering_cache.preparation_stats()
+    assert {k: now[k] - before[k] for k in now} == {"hits": 1, "misses": 1, "bypassed": 0}
+    assert len(list(cache_dir.rglob("*.device.z"))) == 1
+    with recorded_plans():
+        afresh = tilelang.compile(_dynamic_scale(), out_idx=[-1], target="metal", execution_backend="emulator")
+    assert lowering_cache.preparation_stats()["bypassed"] == now["bypassed"] + 1
+    assert second.get_kernel_source() == first.get_kernel_source() == afresh.get_kernel_source()
+    x = torch.randn(45, 4)
+    torch.testing.assert_close(second(x), x * 2 + 1)

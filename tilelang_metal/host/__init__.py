@@ -50,6 +50,7 @@ from .passes import (  # noqa: F401
     LAYOUT_TWICE,
     NO_LAYOUT,
     PIPELINE_TWO_WRITES,
+    device_target,
     infer_layouts,
     module_from_json,
     module_to_json,

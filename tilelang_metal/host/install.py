@@ -146,6 +146,15 @@ def _swap_macro_rewrite(record: _Installed) -> None:
     _swap_attr(builder, "mutate", caching_mutate(builder.mutate), record)
 
 
+def _swap_device_preparation(wrap: Callable[[Callable[[Any], Any]], Callable[[Any], Any]], record: _Installed) -> None:
+    """tilelang's passes between the host/device split and the device codegen hook (LowerIntrin,
+    Simplify, HoistBroadcastValues), run through `wrap` (the plugin's lowering cache)."""
+    import importlib
+
+    engine_lower = importlib.import_module("tilelang.engine.lower")  # the package's `lower` attribute is the function
+    _swap_attr(engine_lower, "_prepare_device_codegen_mod", wrap(engine_lower._prepare_device_codegen_mod), record)
+
+
 def _swap_backend(manifest: BackendModule, record: _Installed) -> None:
     from tilelang.backend import module as backend_module
 
@@ -478,6 +487,8 @@ class HostHooks:
     unavailable_hint: Callable[[str], str | None] = lambda name: None  # why a backend is unavailable here
     # pass_configs -> (the entries for tilelang's PassContext, a context manager holding the plugin's)
     pass_config_scope: Callable[[Any], tuple[Any, Any]] = lambda configs: (configs, contextlib.nullcontext())
+    # tilelang's device-module preparation -> the one the compile runs (the lowering cache's)
+    device_preparation: Callable[[Callable[[Any], Any]], Callable[[Any], Any]] = lambda prepare: prepare
 
 
 def install(hooks: HostHooks) -> bool:
@@ -505,6 +516,7 @@ def install(hooks: HostHooks) -> bool:
             _swap_profiler(record)
             _swap_pass_configs(hooks.pass_config_scope, record)
             _swap_macro_rewrite(record)
+            _swap_device_preparation(hooks.device_preparation, record)
             _install_inactive_backend_hint(tuple(spec.name for spec in hooks.manifest.execution_backends), hooks.unavailable_hint)
         except BaseException:
             for restore in reversed(record.restores):

@@ -62,6 +62,15 @@ def module_from_json(text: str) -> Any:
     return tvm.runtime._ffi_node_api.LoadJSON(text)
 
 
+def device_target(mod: Any) -> Any | None:
+    """The target a device module's functions carry (tilelang's host/device split stamps it), or None."""
+    for func in mod.functions.values():
+        target = func.attrs.get("target") if func.attrs is not None else None
+        if target is not None:
+            return target
+    return None
+
+
 def pipeline_options() -> Any:
     """tilelang's pass-config readers (vectorize, let-inline, shared-memory merge policy, ...)."""
     from tilelang.backend.pass_pipeline import pipeline_utils
