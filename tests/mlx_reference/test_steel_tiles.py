@@ -29,6 +29,23 @@ def _unsplit_estimate(on, M, N, K, dtype, tile):
     return cost_model.predict(kernel, M, N, K, chip=on, dtype=dtype)
 
 
+@pytest.mark.parametrize("chip", list(roofline.CHIPS))
+def test_steel_tile_rule_is_mlx_s_host_logic_for_the_chip_architecture(chip):
+    """Every chip, dtype and layout, a large square problem, a long-K one and one under MLX's
+    2^20-outputs threshold: `_steel_tile` (the tile plain metal takes where the model does not rank,
+    and the candidate the ranking keeps on near-ties) is the (bm, bn, bk, 32 wm wn) MLX's host logic
+    picks given that chip's architecture string (the M2 and M4 Pro report 's': MLX's medium tile)."""
+    on = roofline.CHIPS[chip]
+    device = mg.Device(on.architecture.name)
+    for M, N, K in ((4096, 4096, 4096), (2048, 2048, 8192), (512, 512, 512)):
+        for dtype in TORCH:
+            for layout in ("nn", "nt", "tn"):
+                ta, tb = layout == "tn", layout == "nt"
+                bm, bn, bk, wm, wn = mg.gemm_tile(M, N, K, TORCH[dtype], ta, tb, device=device)
+                rule = _steel_tile(on, M, N, K, dtype, ta, tb, 0)
+                assert (rule.block_m, rule.block_n, rule.block_k, rule.threads) == (bm, bn, bk, 32 * wm * wn), (chip, M, K, dtype, layout)
+
+
 @pytest.mark.parametrize("chip", [name for name, entry in roofline.CHIPS.items() if entry.generation < 5])
 def test_plain_metal_tile_is_the_model_s_best_steel_tile_within_mlx_s_bounds(chip):
     """Every plain-metal chip, dtype and layout, a large square problem and one under MLX's 2^20-outputs
