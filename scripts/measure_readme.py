@@ -96,8 +96,9 @@ def read_property(run: Run) -> str:
 
 
 def read_pytest(run: Run) -> str:
-    """pytest's last summary line: `N passed, M skipped, ... in T s`."""
-    summary = re.findall(r"^=+ (.*\d+ passed.*) in ([\d.]+)s", run.output, flags=re.M)
+    """pytest's last summary line: `N passed, M skipped, ... in T s` (between `=` rules, or bare
+    under `-q`, as scripts/test.sh runs it)."""
+    summary = re.findall(r"^(?:=+ )?(\d+ passed.*) in ([\d.]+)s", run.output, flags=re.M)
     if not summary:
         raise MeasureError("pytest: no summary line with a pass count")
     counts, seconds = summary[-1]
