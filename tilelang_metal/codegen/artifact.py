@@ -376,10 +376,11 @@ def artifact_of(source: str) -> KernelArtifact:
 
 
 def artifact_line_of(source: str) -> str:
-    """The artifact comment line of `source`, as written (ArtifactError, one line, when it has none)."""
-    artifact_of(source)
+    """The artifact comment line of `source`, as written (`artifact_of`'s one-line ArtifactError when
+    it has none); `decode` reads it."""
     m = _ANY_LINE.search(source)
-    assert m is not None
+    if m is None:
+        artifact_of(source)  # raises, naming the source's first line
     return m.group(0)
 
 

@@ -5,7 +5,7 @@ kernels are found by their artifact records' opening lines (codegen/artifact.py)
 
 from __future__ import annotations
 
-from .artifact import artifact_line_of, artifact_of, strip_artifact
+from .artifact import artifact_line_of, decode, strip_artifact
 
 
 def split_kernels(msl: str) -> dict[str, str]:
@@ -13,8 +13,8 @@ def split_kernels(msl: str) -> dict[str, str]:
     first kernel) followed by the kernel's text up to the next kernel, then the file's artifact line
     (wherever the file has it), so each piece reads as a file the printer wrote.
     The kernels are those the artifact records (ArtifactError, one line, for MSL without one)."""
-    records = artifact_of(msl).kernels
     record_line = artifact_line_of(msl)
+    records = decode(record_line).kernels  # the line read once
     msl = strip_artifact(msl)
     starts = []
     for record in records:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from ..core.dtypes import MSL_SCALAR_BYTES
+
 _TOKEN = re.compile(r"[A-Za-z_]\w*")
 
 Segments = tuple[tuple[int, int], ...]
@@ -113,13 +115,10 @@ def live_ranges(lines: Sequence[str], tokens: Mapping[str, str]) -> dict[str, Se
     return ranges
 
 
-_RUN_ELEMENT_BYTES = {"half": 2, "bfloat": 2, "short": 2, "ushort": 2, "float": 4, "int": 4, "uint": 4, "char": 1, "uchar": 1}
-
-
 def _one_run(declaration: str, names: Sequence[str]) -> bool:
     """The array is 16 bytes (`half r[8];`): one move fills it whole."""
     match = re.fullmatch(r"(\w+) (\w+)\[(\d+)\];", _code(declaration))
-    return bool(match) and match[2] in names and _RUN_ELEMENT_BYTES.get(match[1], 0) * int(match[3]) == 16
+    return bool(match) and match[2] in names and MSL_SCALAR_BYTES.get(match[1], 0) * int(match[3]) == 16
 
 
 def _uncarried_depth(lines: Sequence[str], statements: list, uses: list[int], names: Sequence[str]) -> int:

@@ -43,6 +43,7 @@ from typing import Any
 
 import tilelang.language as T
 
+from ..core.dtypes import MSL_SCALAR, MSL_SCALAR_BYTES
 from ..target.isa import SIMD_WIDTH
 from .gemm import staged_row_pad
 from .quantize import BITS, GROUP_SIZES
@@ -58,7 +59,6 @@ MAX_ROWS = 4  # rows of x per threadgroup (the second grid axis walks M in chunk
 # the tiled kernel (prefill): x and dequantized w tiles in threadgroup memory, T.gemm on them
 TILE_M, TILE_N, TILE_K, TILE_THREADS = 32, 64, 32, 128  # TILE_K divides every group size: one scale per row and step
 STORE_RUN_BYTES = 16  # the widest store a thread's neighbouring dequantized levels merge into
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 VECTOR, TILED = "vector", "tiled"
 ROUTES = (VECTOR, TILED)
 VECTOR_MAX_M = 8  # rows up to which the vector kernel is chosen (kernels.matmul's GEMV_MAX_ROWS; a heuristic, not measured)
@@ -235,7 +235,7 @@ def _tiled_program(M: Any, N: int, K: int, *, bits: int, group_size: int, dtype:
     # whole levels: a thread dequantizes runs of `run_words` neighbouring words of a row, at least 16 bytes
     # of levels (two words at 8 bits in 16-bit dtypes): a simdgroup's stores are then 16-byte runs of the
     # padded rows, which meet in no bank (8-byte runs of 4 rows would)
-    run_words = max(1, STORE_RUN_BYTES // (WORD_BITS // bits * DTYPE_BYTES[dtype])) if whole else 1
+    run_words = max(1, STORE_RUN_BYTES // (WORD_BITS // bits * MSL_SCALAR_BYTES[MSL_SCALAR[dtype]])) if whole else 1
     runs = tile_words // run_words  # runs per row of the tile
     loads = TILE_N * runs // TILE_THREADS  # runs each thread dequantizes per K step (whole levels)
     share = TILE_N * TILE_K // TILE_THREADS  # levels each thread dequantizes per K step (3, 5, 6 bits)

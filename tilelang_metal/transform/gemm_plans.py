@@ -42,19 +42,19 @@ from .register_staging import stage_loops
 
 
 def RecordGemmPlans(mod: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
-    _each_kernel(mod, lambda kernel, threads, decisions: _annotate(kernel, threads, lambda fields, alone: alone, capabilities, options))
+    _each_kernel(mod, lambda kernel, threads, decisions: _annotate(kernel, threads, lambda fields, call, alone: alone, capabilities, options))
     shared = fragments_needing_simdgroup(mod)
     groups = fragment_group_plans(mod, capabilities, options.fragment_ct)
 
-    def final(fields: Any, alone: GemmPlan, decisions: list[str]) -> GemmPlan:
+    def final(fields: Any, call: Any, alone: GemmPlan, decisions: list[str]) -> GemmPlan:
         c = fields.c_buffer
         group = groups.get(gemm_key(fields.a_buffer.data, fields.b_buffer.data, c.data))
         planned = plan_call_alone(fields, alone.threads, capabilities, options.fragment_ct, shared_accumulator=c.name if c.data in shared else None,
                               group=None if group is None else group.selection)
-        bypassed = STAGING_BYPASS_ANNOTATION in call_annotations(fields.call)
+        bypassed = STAGING_BYPASS_ANNOTATION in call_annotations(call)
         return replace(planned, staging_bypassed=bypassed, k_prefetch=_k_prefetch(fields, planned, options.k_prefetch, decisions))
 
-    _each_kernel(mod, lambda kernel, threads, decisions: _annotate(kernel, threads, lambda f, alone: final(f, alone, decisions), capabilities, options))
+    _each_kernel(mod, lambda kernel, threads, decisions: _annotate(kernel, threads, lambda f, call, alone: final(f, call, alone, decisions), capabilities, options))
     return stage_loops(mod, capabilities, options)
 
 
@@ -73,7 +73,7 @@ def _each_kernel(mod: Any, rewrite: Any) -> None:
 
 
 def _annotate(kernel: Any, threads: int | None, decide: Any, capabilities: TargetCapabilities, options: LoweringOptions) -> Any:
-    """`kernel` with the plan `decide(fields, plan of the call alone)` recorded on each T.gemm call."""
+    """`kernel` with the plan `decide(fields, call, plan of the call alone)` recorded on each T.gemm call."""
     if threads is None or threads % SIMD_WIDTH:
         return kernel  # GemmMetal refuses such a launch with its own message
 
@@ -82,20 +82,9 @@ def _annotate(kernel: Any, threads: int | None, decide: Any, capabilities: Targe
         if fields is None or fields.a_buffer is None or fields.b_buffer is None:
             return None
         alone = plan_call_alone(fields, threads, capabilities, options.fragment_ct)
-        return with_call_annotations(call, {GEMM_PLAN_ANNOTATION: encode_plan(decide(_WithCall(fields, call), alone))})
+        return with_call_annotations(call, {GEMM_PLAN_ANNOTATION: encode_plan(decide(fields, call, alone))})
 
     return tvm.tirx.stmt_functor.ir_transform(kernel, None, annotate, [vocab.TIRX_CALL])
-
-
-class _WithCall:
-    """A call's `gemm_call_fields` with the call itself (for its annotations)."""
-
-    def __init__(self, fields: Any, call: Any):
-        self._fields = fields
-        self.call = call
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fields, name)
 
 
 def _k_prefetch(fields: Any, plan: GemmPlan, mode: str, decisions: list[str]) -> bool:
