@@ -495,9 +495,11 @@ def matmul_config(
     # ranked for 16-bit types only: fp32's fragments take twice the registers the model's estimate (16-bit)
     # gives (101 printed for 64x64x16 on 2 against MLX's 61); not with B stored (N, K): the model's
     # 64x64x16 on 2 passes more barriers than MLX's 64x32x32 on 4 (56 against 48 at 128x128x64, the
-    # emulator's count; the model counts none per tile); and not with a transposed operand copied in
-    # 16-byte runs, where the emulator counts bank replays that grow as the tile narrows (200x300x100 NT:
-    # 24 on MLX's 64x32x32, 48 on 64x64x16 on 2, 84 on 32x64x16; none at 16-byte pitches)
+    # emulator's count; the model counts none per tile); and not with A stored (K, M) copied in 16-byte
+    # runs, kept out when its copies replayed banks more as the tile narrowed. copy_runs now stores every
+    # run through registers with one instruction (0 replays on MLX's tile and on 64x64x16 on 2: 260x192x96
+    # TN on an M2 Max), so this exclusion is a candidate to lift, with its test
+    # (test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck asserts it today)
     if small is None and dtype in ("float16", "bfloat16") and not trans_B and not (trans_A and any(odd_pitch)):
         tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only,
                                       splittable=K >= 2 * MIN_SLICE_K and not transposed and epilogue == "none")
