@@ -137,15 +137,15 @@ def kernel_for(implementation: str, chip: Any, M: int, N: int, K: int, dtype: st
             bm, bn, bk, wm, wn = mlx_nax.gemm_tiles(M, N, K, klass)
             log = mlx_nax.swizzle_log_for(-(-M // bm), klass)
             swizzle = 1 << log if log else 0  # the tile width in blocks; 0: no swizzle
-            return cost_model.mlx_kernel(bm, bn, bk, wm, wn, nax=True, swizzle=swizzle)
+            return cost_model.mlx_kernel(bm, bn, bk, wm, wn, nax=True, swizzle=swizzle, dtype=dtype)
         import mlx_gemm
         import torch
 
         device = mlx_gemm.Device(f"applegpu_g{12 + chip.generation}{klass}")
         bm, bn, bk, wm, wn = mlx_gemm.gemm_tile(M, N, K, getattr(torch, dtype), False, False, device)
-        return cost_model.mlx_kernel(bm, bn, bk, wm, wn, nax=False)
+        return cost_model.mlx_kernel(bm, bn, bk, wm, wn, nax=False, dtype=dtype)
     if implementation == TILELANG_IN_TREE:  # the spec's benchmark: ct_global, block_M=64, block_N=128, threads=128
-        return cost_model.plugin_kernel(cost_model.DIRECT_GLOBAL, 64, 128, 128, metal4=True, K=K)
+        return cost_model.plugin_kernel(cost_model.DIRECT_GLOBAL, 64, 128, 128, metal4=True, K=K, dtype=dtype)
     if implementation == PLUGIN:
         return kernels.matmul_config(M, N, K, dtype, chip=chip)
     return None

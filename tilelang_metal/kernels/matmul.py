@@ -10,17 +10,14 @@ Routes (docs/performance.md, "Shape-aware GEMM dispatch", has the table and the 
   kernel the dispatch ships, kernels.gemm_direct_global on each METAL4_TILES tile and split-K on
   each with 2-16 K slices of at least MIN_SLICE_K, and the first is taken (`lower --explain` prints
   its predicted time and the runner-up's);
-- on the plain metal target (M1-M4): for 16-bit types MLX's four steel tiles ranked by the cost model
-  within issue 35's bounds against MLX's tile for the chip (`_model_steel_tile`; fp32, B stored (N, K),
-  or A stored (K, M) at a pitch copied in 16-byte runs: MLX's tile by rule); the K split by the cost
-  model: `split_k`
+- on the plain metal target (M1-M4): MLX's four steel tiles ranked by the cost model within issue 35's
+  bounds against MLX's tile for the chip (`_model_steel_tile`); the K split by the cost model: `split_k`
   (kernels/split_k.py) when the model predicts slices of K faster than the unsplit tile (few output
   tiles, long K; the combine kernel and its launch count against a split); `gemm` otherwise,
-  kernels.gemm_staged with MLX's steel tile for the chip class (`_steel_tile`: 64x64x16 on 2
-  simdgroups for 16-bit types on base and Pro chips, 64x32x32 on 4 for NT, ...), A and B staged
-  through one threadgroup buffer each with rows padded by 16 bytes (16-byte copies, no bank
-  conflicts, two barriers per K step, as MLX's loop), so registers and threadgroup memory, and the
-  threadgroups a core holds, are MLX's; an operand
+  kernels.gemm_staged on the ranked tile (MLX's steel tile for the chip class, `_steel_tile`, unless
+  another is predicted more than KEEP_MLX_TILE faster), A and B staged through one threadgroup
+  buffer each with rows padded by 16 bytes (16-byte copies, no bank conflicts, two barriers per K
+  step, as MLX's loop), at least the threadgroups per core of MLX's tile; an operand
   whose row pitch (K or N) is not a multiple of 16 bytes is copied in 16-byte runs per thread
   (kernels.gemm.copy_runs) instead of T.copy's one element per thread; block swizzle on grids large
   enough for neighbouring threadgroups to share panels of A and B.
@@ -325,7 +322,7 @@ def _plain_split_ranking(on: Chip, M: int, N: int, K: int, dtype: str, out_dtype
     for count in counts:
         kernel = cost_model.plugin_kernel(cost_model.SHARED, block_m, block_n, threads, metal4=False, block_k=block_k,
                                           stages=stages, swizzle=0 if count > 1 else swizzle, splits=count, K=K,
-                                          route=SPLIT_K if count > 1 else GEMM)
+                                          route=SPLIT_K if count > 1 else GEMM, dtype=dtype)
         if kernel is not None:
             estimated.append((count, cost_model.predict(kernel, M, N, K, chip=on, dtype=dtype, out_dtype=out_dtype,
                                                         batch=max(1, batch))))
@@ -361,9 +358,11 @@ def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dty
     first), kept where a core holds at least the threadgroups of MLX's tile for the chip (the
     register_budget estimate the model uses) and the tiles load at most the device bytes of MLX's
     (compare_mlx's load instructions and device transactions per FLOP: a 32x64 tile where MLX's is
-    64x64 reads B's panel twice as often, whatever the model predicts); fastest first. Every one is
-    replay-free (rows padded by 16 bytes; matmul_config ranks none where a transposed operand is
-    copied in 16-byte runs); a tile a small side would shrink (kernels/small_m.py) is not one of them."""
+    64x64 reads B's panel twice as often, whatever the model predicts) and pass at most its barriers
+    (a 16-deep K step on a 32x64 tile passes two per 32x64x16 of work, MLX's 64x32x32 two per 64x32x32);
+    fastest first. Every one is replay-free (rows padded by 16 bytes; a transposed or odd-pitch operand
+    copied in 16-byte runs, each stored with one instruction); a tile a small side would shrink
+    (kernels/small_m.py) is not one of them."""
     found = []
     for bm, bn, bk, simdgroups in STEEL_TILES:
         if small_side_tile(M, N, bm, bn, "metal") is not None:
@@ -374,10 +373,12 @@ def steel_tile_ranking(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dty
         if ranked:
             found.append((ChipTile(bm, bn, 32 * simdgroups, bk, STAGES, ""), ranked[0].estimate))
     mlx = next((estimate for tile, estimate in found if tile == replace(mlx_tile, reason="")), None)
-    if mlx is not None:  # issue 35's bounds against MLX's kernel: occupancy at least its, device loads at most its
-        least, most = mlx.counts.threadgroups_per_core, mlx.counts.core_load_bytes
+    if mlx is not None:  # issue 35's bounds against MLX's kernel: occupancy at least its, device loads and barriers at most its
+        bound = mlx.counts
         found = [(tile, estimate) for tile, estimate in found
-                 if estimate.counts.threadgroups_per_core >= least and estimate.counts.core_load_bytes <= most]
+                 if estimate.counts.threadgroups_per_core >= bound.threadgroups_per_core
+                 and estimate.counts.core_load_bytes <= bound.core_load_bytes
+                 and estimate.counts.launch_barriers <= bound.launch_barriers]
     return sorted(found, key=lambda pair: pair[1].seconds)
 
 
@@ -395,7 +396,7 @@ def _model_steel_tile(on: Chip, mlx_tile: ChipTile, M: int, N: int, K: int, dtyp
     pick = plain_mlx if best.seconds * (1 + KEEP_MLX_TILE) >= mlx.seconds else fastest
     times = ", ".join(f"{_tile_name(tile)}: {estimate.seconds * 1e6:.1f} us" for tile, estimate in ranked)
     why = (f"the cost model ranks MLX's steel tiles with at least the {mlx.counts.threadgroups_per_core} threadgroups per core "
-           f"and at most the device loads of MLX's {_tile_name(plain_mlx)} simdgroups (predicted on {on.name}, estimates: {times}): ")
+           f"and at most the device loads and barriers of MLX's {_tile_name(plain_mlx)} simdgroups (predicted on {on.name}, estimates: {times}): ")
     if pick == plain_mlx:
         why += (f"MLX's tile kept" + (f" (the fastest, {_tile_name(fastest)}, is within {KEEP_MLX_TILE:.0%})" if fastest != plain_mlx else
                                       ", the fastest"))
@@ -492,15 +493,12 @@ def matmul_config(
     # row pitches as stored: A (M, K) has rows of K elements, A^T (K, M) rows of M; B (K, N) of N, B^T (N, K) of K
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
-    # ranked for 16-bit types only: fp32's fragments take twice the registers the model's estimate (16-bit)
-    # gives (101 printed for 64x64x16 on 2 against MLX's 61); not with B stored (N, K): the model's
-    # 64x64x16 on 2 passes more barriers than MLX's 64x32x32 on 4 (56 against 48 at 128x128x64, the
-    # emulator's count; the model counts none per tile); and not with A stored (K, M) copied in 16-byte
-    # runs, kept out when its copies replayed banks more as the tile narrowed. copy_runs now stores every
-    # run through registers with one instruction (0 replays on MLX's tile and on 64x64x16 on 2: 260x192x96
-    # TN on an M2 Max), so this exclusion is a candidate to lift, with its test
-    # (test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck asserts it today)
-    if small is None and dtype in ("float16", "bfloat16") and not trans_B and not (trans_A and any(odd_pitch)):
+    # every dtype and layout is ranked: the model's registers follow the operand type (fp32 fragments take
+    # two registers a lane: 101 for 64x64x16 on 2, as printed), its barriers per K step are the staged
+    # loop's (per FLOP the same on 64x64x16 and 64x32x32: two per 64x64x16 or 64x32x32 of work), and a
+    # transposed or odd-pitch operand's copies replay no bank on any steel tile (copy_runs stores each
+    # 16-byte run with one instruction; test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck)
+    if small is None:
         tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only,
                                       splittable=K >= 2 * MIN_SLICE_K and not transposed and epilogue == "none")
         reasons += [why] if why else []

@@ -122,6 +122,7 @@ class Counts:
     device_store_bytes: int
     dram_bytes: int
     barriers: int  # per threadgroup
+    launch_barriers: int  # every threadgroup's: per FLOP, a tile's K step and area decide it
     issue_overhead: float  # load / copy issue cycles per matrix-operation cycle of a simdgroup
     wave: int  # threadgroups resident at once on the whole GPU
     threadgroups_per_core: int
@@ -244,6 +245,7 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
         l1_miss_bytes=max(0, l1_miss),
         launches=2 if partials else 1,
         barriers=(kp // kernel.step_k) * kernel.barriers_per_step,
+        launch_barriers=tiles * (kp // kernel.step_k) * kernel.barriers_per_step,
         issue_overhead=overhead,
         wave=wave,
         threadgroups_per_core=per_core,
@@ -323,26 +325,30 @@ def predict(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: st
 
 
 def _registers(block_m: int, block_n: int, m_warp: int, n_warp: int, inst: MatrixInstruction, shared: bool,
-               staging_elements: int = 0) -> int:
+               staging_elements: int = 0, dtype: str = "float16") -> int:
+    """Per thread, with operand fragments (and staged elements) of `dtype`: a float32 8x8 fragment holds
+    two registers a lane where a 16-bit one holds one, which decides occupancy on fp32 tiles."""
     from .register_budget import gemm_registers
 
     part = SimpleNamespace(m_warp=m_warp, n_warp=n_warp)
-    return gemm_registers(M=block_m, N=block_n, instruction=inst, partition=part, a_dtype="float16", b_dtype="float16",
-                          acc_dtype="float32", shared=shared, staging_elements=staging_elements).total
+    return gemm_registers(M=block_m, N=block_n, instruction=inst, partition=part, a_dtype=dtype, b_dtype=dtype,
+                          acc_dtype="float32", shared=shared, staging_elements=staging_elements, staging_dtype=dtype).total
 
 
 def plugin_kernel(path: str, block_m: int, block_n: int, threads: int, *, metal4: bool, block_k: int = 0, stages: int = 0,
-                  swizzle: int = 0, splits: int = 1, K: int = 4096, route: str = GEMM, features: frozenset[str] = frozenset()) -> GemmKernel | None:
-    """The plugin's GEMM kernel of this tiling as GemmMetal plans it (None: no legal warp partition)."""
+                  swizzle: int = 0, splits: int = 1, K: int = 4096, route: str = GEMM, features: frozenset[str] = frozenset(),
+                  dtype: str = "float16") -> GemmKernel | None:
+    """The plugin's GEMM kernel of this tiling as GemmMetal plans it, its registers for operands of
+    `dtype` (None: no legal warp partition)."""
     from .. import config as settings
 
     return _plugin_kernel(path, block_m, block_n, threads, metal4, block_k, stages, swizzle, splits, K, route, features,
-                          settings.fragment_ct())
+                          settings.fragment_ct(), dtype)
 
 
 @functools.lru_cache(maxsize=8192)  # the dispatch and the rankings ask for the same tilings again and again
 def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: bool, block_k: int, stages: int, swizzle: int,
-                   splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool) -> GemmKernel | None:
+                   splits: int, K: int, route: str, features: frozenset[str], fragment_ct: bool, dtype: str) -> GemmKernel | None:
     from ..target.capabilities import capabilities_with
     from ..target.isa import METAL4_FEATURE
     from .register_budget import staging_elements
@@ -359,17 +365,18 @@ def _plugin_kernel(path: str, block_m: int, block_n: int, threads: int, metal4: 
         return None
     inst = planned.instruction
     staging = staging_elements(block_m, block_n, block_k, threads) if shared and stages >= 2 else 0
-    regs = _registers(block_m, block_n, part.m_warp, part.n_warp, inst, shared, staging)
+    regs = _registers(block_m, block_n, part.m_warp, part.n_warp, inst, shared, staging, dtype)
     return GemmKernel(route, path, block_m, block_n, threads, part.m_warp, part.n_warp, inst,
                       block_k if shared else inst.k, (1 if stages >= 2 else 2) if shared else 0, stages if shared else 0,
                       swizzle, splits, regs)
 
 
-def from_config(cfg: Any, K: int, *, metal4: bool, features: frozenset[str] = frozenset(), splits: int = 1) -> GemmKernel | None:
+def from_config(cfg: Any, K: int, *, metal4: bool, features: frozenset[str] = frozenset(), splits: int = 1,
+                dtype: str = "float16") -> GemmKernel | None:
     """The kernel of an autotuner configuration (`autotune.GemmConfig`)."""
     return plugin_kernel(cfg.path, cfg.block_m, cfg.block_n, cfg.threads, metal4=metal4, block_k=cfg.block_k,
                          stages=cfg.num_stages, swizzle=cfg.swizzle, splits=splits, K=K,
-                         route=SPLIT_K if splits > 1 else GEMM, features=features)
+                         route=SPLIT_K if splits > 1 else GEMM, features=features, dtype=dtype)
 
 
 def from_choice(choice: Any) -> GemmKernel | None:
@@ -379,7 +386,7 @@ def from_choice(choice: Any) -> GemmKernel | None:
     path = SHARED if choice.stages else DIRECT_GLOBAL
     return plugin_kernel(path, choice.block_m, choice.block_n, choice.threads, metal4=choice.target == "metal4",
                          block_k=choice.block_k, stages=choice.stages, swizzle=choice.swizzle, splits=choice.splits,
-                         K=choice.K, route=choice.route)
+                         K=choice.K, route=choice.route, dtype=choice.dtype)
 
 
 def _instruction(name_prefix: str) -> MatrixInstruction:
@@ -388,17 +395,17 @@ def _instruction(name_prefix: str) -> MatrixInstruction:
     return next(i for i in REGISTRY if i.name.startswith(name_prefix))
 
 
-def mlx_kernel(bm: int, bn: int, bk: int, wm: int, wn: int, *, nax: bool, swizzle: int = 0) -> GemmKernel:
+def mlx_kernel(bm: int, bn: int, bk: int, wm: int, wn: int, *, nax: bool, swizzle: int = 0, dtype: str = "float16") -> GemmKernel:
     """MLX's GEMM as its reference-tier configuration gives it: steel (threadgroup-staged, two barriers
     per K step of bk, simdgroup 8x8 matrices) or NAX (direct loads into matmul2d 16x32x16 fragments)."""
     threads = wm * wn * SIMD_WIDTH
     if nax:
         inst = _instruction("matmul2d_16x32x16")
-        regs = _registers(bm, bn, wm, wn, inst, shared=False)
+        regs = _registers(bm, bn, wm, wn, inst, shared=False, dtype=dtype)
         return GemmKernel(GEMM, DIRECT_GLOBAL, bm, bn, threads, wm, wn, inst, inst.k, 0, 0, swizzle, 1, regs,
                           name=f"MLX NAX {bm}x{bn}x{bk}, {wm * wn} simdgroups")
     inst = _instruction("simdgroup_multiply_accumulate_8x8x8")
-    regs = _registers(bm, bn, wm, wn, inst, shared=True)
+    regs = _registers(bm, bn, wm, wn, inst, shared=True, dtype=dtype)
     return GemmKernel(GEMM, SHARED, bm, bn, threads, wm, wn, inst, bk, 2, 1, swizzle, 1, regs,
                       name=f"MLX steel {bm}x{bn}x{bk}, {wm * wn} simdgroups")
 

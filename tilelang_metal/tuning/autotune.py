@@ -206,10 +206,11 @@ def build(cfg: GemmConfig, M: int, N: int, K: int, *, dtype: str = "float16", ou
 NEAR_TIE = cost_model.NEAR_TIE
 
 
-def model_kernel(cfg: GemmConfig, K: int, *, target: Any) -> cost_model.GemmKernel:
-    """The configuration's kernel as the cost model sees it (GemmMetal's instruction and partition)."""
+def model_kernel(cfg: GemmConfig, K: int, *, target: Any, dtype: str = "float16") -> cost_model.GemmKernel:
+    """The configuration's kernel as the cost model sees it (GemmMetal's instruction and partition,
+    registers for operands of `dtype`)."""
     capabilities = resolve_capabilities(target)
-    kernel = cost_model.from_config(cfg, K, metal4=capabilities.metal4, features=capabilities.features)
+    kernel = cost_model.from_config(cfg, K, metal4=capabilities.metal4, features=capabilities.features, dtype=dtype)
     if kernel is None:
         raise ValueError(f"{cfg.describe()}: no legal warp partition (config_space drops it)")
     return kernel
@@ -220,7 +221,7 @@ def traffic_model(cfg: GemmConfig, M: int, N: int, K: int, *, chip: Chip, dtype:
     """What one launch of the configuration does on `chip` (`cost_model.counts` of its kernel: work,
     core loads, memory traffic after cache reuse in a wave, occupancy); no kernel is built."""
     target = target if target is not None else target_for(chip)
-    return cost_model.counts(model_kernel(cfg, K, target=target), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype)
+    return cost_model.counts(model_kernel(cfg, K, target=target, dtype=dtype), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype)
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def rank_by_model(space: Sequence[GemmConfig], M: int, N: int, K: int, *, chip: 
     """Rank configurations by the cost model alone (`cost_model.rank`: time class, then operand reuse,
     memory traffic, core loads, resident threads); no kernel built or run, any problem size."""
     target = target if target is not None else target_for(chip)
-    estimated = ((cfg, cost_model.predict(model_kernel(cfg, K, target=target), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype))
+    estimated = ((cfg, cost_model.predict(model_kernel(cfg, K, target=target, dtype=dtype), M, N, K, chip=chip, dtype=dtype, out_dtype=out_dtype))
                  for cfg in space)
     return [ModelRanked(r.item, r.estimate, r.band) for r in cost_model.rank(estimated)]
 
@@ -270,7 +271,8 @@ def route_candidates(M: int, N: int, K: int, *, chip: Chip, target: Any, space: 
     seen: set[cost_model.GemmKernel] = set()  # split-K launches unswizzled: both swizzle variants are one kernel
     for cfg in space:
         for s in splits:
-            kernel = cost_model.from_config(cfg if s == 1 else replace(cfg, swizzle=0), K, metal4=metal4, features=features, splits=s)
+            kernel = cost_model.from_config(cfg if s == 1 else replace(cfg, swizzle=0), K, metal4=metal4, features=features, splits=s,
+                                            dtype=dtype)
             if kernel is not None and kernel not in seen:
                 seen.add(kernel)
                 found.append(RouteCandidate(kernel, cost_model.predict(kernel, M, N, K, chip=chip, dtype=dtype).seconds))
