@@ -57,6 +57,8 @@ def quantized_problem(kind: str, M: int, N: int, K: int, bits: int, group_size: 
 PROBLEMS: tuple[Problem, ...] = (
     *(_gemm(f"gemm-{lay}-{'bf16' if dt == 'bfloat16' else 'fp16'}-4096", 4096, 4096, 4096, lay, dt)
       for lay in ("nn", "nt", "tn") for dt in ("float16", "bfloat16")),
+    # fp32 on plain metal (MLX's steel GEMM takes float32; its NAX kernels 16-bit only)
+    _gemm("gemm-nn-fp32-4096", 4096, 4096, 4096, dtype="float32", classes=("steel",)),
     _gemm("gemm-nn-fp16-ragged-4000", 4000, 4000, 4000),
     _gemm("gemm-nn-fp16-odd-pitch-4095x4097x4096", 4095, 4097, 4096),
     *(_gemm(f"gemm-nn-fp16-skinny-m{m}", m, 4096, 4096) for m in (1, 2, 4, 16, 32, 64)),
