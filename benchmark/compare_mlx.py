@@ -20,7 +20,8 @@ registers_estimate and threadgroups_per_core are estimates for each side's heavi
 registers: a split's first pass, not its combine kernel; the
 plugin's from its kernels' artifact records, MLX's per kernel family from its template parameters,
 benchmark/mlx_registers.py; docs/performance.md, "Registers and occupancy"); their `_vs_mlx` is the
-plain ratio.
+plain ratio. The exit status is 1 when a row is not verified against torch or a plugin row misses
+one of issue 35's count bounds against MLX (`count_bounds_missed`, printed as COUNT BOUND MISSED).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "mlx_reference"))
 
 import count_models  # noqa: E402
-from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, ErrorTracker, Measured, Problem, attention_mask,  # noqa: E402
+from compare_common import (CLASSES, PROBLEMS, PROXY_BATCH, STEEL_CLASSES, ErrorTracker, Measured, Problem, attention_mask,  # noqa: E402
                             gemm_case, quantized_operands, torch_dtype)
 
 # device_load_ops, device_store_ops, narrow_device_loads: source-level (one per access as spelled);
@@ -320,6 +321,41 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                 r[f"{col}_vs_mlx"] = f"{r[col] / other[col]:.3g}"
 
 
+def _ratio(row: dict[str, Any], column: str) -> float | None:
+    """`column`'s per-FLOP ratio on a plugin row: None where neither side has the count."""
+    value = str(row.get(f"{column}_vs_mlx", ""))
+    return None if value == "" else float(value)
+
+
+def count_bounds_missed(rows: list[dict[str, Any]]) -> list[str]:
+    """Issue 35's count bounds against MLX, one line per bound a verified plugin row misses: steel-class
+    GEMMs at most MLX's load instructions, device transactions and bank replays per FLOP and at least its
+    threadgroups per core; skinny (M <= 64) and batched GEMMs at most 1.1x its matrix operations per
+    FLOP; attention within the register budget, at most MLX's threadgroup bytes and memory barriers per
+    FLOP. Rows without an MLX row to compare with are not judged."""
+    from tilelang_metal.performance.register_budget import REGISTER_BUDGET
+
+    problems = {p.name: p for p in PROBLEMS}
+    missed = []
+    for r in rows:
+        p = problems.get(r["problem"])
+        if r["implementation"] != "plugin" or p is None or str(r.get("threadgroups_per_core_vs_mlx", "")) == "":
+            continue
+        bounds: list[tuple[str, bool]] = []
+        if p.kind == "gemm" and r["chip_class"] in STEEL_CLASSES:
+            bounds += [(f"{c} per FLOP at most MLX's", (_ratio(r, c) or 0) <= 1)
+                       for c in ("load_instructions", "device_transactions", "threadgroup_replays")]
+            bounds.append(("threadgroups per core at least MLX's", float(r["threadgroups_per_core_vs_mlx"]) >= 1))
+        if p.kind == "gemm" and (p.dims["M"] <= 64 or p.dims.get("batch")):
+            bounds.append(("matrix operations per FLOP at most 1.1x MLX's", (_ratio(r, "matrix_ops") or 0) <= 1.1))
+        if p.kind == "attention":
+            bounds.append((f"registers within the budget of {REGISTER_BUDGET.registers}",
+                           int(r["registers_estimate"]) <= REGISTER_BUDGET.registers))
+            bounds += [(f"{c} per FLOP at most MLX's", (_ratio(r, c) or 0) <= 1) for c in ("threadgroup_bytes", "memory_barriers")]
+        missed += [f"{r['problem']} [{r['chip_class']}]: {what} ({r['config']})" for what, held in bounds if not held]
+    return missed
+
+
 def write_outputs(rows: list[dict[str, Any]], out: Path, seconds: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     columns = list(COLUMNS) + [f"{c}_vs_mlx" for c in (*RATIO_COLUMNS, *OCCUPANCY_COLUMNS)]
@@ -451,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if not r["verified"]]
     for r in failed:
         print(f"NOT VERIFIED: {r['problem']} [{r['chip_class']}] {r['implementation']}: {r['config']}", file=sys.stderr)
-    return 1 if failed else 0
+    missed = count_bounds_missed(rows)
+    for line in missed:
+        print(f"COUNT BOUND MISSED: {line}", file=sys.stderr)
+    return 1 if failed or missed else 0
 
 
 if __name__ == "__main__":
