@@ -178,11 +178,19 @@ def mla_decode(heads, seqlen, dim, pe_dim, block_N, block_H, threads, p_in_regis
     return main
 
 
+MLA_SHAPE = dict(heads=32, seqlen=96, dim=64, pe_dim=16)
+
+
+@functools.lru_cache(maxsize=None)
+def mla_decode_kernel(target, p_in_registers):
+    program = mla_decode(**MLA_SHAPE, block_N=32, block_H=16, threads=256, p_in_registers=p_in_registers)
+    return tilelang.compile(program, target=metal4_target() if target == "metal4" else "metal", execution_backend="emulator")
+
+
 @pytest.mark.parametrize("target, p_in_registers", [("metal", False), ("metal4", False), ("metal", True)])
 def test_mla_decode_accumulators_meeting_through_row_fragments(target, p_in_registers):
-    heads, seqlen, dim, pe_dim = 32, 96, 64, 16
-    program = mla_decode(heads, seqlen, dim, pe_dim, block_N=32, block_H=16, threads=256, p_in_registers=p_in_registers)
-    kernel = tilelang.compile(program, target=metal4_target() if target == "metal4" else "metal", execution_backend="emulator")
+    heads, seqlen, dim, pe_dim = MLA_SHAPE.values()
+    kernel = mla_decode_kernel(target, p_in_registers)
     torch.manual_seed(7)
     q, q_pe = torch.randn(heads, dim).half(), torch.randn(heads, pe_dim).half()
     kv, k_pe = torch.randn(seqlen, 1, dim).half(), torch.randn(seqlen, 1, pe_dim).half()
@@ -191,3 +199,15 @@ def test_mla_decode_accumulators_meeting_through_row_fragments(target, p_in_regi
     query, key = torch.cat([q, q_pe], -1).float(), torch.cat([kv[:, 0], k_pe[:, 0]], -1).float()
     want = torch.softmax(query @ key.T / (dim + pe_dim) ** 0.5, -1) @ kv[:, 0].float()
     torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3)
+
+
+def test_reduction_scratch_is_named_in_program_order():
+    """The pipelined loop reduces into `m` and `row_sum` twice: four threadgroup scratch buffers, the two
+    of `m` merged at one offset. Each op's scratch is named when it is lowered, in program order; with
+    two `m_red_scratch` tilelang's merge ordered them by address, so the MSL differed between processes
+    (PYTHONHASHSEED 1 against 2) and two xdist workers both missed the emulator cache."""
+    import re
+
+    source = mla_decode_kernel("metal4", False).get_kernel_source()
+    used = re.findall(r"(\w+_red_scratch\w*)\[", source)
+    assert list(dict.fromkeys(used)) == ["m_red_scratch", "row_sum_red_scratch", "m_red_scratch_1", "row_sum_red_scratch_1"]

@@ -105,11 +105,14 @@ def test_split_kernels_finds_kernels_by_their_records(artifact_last):
     x = (A.BufferParam(0, "X", "float", False),)
     first, second = A.KernelRecord("k_b", x, None, 64), A.KernelRecord("k_a", x, None, None)
     source = _module(first, second, order=(0, 1), artifact_last=artifact_last)
-    line = A.KernelArtifact(A.STANDARD, (first, second)).line()
     parts = split_kernels(source)
     assert list(parts) == ["k_b", "k_a"]  # in the text's order
-    for name, part in parts.items():  # each piece a file of its own: the header, its kernel, the artifact line last
+    for name, part in parts.items():  # each piece a file of its own: the header, its kernel, its own record's line last
+        line = A.KernelArtifact(A.STANDARD, (first if name == "k_b" else second,)).line()
         assert part.startswith("// banner\n#include <metal_stdlib>\n") and part.endswith(f"\n{line}\n") and part.count(A.MARK) == 1, name
+    # a kernel's piece does not depend on the module's other kernels (the emulator builds it once)
+    other = A.KernelRecord("k_b", x, None, 128)
+    assert split_kernels(_module(other, second, order=(0, 1), artifact_last=artifact_last))["k_a"] == parts["k_a"]
     assert A.strip_artifact(parts["k_b"]).endswith("X[0] = 0; }\n") and "k_a" not in parts["k_b"].split(A.MARK)[0]
     assert A.strip_artifact(parts["k_a"]).endswith("[[kernel]] void k_a(device float* __restrict X [[ buffer(0) ]]) { X[0] = 1; }\n")
     with pytest.raises(A.ArtifactError, match="carries no tilelang_metal artifact"):

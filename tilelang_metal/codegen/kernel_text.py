@@ -5,16 +5,20 @@ kernels are found by their artifact records' opening lines (codegen/artifact.py)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .artifact import artifact_line_of, decode, strip_artifact
 
 
 def split_kernels(msl: str) -> dict[str, str]:
     """kernel name -> a source holding that kernel alone: the file's header (everything before the
-    first kernel) followed by the kernel's text up to the next kernel, then the file's artifact line
-    (wherever the file has it), so each piece reads as a file the printer wrote.
+    first kernel) followed by the kernel's text up to the next kernel, then an artifact line holding
+    that kernel's record alone (wherever the file has its line), so each piece reads as a file the
+    printer wrote for that kernel, and one kernel shared by two modules (a split-K or decoding
+    combine step) is the same piece, built once, whatever the other kernels are.
     The kernels are those the artifact records (ArtifactError, one line, for MSL without one)."""
-    record_line = artifact_line_of(msl)
-    records = decode(record_line).kernels  # the line read once
+    artifact = decode(artifact_line_of(msl))  # the line read once
+    records = artifact.kernels
     msl = strip_artifact(msl)
     starts = []
     for record in records:
@@ -27,10 +31,11 @@ def split_kernels(msl: str) -> dict[str, str]:
         return {}
     header = msl[: starts[0][0]]
     out = {}
+    own_line = {record.name: replace(artifact, kernels=(record,)).line() for record in records}
     for i, (at, name) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else len(msl)
         text = msl[at:end]
-        out[name] = header + text + ("" if text.endswith("\n") else "\n") + record_line + "\n"
+        out[name] = header + text + ("" if text.endswith("\n") else "\n") + own_line[name] + "\n"
     return out
 
 

@@ -112,6 +112,35 @@ def _divergence(node: Any, thread: ThreadDependence) -> str | None:
     return None
 
 
+def _named_apart(stmt: Any, buffers: list[Any], taken: set[str]) -> tuple[Any, list[Any]]:
+    """`stmt` and its scratch `buffers`, each renamed `<name>_<k>` if an earlier op of the kernel took its name
+    (two reductions into `m` both make `m_red_scratch`). MergeSharedMemoryAllocations orders the buffers it
+    places at one offset by name and then by address, so two equal names came out in either order from one
+    process to the next: different MSL for the same kernel, and an emulator cache miss in each process."""
+    renamed: dict[Any, Any] = {}
+    for buf in buffers:
+        name, k = str(buf.name), 0
+        while name in taken:
+            k += 1
+            name = f"{buf.name}_{k}"
+        taken.add(name)
+        if name != str(buf.name):
+            renamed[buf] = tir.decl_buffer(buf.shape, buf.dtype, name, scope=buf.scope())
+    if not renamed:
+        return stmt, buffers
+
+    def rebind(node: Any) -> Any:
+        target = renamed.get(node.buffer)
+        if target is None:
+            return None
+        if isinstance(node, tir.BufferLoad):
+            return tir.BufferLoad(target, node.indices, node.predicate)
+        return tir.BufferStore(target, node.value, node.indices, node.predicate)
+
+    stmt = tvm.tirx.stmt_functor.ir_transform(stmt, None, rebind, [vocab.TIRX_BUFFERLOAD, vocab.TIRX_BUFFERSTORE])
+    return stmt, [renamed.get(buf, buf) for buf in buffers]
+
+
 def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | None, own_barriers: bool) -> Any:
     """`stmt` with every plugin tile op lowered for `launch` (the kernel holding `stmt`), with
     their own barriers when `own_barriers`; the scratch each op needs is allocated in its innermost
@@ -129,6 +158,7 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
     # "buffer r_part has already been defined, the Stmt is not SSA".)
     pending: list[Any] = []
     entered: list[int] = []
+    scratch_names: set[str] = set()
 
     def preorder(node: Any) -> Any:
         if isinstance(node, tir.SBlock):
@@ -159,6 +189,7 @@ def _lower_tile_ops(stmt: Any, layouts: dict[Any, Any], launch: ThreadLaunch | N
                     f"memory; with tl.disable_thread_storage_sync its barriers are the lowering's own, and a barrier there "
                     f"would not be reached by every thread. Move the {_OP_CALLS[name]} out of that loop or branch."
                 )
+            stmt, buffers = _named_apart(stmt, buffers, scratch_names)
             pending.extend(buffers)
             return stmt
         if isinstance(node, tir.SBlock):
