@@ -20,8 +20,9 @@ registers_estimate and threadgroups_per_core are estimates for each side's heavi
 registers: a split's first pass, not its combine kernel; the
 plugin's from its kernels' artifact records, MLX's per kernel family from its template parameters,
 benchmark/mlx_registers.py; docs/performance.md, "Registers and occupancy"); their `_vs_mlx` is the
-plain ratio. The exit status is 1 when a row is not verified against torch or a plugin row misses
-one of issue 35's count bounds against MLX (`count_bounds_missed`, printed as COUNT BOUND MISSED).
+plain ratio. The exit status is 1 when a row is not verified against torch, or with --check-bounds
+(CI's run over the problem set) when a plugin row misses one of issue 35's count bounds against MLX
+(`count_bounds_missed`, printed as COUNT BOUND MISSED).
 """
 
 from __future__ import annotations
@@ -467,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--classes", default=",".join(CLASSES),
                     help="chip classes: nax (M5: metal4 vs MLX NAX), steel (M3: plain metal vs steel), steel-pro, steel-max, "
                          "steel-ultra (the M3 Pro, Max, Ultra: MLX's steel tile per size class)")
+    ap.add_argument("--check-bounds", action="store_true",
+                    help="exit 1 where a plugin row misses one of issue 35's count bounds against MLX (count_bounds_missed)")
     ap.add_argument("--doc-table", type=Path, metavar="CSV",
                     help="print docs/performance.md's per-problem table from a compare_mlx.csv this script wrote, and stop")
     args = ap.parse_args(argv)
@@ -490,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     missed = count_bounds_missed(rows)
     for line in missed:
         print(f"COUNT BOUND MISSED: {line}", file=sys.stderr)
-    return 1 if failed or missed else 0
+    return 1 if failed or (missed and args.check_bounds) else 0
 
 
 if __name__ == "__main__":
