@@ -494,10 +494,10 @@ def matmul_config(
     pitches = (("M" if trans_A else "K", M if trans_A else K), ("K" if trans_B else "N", K if trans_B else N))
     odd_pitch = [value * (4 if dtype == "float32" else 2) % 16 != 0 for _, value in pitches]
     # every dtype and layout is ranked: the model's registers follow the operand type (fp32 fragments take
-    # two registers a lane: 101 for 64x64x16 on 2, as printed), its barriers per K step are the staged
-    # loop's (per FLOP the same on 64x64x16 and 64x32x32: two per 64x64x16 or 64x32x32 of work), and a
-    # transposed or odd-pitch operand's copies replay no bank on any steel tile (copy_runs stores each
-    # 16-byte run with one instruction; test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck)
+    # two registers a lane: 101 for 64x64x16 on 2, as printed), steel_tile_ranking keeps out a tile that
+    # passes more barriers than MLX's, and a transposed or odd-pitch operand's copies replay no bank on any
+    # steel tile (copy_runs stores each 16-byte run with one instruction;
+    # test_tiles_the_model_picks_over_mlx_s_match_torch_under_racecheck)
     if small is None:
         tile, why = _model_steel_tile(on, tile, M, N, K, dtype, out_dtype, batch, swizzle_ok=not tiled_only,
                                       splittable=K >= 2 * MIN_SLICE_K and not transposed and epilogue == "none")

@@ -122,7 +122,7 @@ class Counts:
     device_store_bytes: int
     dram_bytes: int
     barriers: int  # per threadgroup
-    launch_barriers: int  # every threadgroup's: per FLOP, a tile's K step and area decide it
+    threadgroups: int  # of the launch (output tiles x K slices x batch)
     issue_overhead: float  # load / copy issue cycles per matrix-operation cycle of a simdgroup
     wave: int  # threadgroups resident at once on the whole GPU
     threadgroups_per_core: int
@@ -132,6 +132,11 @@ class Counts:
     l1_miss_bytes: int = 0  # direct-global: extra bytes into the cores when L1 cannot keep A's rows across K steps
     combine_bytes: int = 0  # split-K's second kernel: the partials it reads and the C it writes
     launches: int = 1  # kernels launched one after the other
+
+    @property
+    def launch_barriers(self) -> int:
+        """Every threadgroup's barriers: per FLOP, a tile's K step and area decide them."""
+        return self.threadgroups * self.barriers
 
 
 def _alu_per_quadrant_cycle(chip: Chip) -> float:
@@ -245,7 +250,7 @@ def counts(kernel: GemmKernel, M: int, N: int, K: int, *, chip: Chip, dtype: str
         l1_miss_bytes=max(0, l1_miss),
         launches=2 if partials else 1,
         barriers=(kp // kernel.step_k) * kernel.barriers_per_step,
-        launch_barriers=tiles * (kp // kernel.step_k) * kernel.barriers_per_step,
+        threadgroups=tiles,
         issue_overhead=overhead,
         wave=wave,
         threadgroups_per_core=per_core,
